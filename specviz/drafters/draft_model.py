@@ -1,0 +1,62 @@
+"""A small causal LM with the target's tokenizer, drafting autoregressively.
+
+It keeps its own KV cache: each propose feeds only the tokens it has not seen (the last
+step's accepted tokens and the target's token), then drafts one token per forward.
+After feedback the cache is cropped back to the accepted prefix.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..forward import forward, new_cache, rollback
+from ..sampling import sample
+from .base import Draft, Drafter, empty_draft
+
+
+class DraftModel(Drafter):
+    name = "draft model"
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model
+        if name:
+            self.name = name
+
+    def begin(self, prompt_ids, processor, generator, device) -> None:
+        self.processor, self.generator, self.device = processor, generator, device
+        self.cache = new_cache(self.model)
+        self.cached = 0  # tokens of the context held in the cache
+        self.base = 0  # context length at the last propose
+        # Prefill all but the last prompt token; propose feeds the rest.
+        if len(prompt_ids) > 1:
+            self._feed(prompt_ids[:-1])
+
+    def _feed(self, tokens) -> torch.Tensor:
+        x = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
+        logits = forward(self.model, x, self.cache, logits_to_keep=1)
+        self.cached += x.numel()
+        return logits
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1:
+            return empty_draft(self.device)
+        self.base = len(ids)
+        logits = self._feed(ids[self.cached:])
+        tokens, rows = [], []
+        for i in range(k):
+            # Same processing as the target's row i: the context plus drafts so far.
+            drafted = torch.stack(tokens) if tokens else None
+            q = self.processor.probs(logits, drafted, start=i)[0]
+            t = q.argmax() if self.processor.s.greedy else sample(q, self.generator)
+            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+                break  # not sure enough: stop drafting this step
+            tokens.append(t.view(()))
+            rows.append(q)
+            if i + 1 < k:
+                logits = self._feed(t.view(1))
+        return Draft(torch.stack(tokens), torch.stack(rows))
+
+    def feedback(self, accepted: int) -> None:
+        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
+        keep = min(self.cached, self.base + accepted)
+        rollback(self.cache, keep)
+        self.cached = keep

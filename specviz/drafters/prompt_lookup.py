@@ -1,0 +1,45 @@
+"""Prompt lookup: propose what followed the last time the context's tail appeared.
+
+The drafter keeps a dictionary from each n-gram (n = max_ngram .. min_ngram) to the
+position right after its latest occurrence, updated only with the tokens added since the
+last call, so a step where nothing matches costs a few dictionary look-ups.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Draft, Drafter, empty_draft
+
+
+class PromptLookup(Drafter):
+    name = "prompt lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def begin(self, prompt_ids, processor, generator, device) -> None:
+        self.device = device
+        self.index: dict[tuple[int, ...], int] = {}
+        self.indexed = 0  # continuation positions < this one are in the index
+
+    def _index_up_to(self, ids: list[int]) -> None:
+        # Position e continues the n-grams ending just before it. Only e < len(ids) has a
+        # token to propose; the n-grams ending at len(ids) are the query itself.
+        for e in range(max(self.indexed, 1), len(ids)):
+            for n in range(self.min_ngram, self.max_ngram + 1):
+                if e - n >= 0:
+                    self.index[tuple(ids[e - n:e])] = e  # later occurrences win
+        self.indexed = max(self.indexed, len(ids))
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        self._index_up_to(ids)
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(ids) <= n:
+                continue
+            start = self.index.get(tuple(ids[-n:]))
+            if start is not None:
+                tokens = ids[start:start + k]
+                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
+        return empty_draft(self.device)

@@ -1,0 +1,250 @@
+"""The speculative decoding loop, and the plain loop it is measured against.
+
+Both are generators: they yield one event per step (see events.py) and end with a
+RunEnd. The caller can stop a run between steps by making `should_stop()` true.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from .drafters.base import Drafter, empty_draft
+from .errors import SpecvizError
+from .events import RunEnd, RunStats, StepEvent, TokenEvent
+from .forward import context_length, forward, model_device, new_cache, output_vocab_size, rollback, synchronize
+from .sampling import Processor, Sampling, sample
+from .verify import one_hot_q, verify_greedy, verify_sampled
+
+K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    k: int = 4  # draft length (the starting length when dynamic)
+    dynamic_k: bool = False  # grow k by 2 after a fully accepted draft, shrink by 1 after a rejection
+    draft_confidence: float = 0.0  # with dynamic_k: a drafter stops when its q of the next token is below this
+    sampling: Sampling = field(default_factory=Sampling)
+    eos_token_ids: tuple[int, ...] = ()
+    top: int = 5  # how many of the target's top tokens each step records (0 = none)
+
+    def validate(self) -> "GenerationConfig":
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= K_MAX:
+            raise SpecvizError(f"k (draft length) must be an integer from 1 to {K_MAX}, got {self.k}")
+        m = self.max_new_tokens
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise SpecvizError(f"max new tokens must be a positive integer, got {m}")
+        c = self.draft_confidence
+        if not isinstance(c, (int, float)) or math.isnan(c) or not 0 <= c < 1:
+            raise SpecvizError(f"draft confidence threshold must be in [0, 1), got {c}")
+        self.sampling.validate()
+        return self
+
+
+class _Run:
+    """What both loops share: checks, prefill, the stop rules and the clock."""
+
+    def __init__(self, target, prompt_ids, config: GenerationConfig, should_stop):
+        config.validate()
+        self.cfg, self.target = config, target
+        self.ids = [int(t) for t in prompt_ids]
+        if not self.ids:
+            raise SpecvizError("the prompt is empty: give at least one token")
+        self.limit = context_length(target)
+        if self.limit is not None and len(self.ids) >= self.limit:
+            raise SpecvizError(
+                f"the prompt is {len(self.ids)} tokens, but the model's context is {self.limit}: shorten it"
+            )
+        self.device = model_device(target)
+        self.vocab = output_vocab_size(target)
+        if max(self.ids) >= self.vocab or min(self.ids) < 0:
+            raise SpecvizError(f"prompt token ids must be in [0, {self.vocab})")
+        self.should_stop = should_stop or (lambda: False)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.sampling.seed)
+        self.processor = Processor(config.sampling, self.vocab, self.ids, self.device)
+        self.cache = new_cache(target)
+        self.prompt_len = len(self.ids)
+        self.eos = set(config.eos_token_ids)
+        self.calls = 0
+        self.elapsed = 0.0
+
+    def prefill(self) -> None:
+        # The target caches all but the last prompt token; each step then runs that
+        # pending token together with the draft, so every step is one forward.
+        if len(self.ids) > 1:
+            forward(self.target, torch.tensor(self.ids[:-1], device=self.device), self.cache, logits_to_keep=1)
+            self.calls += 1
+        self.pending = torch.tensor([self.ids[-1]], device=self.device)
+
+    @property
+    def generated(self) -> int:
+        return len(self.ids) - self.prompt_len
+
+    def room(self) -> int:
+        """How many more tokens this run may emit."""
+        left = self.cfg.max_new_tokens - self.generated
+        if self.limit is not None:
+            left = min(left, self.limit - len(self.ids))
+        return left
+
+    def cut(self, tokens: list[int]) -> list[int]:
+        """Truncate a step's tokens at the first EOS (kept) and at the room left."""
+        tokens = tokens[: self.room()]
+        for i, t in enumerate(tokens):
+            if t in self.eos:
+                return tokens[: i + 1]
+        return tokens
+
+    def stop_reason(self) -> str | None:
+        if self.ids[-1] in self.eos and self.generated:
+            return "eos"
+        if self.generated >= self.cfg.max_new_tokens:
+            return "max_new_tokens"
+        if self.room() <= 0:
+            return "context"
+        if self.should_stop():
+            return "cancelled"
+        return None
+
+    def end(self, steps, drafted, accepted, prefill_time, draft_time, verify_time, reason) -> RunEnd:
+        stats = RunStats(
+            tokens=self.generated, steps=steps, target_calls=self.calls, drafted=drafted, accepted=accepted,
+            prefill_time=prefill_time, draft_time=draft_time, verify_time=verify_time,
+            elapsed=self.elapsed, stop_reason=reason,
+        )
+        return RunEnd(tuple(self.ids[self.prompt_len:]), stats)
+
+
+def speculative_generate(
+    target, drafter: Drafter | None, prompt_ids, config: GenerationConfig = GenerationConfig(),
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[StepEvent | RunEnd]:
+    """Speculative decoding: yields a StepEvent per draft-and-verify step, then a RunEnd."""
+    run = _Run(target, prompt_ids, config, should_stop)
+    cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
+    k = cfg.k
+    k_max = 2 * cfg.k if cfg.dynamic_k else cfg.k
+    min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
+
+    start = time.perf_counter()
+    with torch.inference_mode():
+        run.prefill()
+        if drafter is not None:
+            drafter.begin(run.ids, run.processor, run.generator, dev)
+        synchronize(dev)
+    prefill_time = run.elapsed = time.perf_counter() - start
+    steps = drafted = accepted = 0
+    draft_time = verify_time = 0.0
+    reason = run.stop_reason()
+    while reason is None:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            # 1. Draft: at most k tokens, never more than the run can still emit.
+            k_step = max(0, min(k, run.room() - 1))
+            draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
+            d = draft.tokens
+            n_draft = d.numel()
+            synchronize(dev)
+            t1 = time.perf_counter()
+
+            # 2. Verify: one target forward over the pending token and the draft; row i is
+            # the target's distribution after draft[:i], row k the bonus position.
+            logits = forward(run.target, torch.cat([run.pending, d]), run.cache)
+            run.calls += 1
+            p = run.processor.probs(logits, d, start=0)
+            idx = torch.arange(n_draft, device=dev)
+            if greedy:
+                n, token = verify_greedy(p.argmax(-1), d)
+                a = (d == p[:n_draft].argmax(-1)).float()
+                draws = a.new_zeros(0)
+            else:
+                q = draft.q if draft.q is not None else one_hot_q(d, run.vocab)
+                draws = torch.rand(n_draft, generator=run.generator, device=dev)
+                n, dist, a = verify_sampled(p, q, d, draws)
+                token = sample(dist, run.generator)
+            q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
+            top_v, top_i = torch.topk(p[n], min(cfg.top, run.vocab)) if cfg.top else (a.new_zeros(0), a.new_zeros(0))
+
+            # 3. One host synchronisation: everything the step reports, in one transfer.
+            parts = [n.view(1), token.view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
+            flat = torch.cat([t.double().view(-1) for t in parts]).tolist()
+            n, token = int(flat[0]), int(flat[1])
+            o = 2
+            d_list = [int(x) for x in flat[o:o + n_draft]]; o += n_draft
+            p_list = tuple(flat[o:o + n_draft]); o += n_draft
+            q_list = tuple(flat[o:o + n_draft]) if draft.q is not None else None; o += len(q_d)
+            a_list = tuple(flat[o:o + n_draft]); o += n_draft
+            u_list = None if greedy else tuple(flat[o:o + n_draft]); o += len(draws)
+            top_n = len(top_v)
+            top = tuple(zip((int(x) for x in flat[o + top_n:o + 2 * top_n]), flat[o:o + top_n]))
+
+            # 4. Commit: roll both caches back to the accepted prefix, then append.
+            rollback(run.cache, len(run.ids) + n)  # the context, then the kept drafts
+            if drafter is not None:
+                drafter.feedback(n)
+            emitted = run.cut(d_list[:n] + [token])
+            position = run.generated
+            run.ids.extend(emitted)
+            run.processor.update(emitted)
+            run.pending = torch.tensor([token], device=dev)
+            if cfg.dynamic_k and n_draft:
+                k = min(k_max, k + 2) if n == n_draft else max(1, k - 1)
+        t2 = time.perf_counter()
+        run.elapsed += t2 - t0
+        draft_time += t1 - t0
+        verify_time += t2 - t1
+        drafted += n_draft
+        accepted += n
+        steps += 1
+        yield StepEvent(
+            step=steps - 1, position=position, draft=tuple(d_list), q=q_list, p=p_list,
+            accept_prob=a_list, draws=u_list, accepted=n, token=token,
+            kind="bonus" if n == n_draft else "corrected", emitted=tuple(emitted), top=top,
+            draft_time=t1 - t0, verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
+        )
+        reason = run.stop_reason()
+    yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
+
+
+def baseline_generate(
+    target, prompt_ids, config: GenerationConfig = GenerationConfig(),
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[TokenEvent | RunEnd]:
+    """Plain autoregressive decoding with the same sampler: a TokenEvent per token."""
+    run = _Run(target, prompt_ids, config, should_stop)
+    greedy = config.sampling.greedy
+    start = time.perf_counter()
+    with torch.inference_mode():
+        run.prefill()
+        synchronize(run.device)
+    prefill_time = run.elapsed = time.perf_counter() - start
+    steps = 0
+    reason = run.stop_reason()
+    while reason is None:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            logits = forward(run.target, run.pending, run.cache)  # (1, vocab)
+            run.calls += 1
+            p = run.processor.probs(logits)[0]
+            token = p.argmax() if greedy else sample(p, run.generator)
+            tok, prob = torch.stack([token.double(), p[token].double()]).tolist()  # the one sync
+            token_id = int(tok)
+            run.ids.append(token_id)
+            run.processor.update([token_id])
+            run.pending = token.view(1)
+        dt = time.perf_counter() - t0
+        run.elapsed += dt
+        steps += 1
+        yield TokenEvent(step=steps - 1, token=token_id, p=prob, time=dt, elapsed=run.elapsed)
+        reason = run.stop_reason()
+    yield run.end(steps, 0, 0, prefill_time, 0.0, run.elapsed - prefill_time, reason)
+
+
+def collect(events) -> tuple[list, RunEnd]:
+    """Run a generator to the end: (the step events, the RunEnd)."""
+    steps = list(events)
+    return steps[:-1], steps[-1]

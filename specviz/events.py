@@ -1,0 +1,111 @@
+"""Events: the single currency between the engine and everything that shows it.
+
+The engine yields one `StepEvent` per speculative step (or one `TokenEvent` per token
+of plain decoding) and finishes with one `RunEnd`. Renderers, the CLI, the app and the
+benchmark only ever read these; none of them touches a model or a KV cache.
+
+All times are the engine's own seconds (perf_counter, synchronised on GPU), so a
+consumer that renders between steps does not slow the run down on paper.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# What a token shown to the user can be. `rejected` drafts are shown struck through
+# where they were proposed; `corrected` is the target's resample after a rejection;
+# `bonus` is the target's free token when every draft was accepted.
+KINDS = ("accepted", "rejected", "corrected", "bonus", "baseline")
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One speculative step: the drafter proposed `draft`, the target verified it once."""
+
+    step: int  # 0-based step number
+    position: int  # tokens generated before this step (where its first token lands)
+    draft: tuple[int, ...]  # proposed token ids (may be empty: nothing to propose)
+    q: tuple[float, ...] | None  # drafter prob of each draft token; None = deterministic (one-hot)
+    p: tuple[float, ...]  # target prob of each draft token, with the same prefix
+    accept_prob: tuple[float, ...]  # min(1, p/q); greedy: 1.0 if it is the target's argmax else 0.0
+    draws: tuple[float, ...] | None  # the uniform draw u per draft token (None when greedy)
+    accepted: int  # how many leading draft tokens were kept
+    token: int  # the target's own token this step: corrected (rejection) or bonus
+    kind: str  # "corrected" or "bonus"
+    emitted: tuple[int, ...]  # appended to the output: draft[:accepted] + (token,), cut at EOS/limit
+    top: tuple[tuple[int, float], ...]  # target's top tokens where `token` was chosen
+    draft_time: float  # seconds spent drafting
+    verify_time: float  # seconds in the target forward and the acceptance maths
+    elapsed: float  # engine seconds since the run started (prefill included)
+    greedy: bool  # greedy: p and q are the temperature-1 softmax, shown for information
+
+    @property
+    def rejected(self) -> tuple[int, ...]:
+        """Draft tokens thrown away (the first rejection and everything after it)."""
+        return self.draft[self.accepted:]
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token of plain autoregressive decoding (the baseline)."""
+
+    step: int
+    token: int
+    p: float  # target prob of the token (greedy: temperature-1 softmax)
+    time: float  # seconds for this token's forward and sampling
+    elapsed: float  # engine seconds since the run started (prefill included)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """What a whole run did. tau counts every token a target forward produced per step."""
+
+    tokens: int  # new tokens emitted
+    steps: int  # decode steps (speculative steps, or tokens for the baseline)
+    target_calls: int  # target forward passes, prefill included
+    drafted: int  # draft tokens proposed
+    accepted: int  # draft tokens accepted
+    prefill_time: float
+    draft_time: float
+    verify_time: float
+    elapsed: float  # engine seconds, prefill included
+    stop_reason: str  # "eos", "max_new_tokens", "cancelled" or "context"
+
+    @property
+    def acceptance_rate(self) -> float:
+        """alpha: accepted / drafted."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """tau: tokens per step (accepted drafts plus the target's own token)."""
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            tokens_per_s=self.tokens_per_s,
+        )
+        return d
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The last event of a run: every generated token id and the run's statistics."""
+
+    token_ids: tuple[int, ...]
+    stats: RunStats
+
+
+def event_to_dict(event: StepEvent | TokenEvent | RunEnd) -> dict:
+    """A JSON-ready dict of any event, tagged with its type."""
+    if isinstance(event, RunEnd):
+        return {"type": "end", "token_ids": list(event.token_ids), "stats": event.stats.to_dict()}
+    d = asdict(event)
+    d["type"] = "step" if isinstance(event, StepEvent) else "token"
+    return d

@@ -1,0 +1,43 @@
+"""Tiny randomly initialised models, built in-process: the engine's tests need no download."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(vocab: int = 96, layers: int = 2, hidden: int = 64, seed: int = 0, context: int = 256):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    # Random init gives near-uniform logits; sharpen them so greedy choices have margins
+    # and sampled distributions are far from uniform, like a trained model's.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def noisy_copy(model, scale: float, seed: int = 1):
+    """The same architecture with perturbed weights: a drafter that agrees only partly."""
+    torch.manual_seed(seed)
+    clone = LlamaForCausalLM(model.config).eval()
+    clone.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for w in clone.parameters():
+            w.add_(torch.randn_like(w) * scale * w.std())
+    return clone
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_llama(seed=0)
+
+
+@pytest.fixture(scope="session")
+def prompts():
+    g = torch.Generator().manual_seed(123)
+    return [torch.randint(0, 96, (n,), generator=g).tolist() for n in (1, 5, 17, 40)]
