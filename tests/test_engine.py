@@ -1,0 +1,183 @@
+"""The whole loop on tiny random models: greedy speculative output is the greedy baseline,
+token for token, for every drafter; caches stay right after rejections; runs stop cleanly."""
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from conftest import noisy_copy, tiny_llama
+from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, SpecvizError, collect
+from specviz import baseline_generate, speculative_generate
+from specviz.forward import forward, new_cache, rollback
+
+
+@pytest.fixture(scope="module")
+def drafters(target):
+    return {
+        "none": lambda: None,
+        "pld": lambda: PromptLookup(),
+        "draft-close": lambda: DraftModel(noisy_copy(target, 0.05)),
+        "draft-far": lambda: DraftModel(tiny_llama(seed=7)),
+        "draft-self": lambda: DraftModel(target),
+    }
+
+
+def hf_greedy(model, prompt, n, **kw):
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_baseline_greedy_is_transformers_greedy(target, prompts, penalty):
+    cfg = GenerationConfig(max_new_tokens=30, sampling=Sampling(repetition_penalty=penalty))
+    for prompt in prompts:
+        _, end = collect(baseline_generate(target, prompt, cfg))
+        assert list(end.token_ids) == hf_greedy(target, prompt, 30, repetition_penalty=penalty)
+
+
+@pytest.mark.parametrize("name", ["none", "pld", "draft-close", "draft-far", "draft-self"])
+@pytest.mark.parametrize("k,dynamic", [(1, False), (3, False), (8, False), (2, True)])
+def test_greedy_speculative_equals_greedy_baseline(target, prompts, drafters, name, k, dynamic):
+    cfg = GenerationConfig(max_new_tokens=40, k=k, dynamic_k=dynamic, draft_confidence=0.2 if dynamic else 0.0)
+    for prompt in prompts:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        steps, end = collect(speculative_generate(target, drafters[name](), prompt, cfg))
+        assert end.token_ids == base.token_ids
+        assert sum(len(s.emitted) for s in steps) == end.stats.tokens == 40
+        assert end.stats.target_calls == end.stats.steps + (len(prompt) > 1)
+        assert end.stats.drafted == sum(len(s.draft) for s in steps)
+        assert end.stats.accepted == sum(s.accepted for s in steps)
+
+
+def test_greedy_with_repetition_penalty_matches_too(target, prompts):
+    cfg = GenerationConfig(max_new_tokens=30, k=4, sampling=Sampling(repetition_penalty=1.5))
+    for prompt in prompts:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        for drafter in (PromptLookup(), DraftModel(noisy_copy(target, 0.05))):
+            _, end = collect(speculative_generate(target, drafter, prompt, cfg))
+            assert end.token_ids == base.token_ids
+
+
+def test_self_drafting_accepts_everything_and_saves_target_calls(target, prompts):
+    steps, end = collect(speculative_generate(target, DraftModel(target), prompts[2], GenerationConfig(k=4, max_new_tokens=40)))
+    assert end.stats.acceptance_rate == 1.0
+    assert all(s.kind == "bonus" for s in steps)
+    assert end.stats.steps == 8 and end.stats.mean_accepted_length == 5.0
+
+
+def test_events_describe_each_step(target, prompts):
+    steps, _ = collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[3], GenerationConfig(k=4, max_new_tokens=40)))
+    assert any(s.kind == "corrected" for s in steps) and any(s.kind == "bonus" for s in steps)
+    for s in steps:
+        assert s.emitted == s.draft[: s.accepted] + (s.token,)
+        assert s.kind == ("bonus" if s.accepted == len(s.draft) else "corrected")
+        assert len(s.p) == len(s.accept_prob) == len(s.draft)
+        assert s.q is not None and len(s.q) == len(s.draft) or not s.draft  # a draft model has q
+        assert all(a == (1.0 if i < s.accepted else a) for i, a in enumerate(s.accept_prob))
+        if s.accepted < len(s.draft):
+            assert s.accept_prob[s.accepted] == 0.0
+        assert s.top[0][0] == s.token  # greedy: the chosen token is the target's top-1
+        assert s.draws is None and s.greedy
+
+
+def test_rolled_back_cache_gives_the_logits_of_a_fresh_forward(target):
+    ids = torch.arange(3, 20)
+    cache = new_cache(target)
+    with torch.inference_mode():
+        forward(target, ids[:10], cache)
+        forward(target, ids[10:16], cache)  # a draft of 6, of which 2 are kept
+        rollback(cache, 12)
+        after = forward(target, ids[12:14], cache)
+        fresh = forward(target, ids[:14], new_cache(target))[-2:]
+    assert torch.allclose(after, fresh, atol=1e-5)
+
+
+def test_draft_model_cache_follows_the_accepted_prefix(target):
+    from specviz.sampling import Processor
+
+    drafter_model = noisy_copy(target, 0.05)
+    ids = list(range(5, 25))
+    proc = Processor(Sampling(), 96, ids, "cpu")
+    drafter = DraftModel(drafter_model)
+    with torch.inference_mode():
+        drafter.begin(ids, proc, torch.Generator(), torch.device("cpu"))
+        draft = drafter.propose(ids, 5).tokens.tolist()
+        drafter.feedback(2)
+        ids = ids + draft[:2] + [(draft[2] + 1) % 96]  # two kept, then a correction
+        again = drafter.propose(ids, 3).tokens.tolist()
+        fresh = DraftModel(drafter_model)
+        fresh.begin(ids, proc, torch.Generator(), torch.device("cpu"))
+        assert again == fresh.propose(ids, 3).tokens.tolist()
+
+
+def test_stops_at_eos_and_keeps_it(target, prompts):
+    cfg = GenerationConfig(max_new_tokens=40, k=4)
+    _, base = collect(baseline_generate(target, prompts[1], cfg))
+    eos = base.token_ids[12]
+    first = base.token_ids.index(eos)
+    cfg = GenerationConfig(max_new_tokens=40, k=4, eos_token_ids=(eos,))
+    for drafter in (None, PromptLookup(), DraftModel(target)):
+        _, end = collect(speculative_generate(target, drafter, prompts[1], cfg))
+        assert end.token_ids == base.token_ids[: first + 1]
+        assert end.stats.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 7])
+def test_max_new_tokens_is_exact_even_with_long_drafts(target, prompts, max_new):
+    cfg = GenerationConfig(max_new_tokens=max_new, k=16)
+    _, end = collect(speculative_generate(target, DraftModel(target), prompts[2], cfg))
+    assert len(end.token_ids) == max_new and end.stats.stop_reason == "max_new_tokens"
+
+
+def test_context_limit_ends_the_run(prompts):
+    small = tiny_llama(context=48)
+    _, end = collect(speculative_generate(small, DraftModel(small), prompts[3], GenerationConfig(max_new_tokens=40, k=8)))
+    assert len(prompts[3]) + len(end.token_ids) == 48 and end.stats.stop_reason == "context"
+
+
+def test_cancel_stops_after_the_current_step(target, prompts):
+    seen = []
+    events = speculative_generate(target, PromptLookup(), prompts[1], GenerationConfig(max_new_tokens=100),
+                                  should_stop=lambda: len(seen) >= 3)
+    for ev in events:
+        seen.append(ev)
+    assert seen[-1].stats.stop_reason == "cancelled" and len(seen) == 4
+
+
+def test_sampling_is_reproducible_per_seed(target, prompts):
+    def run(seed):
+        cfg = GenerationConfig(max_new_tokens=30, sampling=Sampling(temperature=1.0, top_p=0.95, seed=seed))
+        return collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[2], cfg))[1].token_ids
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(k=0), "k (draft length)"),
+        (dict(k=10_000), "k (draft length)"),
+        (dict(max_new_tokens=0), "max new tokens"),
+        (dict(sampling=Sampling(temperature=-1.0)), "temperature"),
+        (dict(sampling=Sampling(temperature=math.nan)), "temperature"),
+        (dict(sampling=Sampling(temperature=1.0, top_p=0.0)), "top-p"),
+        (dict(sampling=Sampling(temperature=1.0, top_p=1.5)), "top-p"),
+        (dict(sampling=Sampling(temperature=1.0, top_k=-2)), "top-k"),
+        (dict(sampling=Sampling(repetition_penalty=0.0)), "repetition penalty"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_clear_message(target, change, message):
+    with pytest.raises(SpecvizError, match=re.escape(message)):
+        next(speculative_generate(target, None, [1, 2], GenerationConfig(**change)))
+
+
+def test_bad_prompts_are_refused(target):
+    with pytest.raises(SpecvizError, match="empty"):
+        next(speculative_generate(target, None, [], GenerationConfig()))
+    with pytest.raises(SpecvizError, match="context"):
+        next(baseline_generate(target, list(range(90)) * 3, GenerationConfig()))
+    with pytest.raises(SpecvizError, match="token ids"):
+        next(baseline_generate(target, [5, 500], GenerationConfig()))
