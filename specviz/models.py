@@ -1,0 +1,323 @@
+"""Loading causal language models and talking to their tokenizers.
+
+`load` turns what a user typed ("default", a local folder, a Hub id) into a `Loaded`
+handle: model in eval mode plus tokenizer, shared read-only by everyone who asks for the
+same thing. The rest are small tokenizer helpers the engine and the renderers share.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import torch
+
+from specviz.errors import SpecvizError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+DEFAULT_TARGET = "default"
+EMBEDDED_NAMES = ("default", "smollm2-135m")  # compared case-insensitively
+EMBEDDED_HINT = "use 'default' for the embedded SmolLM2-135M-Instruct"
+
+DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16,
+}
+
+# "org/name" or a bare legacy name such as "gpt2": how a Hub id looks.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+@dataclass(frozen=True, eq=False)
+class Loaded:
+    """A loaded model and its tokenizer. Shared between callers: never mutate it."""
+
+    model: "PreTrainedModel"  # eval mode, requires_grad off
+    tokenizer: "PreTrainedTokenizerBase"
+    name: str  # what the user typed
+    source: str  # resolved local path or Hub id
+    device: torch.device  # where inputs go (the input embeddings' device)
+    dtype: torch.dtype
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every id that ends generation: the generation config's and the tokenizer's."""
+        config = getattr(self.model, "generation_config", None)
+        ids = getattr(config, "eos_token_id", None)
+        ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        return tuple(dict.fromkeys(int(i) for i in ids))
+
+    @property
+    def context_length(self) -> int | None:
+        config = self.model.config.get_text_config()
+        for field in ("max_position_embeddings", "n_positions", "max_sequence_length",
+                      "seq_length", "n_ctx"):
+            value = getattr(config, field, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    @property
+    def is_chat(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def is_embedded(name: str) -> bool:
+    return name.strip().lower() in EMBEDDED_NAMES
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """The device to run on: `None`/"auto" picks cuda, then mps, then cpu."""
+    if name is None or name.strip().lower() == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name.strip().lower())
+    except (RuntimeError, ValueError):
+        raise SpecvizError(f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SpecvizError(f"device {name!r} asked for, but this torch sees no CUDA GPU")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise SpecvizError(f"device {name!r} asked for, but there are only {count} GPU(s)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise SpecvizError(f"device {name!r} asked for, but Apple's MPS is not available here")
+    elif device.type != "cpu":
+        raise SpecvizError(f"unsupported device {name!r}: use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
+    """The weights' dtype: `None`/"auto" is float32 on cpu and mps, bfloat16 on cuda."""
+    if name is not None and name.strip().lower() != "auto":
+        try:
+            return DTYPES[name.strip().lower()]
+        except KeyError:
+            raise SpecvizError(
+                f"unknown dtype {name!r}: use auto, {', '.join(DTYPES)}"
+            ) from None
+    if device.type == "cuda":
+        # GPUs before Ampere have no fast bf16; fp16 is their half precision.
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    # cpu: fp32 is as fast as bf16 for one-token decode steps here and keeps speculative
+    # output token-for-token equal to plain greedy (bf16's batched verify shifts numerics).
+    # mps: bf16 needs macOS 14+ and fp16 overflows in some models' activations; fp32 works
+    # everywhere, and a 135M-500M model fits easily.
+    return torch.float32
+
+
+# ---------------------------------------------------------------------------------------
+# load
+
+
+_LOADED: dict[tuple, Loaded] = {}
+_KEY_LOCKS: dict[tuple, threading.Lock] = {}
+_GUARD = threading.Lock()  # protects _KEY_LOCKS; each key's lock protects its load
+
+
+def load(name: str, device: str | None = None, dtype: str | None = None, *,
+         trust_remote_code: bool = False, device_map: str | None = None,
+         progress: Callable[[str, float], None] | None = None) -> Loaded:
+    """Load a causal LM by name: "default", a local folder (or .gguf file), or a Hub id.
+
+    Cached per (source, device, dtype, device_map, trust_remote_code): a second call, from
+    any thread, returns the same model and tokenizer without loading again.
+    """
+    source = _resolve(name, progress)
+    dev = pick_device(device)
+    dt = pick_dtype(dev, dtype)
+    key = (source, str(dev), dt, device_map, trust_remote_code)
+    with _GUARD:
+        key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with key_lock:  # a second thread asking for the same model waits for the first load
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            loaded = _LOADED[key] = _load_uncached(name, source, dev, dt, device_map,
+                                                   trust_remote_code, progress)
+    return loaded if loaded.name == name else replace(loaded, name=name)
+
+
+def _resolve(name: str, progress) -> str:
+    """A local path (absolute) or a Hub id for `name`; raises for a missing local path."""
+    if not name or not name.strip():
+        raise SpecvizError(f"no model name given: {EMBEDDED_HINT}")
+    name = name.strip()
+    if is_embedded(name):
+        from specviz.embedded import embedded_model_dir
+
+        return str(embedded_model_dir(progress))
+    path = pathlib.Path(name).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    looks_like_path = name.startswith((".", "/", "~")) or (
+        (os.sep in name or "/" in name) and not HUB_ID.fullmatch(name)
+    )
+    if looks_like_path:
+        raise SpecvizError(f"model folder {name!r} does not exist")
+    return name
+
+
+def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, progress):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    path = pathlib.Path(source)
+    folder, kwargs = source, {"trust_remote_code": trust_remote_code}
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise SpecvizError(f"{name!r} is a file: give the model's folder (or a .gguf file)")
+        folder, kwargs["gguf_file"] = str(path.parent), path.name
+    elif path.is_dir() and not (path / "config.json").is_file():
+        raise SpecvizError(f"folder {name!r} has no config.json: it is not a transformers model")
+    if progress is not None:
+        progress(f"loading {name}", 0.0)
+    try:
+        config = AutoConfig.from_pretrained(folder, **kwargs)
+        # Refuse before reading gigabytes of weights when the class is known up front
+        # (it is not for trust_remote_code models: those are checked once loaded).
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)] if type(config) in \
+            MODEL_FOR_CAUSAL_LM_MAPPING else None
+        _check_rollback(name, model_class, config)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, config=config, dtype=dtype, device_map=device_map or device, **kwargs
+        )
+    except (torch.cuda.OutOfMemoryError, MemoryError) as e:
+        raise SpecvizError(
+            f"out of memory loading {name!r} on {device} in {dtype}: try a smaller model, "
+            f"--dtype bf16, or another device ({type(e).__name__})"
+        ) from None
+    except (OSError, ValueError, ImportError) as e:
+        raise SpecvizError(_load_failure(name, path.exists(), e)) from None
+    model.eval()
+    model.requires_grad_(False)
+    if model_class is None:
+        _check_rollback(name, type(model), model.config)
+    if device_map:  # accelerate placed the layers; inputs go where the embeddings are
+        device = model.get_input_embeddings().weight.device
+    if progress is not None:
+        progress(f"loaded {name}", 1.0)
+    return Loaded(model=model, tokenizer=tokenizer, name=name, source=source,
+                  device=device, dtype=dtype)
+
+
+def _load_failure(name: str, local: bool, error: Exception) -> str:
+    """A readable sentence for why from_pretrained failed."""
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if isinstance(error, ValueError) and "Validation" not in type(error).__name__:
+        # transformers' word for "no causal-LM class for this config" (and the like)
+        return f"{name!r} is not a causal language model transformers can load: {first_line}"
+    if local:
+        return f"could not load model folder {name!r}: {first_line}"
+    return (f"could not load model {name!r}: not a local folder, and the Hugging Face Hub "
+            f"did not provide it (offline?) — {EMBEDDED_HINT}")
+
+
+def _check_rollback(name: str, model_class, config) -> None:
+    """Refuse models whose KV cache the engine could not roll back after a rejection."""
+    from transformers import DynamicCache
+
+    problem = None
+    if getattr(model_class, "_is_stateful", False):
+        problem = "it keeps a recurrent state, which cannot be rolled back to an earlier token"
+    elif model_class is not None and hasattr(model_class, "_supports_default_dynamic_cache") \
+            and not model_class._supports_default_dynamic_cache():
+        problem = "it needs its own cache type, which cannot be cropped"
+    elif not DynamicCache(config=config).is_croppable:
+        problem = "its cache (recurrent or linear-attention layers) cannot be cropped"
+    if problem:
+        raise SpecvizError(f"{name!r} cannot be used for speculative decoding: {problem}")
+
+
+# ---------------------------------------------------------------------------------------
+# tokenizer helpers
+
+
+def check_same_vocab(target: Loaded, drafter: Loaded) -> None:
+    """Speculative decoding compares token ids: both models must share one vocabulary."""
+    if target.tokenizer is drafter.tokenizer:
+        return
+    a, b = target.tokenizer.get_vocab(), drafter.tokenizer.get_vocab()
+    if a == b:
+        return
+    only_a = sorted(set(a) - set(b))[:3]
+    only_b = sorted(set(b) - set(a))[:3]
+    moved = sorted(t for t in set(a) & set(b) if a[t] != b[t])[:3]
+    detail = (f"{len(a)} vs {len(b)} tokens; only in the target: {only_a}, only in the "
+              f"drafter: {only_b}, different ids: {moved}")
+    raise SpecvizError(
+        f"target {target.name!r} and drafter {drafter.name!r} do not share a tokenizer "
+        f"({detail}); pick a drafter from the same model family"
+    )
+
+
+def encode_prompt(loaded: Loaded, prompt: str, chat: bool | None = None) -> list[int]:
+    """Token ids for `prompt`, wrapped as one user turn in the chat template when there is one."""
+    if not prompt or not prompt.strip():
+        raise SpecvizError("the prompt is empty")
+    tokenizer = loaded.tokenizer
+    if chat is None:
+        chat = loaded.is_chat
+    if not chat:
+        return list(tokenizer(prompt)["input_ids"])
+    if not loaded.is_chat:
+        raise SpecvizError(f"{loaded.name!r} has no chat template: turn chat formatting off")
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    # The template already writes every special token the model expects.
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def decode(loaded: Loaded, ids: Iterable[int]) -> str:
+    """Text of `ids`, special tokens included, spaces exactly as the tokens carry them."""
+    return loaded.tokenizer.decode(_as_list(ids), skip_special_tokens=False,
+                                   clean_up_tokenization_spaces=False)
+
+
+def token_strings(loaded: Loaded, ids: Iterable[int]) -> list[str]:
+    """Display text of each token, such that "".join(result) == decode(loaded, ids).
+
+    Decoding a token alone goes wrong in two ways: SentencePiece drops a word's leading
+    space at the start of a decode, and byte-level BPE splits one character's UTF-8 bytes
+    over several tokens. So each token's text is what it adds to a short window of the
+    tokens before it; a token that ends mid-character shows as "" and the token that
+    completes the character shows all of it.
+    """
+    ids = _as_list(ids)
+    pieces = []
+    start = 0  # the window: tokens of the last piece shown, then the ones still pending
+    shown = 0  # first token not yet reflected in any piece
+    for i in range(len(ids)):
+        before = decode(loaded, ids[start:shown])
+        after = decode(loaded, ids[start:i + 1])
+        last = i == len(ids) - 1
+        if len(after) > len(before) and (not after.endswith("\ufffd") or last):
+            pieces.append(after[len(before):])
+            start, shown = shown, i + 1
+        else:
+            pieces.append("")
+    return pieces
+
+
+def _as_list(ids) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        return ids.reshape(-1).tolist()
+    return [int(i) for i in ids]
