@@ -6,8 +6,10 @@ same thing. The rest are small tokenizer helpers the engine and the renderers sh
 """
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
+import socket
 import re
 import threading
 from dataclasses import dataclass, replace
@@ -180,6 +182,8 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
 
     path = pathlib.Path(source)
     folder, kwargs = source, {"trust_remote_code": trust_remote_code}
+    if not path.exists() and not _hub_reachable():
+        kwargs["local_files_only"] = True  # fail in a moment, not after a minute of retries
     if path.is_file():
         if path.suffix != ".gguf":
             raise SpecvizError(f"{name!r} is a file: give the model's folder (or a .gguf file)")
@@ -216,6 +220,23 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
         progress(f"loaded {name}", 1.0)
     return Loaded(model=model, tokenizer=tokenizer, name=name, source=source,
                   device=device, dtype=dtype)
+
+
+@functools.cache
+def _hub_reachable() -> bool:
+    """Can this process open a connection to the Hub (or the mirror in HF_ENDPOINT)?"""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
 
 
 def _load_failure(name: str, local: bool, error: Exception) -> str:

@@ -1,8 +1,13 @@
 """Tiny randomly initialised models, built in-process: the engine's tests need no download."""
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# No test may need the Hugging Face Hub; offline mode also makes a Hub miss fail at once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM
 
 

@@ -1,0 +1,181 @@
+"""`python -m specviz generate`: one prompt, speculative and baseline, coloured in the terminal."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import SpecvizError
+
+# Terminal colours per token kind; rejected drafts are struck through.
+ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
+RESET = "\033[0m"
+# Without colour, the same information in brackets: [+rejected] ~corrected~ {bonus}.
+PLAIN = {"accepted": "{}", "rejected": "[-{}]", "corrected": "~{}~", "bonus": "{{{}}}"}
+
+
+def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup) or a draft model id/folder")
+    p.add_argument("--k", type=int, default=4, help="draft length (the starting length with --dynamic-k)")
+    p.add_argument("--dynamic-k", action="store_true", help="grow k after full acceptance, shrink after a rejection")
+    p.add_argument("--draft-confidence", type=float, default=0.0,
+                   help="with --dynamic-k: stop a draft when the drafter's probability falls below this")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap the prompt in the chat template (default: when the model has one)")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA)")
+    p.add_argument("--device-map", default=None, help="'auto' spreads a large model over devices (accelerate)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run model code from the Hub (off by default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
+    p.add_argument("--no-baseline", action="store_true", help="skip the plain decoding run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description="See speculative decoding happen.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_generate_arguments(sub.add_parser("generate", help="run one prompt, speculative vs baseline"))
+    try:
+        from . import bench
+    except ImportError:  # the benchmark is optional for the engine to work
+        bench = None
+    if bench is not None and hasattr(bench, "add_arguments"):
+        bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return generate(args)
+        from . import bench
+        return bench.main(args)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+_last_message = [None]
+
+
+def _progress(message: str, fraction: float) -> None:
+    """Loading and conversion progress on stderr, one line per new message."""
+    if message != _last_message[0]:
+        _last_message[0] = message
+        print(f"{message} ...", file=sys.stderr, flush=True)
+
+
+def generate(args) -> int:
+    from . import models
+    from .drafters.choose import make_drafter
+    from .engine import GenerationConfig, baseline_generate, speculative_generate
+    from .events import RunEnd, event_to_dict
+    from .interleave import interleave
+    from .sampling import Sampling
+
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed).validate()
+    target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
+                         device_map=args.device_map, progress=_progress)
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
+                           draft_confidence=args.draft_confidence, sampling=sampling,
+                           eos_token_ids=target.eos_token_ids).validate()
+    prompt = models.encode_prompt(target, args.prompt, args.chat)
+    drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress)
+    _warm_up(target, prompt, cfg, drafter)
+
+    spec = speculative_generate(target.model, drafter, prompt, cfg)
+    runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
+    steps, ends = [], {}
+    for which, ev in runs:
+        if isinstance(ev, RunEnd):
+            ends[which] = ev
+        elif which == "spec":
+            steps.append(ev)
+    end, base = ends["spec"], ends.get("base")
+
+    result = {
+        "text": models.decode(target, end.token_ids),
+        "token_ids": list(end.token_ids),
+        "prompt_tokens": len(prompt),
+        "target": args.target,
+        "drafter": args.drafter,
+        "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens,
+                   **sampling.__dict__},
+        "stats": end.stats.to_dict(),
+        "steps": [event_to_dict(s) for s in steps],
+    }
+    if base is not None:
+        result["baseline"] = {"text": models.decode(target, base.token_ids), "token_ids": list(base.token_ids),
+                              "tokens_per_s": base.stats.tokens_per_s, "stats": base.stats.to_dict()}
+        result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
+        if sampling.greedy:
+            result["identical_to_baseline"] = end.token_ids == base.token_ids
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print_coloured(target, steps, sys.stdout)
+        _print_summary(result, sys.stdout)
+    return 0
+
+
+def _warm_up(target, prompt, cfg, drafter) -> None:
+    """One short run first, so one-time costs (allocations, kernel choice) hit neither timing."""
+    from dataclasses import replace
+
+    from .engine import collect, speculative_generate
+
+    collect(speculative_generate(target.model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2)))
+
+
+def _use_colour(stream) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _print_coloured(target, steps, out) -> None:
+    """Each step's kept drafts, its rejected drafts (where they were proposed), then its own token."""
+    from . import models
+
+    colour = _use_colour(out)
+    for s in steps:
+        n, shown = s.accepted, len(s.emitted)  # `emitted` may be cut at EOS or the limit
+        texts = models.token_strings(target, list(s.draft) + [s.token])
+        kinds = ["accepted"] * n + ["rejected"] * (len(s.draft) - n) + [s.kind]
+        for i, (text, kind) in enumerate(zip(texts, kinds)):
+            if kind == "accepted" and i >= shown or kind in ("corrected", "bonus") and shown <= n:
+                continue
+            out.write(f"{ANSI[kind]}{text}{RESET}" if colour else PLAIN[kind].format(text))
+    out.write("\n\n")
+
+
+def _print_summary(r, out) -> None:
+    st = r["stats"]
+    out.write(
+        f"drafter {r['drafter']}: {st['tokens']} tokens in {st['steps']} steps, "
+        f"{st['target_calls']} target calls; alpha {st['acceptance_rate']:.2f}, "
+        f"tau {st['mean_accepted_length']:.2f}, {st['tokens_per_s']:.1f} tokens/s\n"
+    )
+    if "baseline" in r:
+        b = r["baseline"]
+        out.write(f"baseline: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "
+                  f"speedup {r['speedup']:.2f}x\n")
+        if "identical_to_baseline" in r:
+            out.write("greedy output identical to baseline: "
+                      f"{'yes' if r['identical_to_baseline'] else 'NO - numerics differ (see README)'}\n")
+        else:
+            out.write("sampling: texts differ run to run, but both follow the target's distribution\n")
+    if not _use_colour(out):
+        out.write("legend: accepted [-rejected] ~corrected~ {bonus}\n")
+    else:
+        out.write("legend: " + " ".join(f"{ANSI[k]}{k}{RESET}" for k in ANSI) + "\n")

@@ -1,0 +1,51 @@
+"""From what a user typed (CLI flag, app dropdown, benchmark list) to a drafter.
+
+`make_drafter` returns a *fresh* drafter for one run (drafters hold per-run state such as
+a KV cache); the models behind them come from the shared, read-only load cache.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import SpecvizError
+from .base import Drafter
+from .draft_model import DraftModel
+from .prompt_lookup import PromptLookup
+
+NONE_NAMES = ("none", "off", "baseline")
+PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
+
+
+def drafter_label(spec: str) -> str:
+    """A short human name for a drafter spec."""
+    s = spec.strip().lower()
+    if s in NONE_NAMES:
+        return "none"
+    if s in PLD_NAMES:
+        return "prompt lookup"
+    return f"draft model {spec.strip()}"
+
+
+def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
+                 progress: Callable[[str, float], None] | None = None) -> Drafter | None:
+    """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, else a draft model.
+
+    A draft model is loaded on the target's device and dtype and must share its tokenizer.
+    """
+    from .. import models  # imported here: the engine layers never need transformers' loaders
+
+    s = (spec or "").strip()
+    if s.lower() in NONE_NAMES:
+        return None
+    if s.lower() in PLD_NAMES:
+        return PromptLookup()
+    if not s:
+        raise SpecvizError("no drafter given: use 'none', 'pld' or a draft model id/folder")
+    draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
+                        trust_remote_code=trust_remote_code, progress=progress)
+    models.check_same_vocab(target, draft)
+    return DraftModel(draft.model, name=drafter_label(s))
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")

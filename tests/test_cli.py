@@ -1,0 +1,100 @@
+"""`python -m specviz generate`: the flags scripts rely on, JSON output, and clear errors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specviz.cli import main
+from tiny_folder import make_tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    return {
+        "target": make_tiny_model_dir(root / "target", seed=0),
+        "draft": make_tiny_model_dir(root / "draft", seed=1),
+        "other": make_tiny_model_dir(root / "other", vocab_words=("zebra", "quokka", "yak"), style="metaspace"),
+    }
+
+
+def run_json(capsys, *args):
+    code = main(["generate", "--json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("drafter", ["none", "pld", "draft"])
+def test_json_has_what_scripts_read(capsys, folders, drafter):
+    spec = str(folders["draft"]) if drafter == "draft" else drafter
+    r = run_json(capsys, "--prompt", "the cat sat on the mat", "--target", str(folders["target"]),
+                 "--drafter", spec, "--k", "3", "--max-new-tokens", "24")
+    assert r["identical_to_baseline"] is True
+    assert r["token_ids"] == r["baseline"]["token_ids"] and r["text"] == r["baseline"]["text"]
+    assert set(r["stats"]) >= {"acceptance_rate", "mean_accepted_length", "drafted", "accepted",
+                               "target_calls", "tokens_per_s"}
+    assert r["stats"]["tokens"] == len(r["token_ids"]) > 0
+    assert sum(len(s["emitted"]) for s in r["steps"]) == len(r["token_ids"])
+    assert r["baseline"]["tokens_per_s"] > 0
+
+
+def test_sampling_flags_and_no_baseline(capsys, folders):
+    args = ["--prompt", "hello world", "--target", str(folders["target"]), "--temperature", "0.8",
+            "--top-k", "20", "--top-p", "0.9", "--repetition-penalty", "1.1", "--seed", "5",
+            "--max-new-tokens", "16", "--no-chat", "--dynamic-k", "--no-baseline"]
+    first, again = run_json(capsys, *args), run_json(capsys, *args)
+    assert "baseline" not in first and "identical_to_baseline" not in first
+    assert first["token_ids"] == again["token_ids"]  # seeded
+    assert first["config"]["temperature"] == 0.8 and first["steps"][0]["draws"] is not None
+
+
+def test_coloured_text_and_summary(capsys, folders):
+    assert main(["generate", "--prompt", "the cat sat", "--target", str(folders["target"]), "--max-new-tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and "identical to baseline: yes" in out and "legend" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--prompt", "   "], "prompt is empty"),
+        (["--k", "0"], "k (draft length)"),
+        (["--k", "100000"], "k (draft length)"),
+        (["--temperature", "-1"], "temperature"),
+        (["--temperature", "nan"], "temperature"),
+        (["--top-p", "0"], "top-p"),
+        (["--top-p", "1.5"], "top-p"),
+        (["--max-new-tokens", "0"], "max new tokens"),
+        (["--target", "/no/such/folder"], "/no/such/folder"),
+        (["--target", "no-such-org/no-such-model"], "no-such-org/no-such-model"),
+        (["--drafter", "OTHER"], "do not share a tokenizer"),
+        (["--prompt", "the cat " * 400], "context"),
+        (["--device", "cuda:7"], "cuda"),
+        (["--dtype", "float7"], "float7"),
+    ],
+)
+def test_bad_input_is_a_clear_error(capsys, folders, args, message):
+    args = [str(folders["other"]) if a == "OTHER" else a for a in args]
+    base = ["--prompt", "the cat", "--target", str(folders["target"]), "--max-new-tokens", "4"]
+    assert main(["generate", *base, *args]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error: " in line]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in err
+
+
+def test_mismatched_drafter_error_names_both_models(capsys, folders):
+    main(["generate", "--prompt", "the cat", "--target", str(folders["target"]), "--drafter", str(folders["other"])])
+    err = capsys.readouterr().err
+    assert str(folders["target"]) in err and str(folders["other"]) in err
+
+
+def test_the_real_command_exits_non_zero_without_a_traceback(folders):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specviz", "generate", "--prompt", "", "--target", str(folders["target"])],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2 and "error: the prompt is empty" in proc.stderr and "Traceback" not in proc.stderr
