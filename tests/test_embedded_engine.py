@@ -1,0 +1,44 @@
+"""The engine on the real embedded model (SmolLM2-135M-Instruct, fp32, CPU).
+
+Greedy speculative output must be the greedy baseline's, and the baseline must be
+transformers' own greedy generate, on real chat prompts.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz import DraftModel, GenerationConfig, PromptLookup, baseline_generate, collect, speculative_generate
+
+pytestmark = pytest.mark.embedded
+
+PROMPTS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Repeat this list exactly: apples, pears, plums, cherries, apples, pears, plums, cherries.",
+    "Rewrite with type hints:\ndef area(w, h):\n    return w * h\n",
+]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from specviz.models import load
+
+    return load("default", device="cpu", dtype="fp32")
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_speculative_equals_baseline_equals_transformers(smol, prompt):
+    from specviz.models import encode_prompt
+
+    ids = encode_prompt(smol, prompt)
+    cfg = GenerationConfig(max_new_tokens=32, k=5, eos_token_ids=smol.eos_token_ids)
+    _, base = collect(baseline_generate(smol.model, ids, cfg))
+    with torch.inference_mode():
+        ref = smol.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                  eos_token_id=list(smol.eos_token_ids), pad_token_id=smol.eos_token_ids[0])
+    assert list(base.token_ids) == ref[0, len(ids):].tolist()
+    _, end = collect(speculative_generate(smol.model, PromptLookup(), ids, cfg))
+    assert end.token_ids == base.token_ids
+    if prompt == PROMPTS[0]:  # a draft model (the target drafting for itself: every cache path)
+        _, end = collect(speculative_generate(smol.model, DraftModel(smol.model), ids, cfg))
+        assert end.token_ids == base.token_ids
