@@ -1,0 +1,164 @@
+"""Plotly figures built from traces: acceptance, throughput, accepted lengths, positions.
+
+Pure functions of the events; the engine's clocks give every time, so how often the page
+redraws changes nothing here.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..events import StepEvent
+from .trace import Trace
+
+# Okabe-Ito: distinguishable with every common colour-vision deficiency.
+COLORS = {
+    "accepted": "#009E73", "rejected": "#D55E00", "corrected": "#0072B2", "bonus": "#E69F00",
+    "baseline": "#7A7A7A", "speculative": "#0072B2", "cumulative": "#222222",
+}
+SERIES = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+FONT = dict(family="Inter, 'Segoe UI', system-ui, sans-serif", size=13, color="#1f2328")
+
+
+def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
+    fig.update_layout(
+        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
+        template="plotly_white", font=FONT, height=height,
+        margin=dict(l=56, r=16, t=44, b=48),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
+        hoverlabel=dict(font_size=13), bargap=0.15, uirevision="keep",  # keep zoom across updates
+    )
+    fig.update_xaxes(title_text=x, showline=True, linecolor="#bbb", zeroline=False)
+    fig.update_yaxes(title_text=y, showline=True, linecolor="#bbb", zeroline=False)
+    return fig
+
+
+def _waiting(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
+    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                       font=dict(size=14, color="#888"))
+    return fig
+
+
+def acceptance_figure(spec: Trace) -> go.Figure:
+    """Per step: accepted / drafted (bars) and the cumulative acceptance rate alpha (line)."""
+    fig = _style(go.Figure(), "Acceptance rate per step", "step", "accepted / drafted")
+    drafted = [e for e in spec.steps if e.draft]
+    if not drafted:
+        return _waiting(fig, "nothing drafted yet")
+    steps = [e.step for e in drafted]
+    rate = [e.accepted / len(e.draft) for e in drafted]
+    total_a = total_d = 0
+    cumulative = []
+    for e in drafted:
+        total_a, total_d = total_a + e.accepted, total_d + len(e.draft)
+        cumulative.append(total_a / total_d)
+    fig.add_bar(x=steps, y=rate, name="this step", marker_color=COLORS["accepted"], opacity=0.75,
+                hovertemplate="step %{x}<br>%{y:.2f} accepted<extra></extra>")
+    fig.add_scatter(x=steps, y=cumulative, name="cumulative α", mode="lines",
+                    line=dict(color=COLORS["cumulative"], width=2.5),
+                    hovertemplate="through step %{x}<br>α = %{y:.3f}<extra></extra>")
+    fig.update_yaxes(range=[0, 1.05])
+    return fig
+
+
+def _throughput_points(trace: Trace) -> tuple[list[float], list[float]]:
+    xs, ys, tokens = [], [], 0
+    for e in trace.events:
+        tokens += len(e.emitted) if isinstance(e, StepEvent) else 1
+        if e.elapsed > 0:
+            xs.append(e.elapsed)
+            ys.append(tokens / e.elapsed)
+    return xs, ys
+
+
+def throughput_figure(spec: Trace, base: Trace) -> go.Figure:
+    """Tokens per second so far, against engine time, for both runs (prefill included)."""
+    fig = _style(go.Figure(), "Tokens per second over time", "engine time (s)", "tokens / s")
+    if not spec.events and not base.events:
+        return _waiting(fig)
+    for trace, name, color in ((spec, "speculative", COLORS["speculative"]), (base, "baseline", COLORS["baseline"])):
+        xs, ys = _throughput_points(trace)
+        fig.add_scatter(x=xs, y=ys, name=name, mode="lines", line=dict(color=color, width=2.5),
+                        hovertemplate="%{x:.2f} s<br>%{y:.1f} tokens/s<extra>" + name + "</extra>")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def accepted_length_figure(spec: Trace) -> go.Figure:
+    """How many drafts each step kept: a histogram over the steps that drafted something."""
+    fig = _style(go.Figure(), "Accepted drafts per step", "accepted draft tokens", "steps")
+    drafted = [e for e in spec.steps if e.draft]
+    if not drafted:
+        return _waiting(fig, "nothing drafted yet")
+    top = max(max(len(e.draft) for e in drafted), spec.k)
+    counts = [0] * (top + 1)
+    for e in drafted:
+        counts[e.accepted] += 1
+    colors = [COLORS["accepted"] if n else COLORS["rejected"] for n in range(top + 1)]
+    fig.add_bar(x=list(range(top + 1)), y=counts, marker_color=colors, showlegend=False,
+                hovertemplate="%{y} steps kept %{x} drafts<extra></extra>")
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def position_rates(spec: Trace) -> list[tuple[int, int]]:
+    """Per draft position i: (times the verifier reached it, times it was accepted).
+
+    Position i is reached when the step drafted more than i tokens and kept all before i.
+    """
+    out: list[list[int]] = []
+    for e in spec.steps:
+        for i in range(min(len(e.draft), e.accepted + 1)):
+            while len(out) <= i:
+                out.append([0, 0])
+            out[i][0] += 1
+            out[i][1] += i < e.accepted
+    return [(r, a) for r, a in out]
+
+
+def position_figure(spec: Trace) -> go.Figure:
+    """Acceptance rate by draft position, given the verifier got that far."""
+    fig = _style(go.Figure(), "Acceptance by draft position", "draft position", "accepted / reached")
+    rates = position_rates(spec)
+    if not rates:
+        return _waiting(fig, "nothing drafted yet")
+    xs = list(range(1, len(rates) + 1))
+    ys = [a / r if r else 0.0 for r, a in rates]
+    fig.add_bar(x=xs, y=ys, marker_color=COLORS["corrected"], showlegend=False,
+                customdata=[[a, r] for r, a in rates],
+                hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]} accepted<extra></extra>")
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[0, 1.05])
+    return fig
+
+
+def playground_figures(spec: Trace, base: Trace) -> tuple[go.Figure, ...]:
+    return acceptance_figure(spec), throughput_figure(spec, base), accepted_length_figure(spec), position_figure(spec)
+
+
+def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
+    """Bar charts for the Compare tab. rows: dicts with run, tokens_per_s, speedup, alpha, tau, target_calls."""
+    speed = _style(go.Figure(), "Throughput (tokens/s)", "", "tokens / s", height=320)
+    quality = _style(make_subplots(rows=1, cols=3, subplot_titles=("α acceptance", "τ tokens/step",
+                                                                  "target calls")),
+                     "Acceptance and target work", "", "", height=320)
+    if not rows:
+        return _waiting(speed), _waiting(quality)
+    names = [r["run"] for r in rows]
+    colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
+    labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" for r in rows]
+    speed.add_bar(x=names, y=[r["tokens_per_s"] for r in rows], marker_color=colors, text=labels,
+                  textposition="outside", showlegend=False,
+                  hovertemplate="%{x}<br>%{y:.1f} tokens/s<extra></extra>")
+    speed.update_yaxes(rangemode="tozero")
+    for col, key in enumerate(("alpha", "tau", "target_calls"), start=1):
+        quality.add_bar(x=names, y=[r[key] or 0 for r in rows], marker_color=colors, showlegend=False,
+                        row=1, col=col, hovertemplate="%{x}<br>%{y:.3~f}<extra></extra>")
+    quality.update_annotations(font_size=13)
+    return speed, quality
+
+
+def empty_figures(n: int = 4) -> tuple[go.Figure, ...]:
+    blank = Trace("speculative")
+    return playground_figures(blank, Trace("baseline", speculative=False))[:n]
+

@@ -1,0 +1,129 @@
+"""HTML for the text panels: every token a <span> coloured by what happened to it.
+
+Colours come from the event that produced a token (accepted draft, rejected draft, the
+target's corrected token, the bonus token, a baseline token), never from searching the
+decoded text. All model text is HTML-escaped; whitespace is kept by `white-space:
+pre-wrap` in the stylesheet (assets/style.css), so code keeps its layout.
+
+Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
+`data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts.
+"""
+from __future__ import annotations
+
+from html import escape
+
+from ..events import StepEvent, TokenEvent
+from .trace import Labels, Trace
+
+# Shown in the legend and in the README; the stylesheet gives each kind its colour
+# (Okabe-Ito, safe for colour-blind readers) and a second cue that is not colour.
+KIND_HELP = {
+    "accepted": "draft token the target agreed with",
+    "rejected": "draft token the target threw away (struck through, shown where it was proposed)",
+    "corrected": "the target's own token in place of the first rejected draft",
+    "bonus": "free extra token from the same target pass after every draft was accepted",
+    "baseline": "plain decoding, one target pass per token",
+}
+# Drafted text is not part of the output, so its line breaks must not move the layout.
+VISIBLE_WHITESPACE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "") -> str:
+    """One token element. `text` and `tip` are model-derived and therefore escaped."""
+    classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "")
+    return (
+        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" '
+        f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
+    )
+
+
+def legend_html(kinds=("accepted", "rejected", "corrected", "bonus", "baseline")) -> str:
+    items = "".join(
+        f'<span class="sv-legend-item"><span class="tok tok-{k} sv-swatch">{k}</span>'
+        f'<span class="sv-legend-text">{escape(KIND_HELP[k])}</span></span>'
+        for k in kinds
+    )
+    return f'<div class="sv-legend" role="list">{items}</div>'
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _own_p(event: StepEvent) -> float | None:
+    """The target's probability of its own token, when the step recorded it among its top."""
+    return next((p for t, p in event.top if t == event.token), None)
+
+
+def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
+    head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
+    q = "1 (deterministic drafter)" if e.q is None else _fmt(e.q[i])
+    lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
+    if e.greedy:
+        lines.append("greedy: kept only if it is the target's top token")
+    else:
+        lines.append(f"accept prob min(1, p/q) = {_fmt(e.accept_prob[i])}   draw u = {_fmt(e.draws[i])}")
+    return "\n".join(lines)
+
+
+def _draft_verdict(e: StepEvent, i: int) -> str:
+    if i < e.accepted:
+        return "accepted"
+    if i == e.accepted:
+        return "rejected" if e.greedy else "rejected (u ≥ min(1, p/q))"
+    return "discarded: after the first rejection"
+
+
+def _own_tip(e: StepEvent) -> str:
+    if not e.draft:
+        what = "nothing was drafted: the target's own token"
+    elif e.kind == "bonus":
+        what = "bonus: every draft accepted, the same target pass gives one more token"
+    else:
+        what = "corrected: the target's token in place of the rejected draft"
+        if not e.greedy:
+            what += ", drawn from norm(max(p − q, 0))"
+    return f"step {e.step} · {what}\np (target) = {_fmt(_own_p(e))}"
+
+
+def step_spans(e: StepEvent, labels: Labels) -> list[str]:
+    """A speculative step in reading order: accepted drafts, rejected drafts, the target's token."""
+    spans = []
+    n_out = len(e.emitted)  # may be shorter than accepted + 1: cut at EOS or the token limit
+    for i, tok_text in enumerate(labels.draft):
+        if i < e.accepted:
+            if i < n_out:
+                spans.append(token_span("accepted", tok_text, _draft_tip(e, i, "accepted"), e.step))
+        else:
+            text = tok_text.translate(VISIBLE_WHITESPACE)
+            spans.append(token_span("rejected", text, _draft_tip(e, i, _draft_verdict(e, i)), e.step))
+    if n_out > e.accepted:
+        spans.append(token_span(e.kind, labels.token, _own_tip(e), e.step, "" if e.draft else "undrafted"))
+    return spans
+
+
+def baseline_span(e: TokenEvent, labels: Labels) -> str:
+    return token_span("baseline", labels.token, f"token {e.step} · p (target) = {_fmt(e.p)}", e.step)
+
+
+def tokens_html(trace: Trace, placeholder: str = "No tokens yet.") -> str:
+    """The run's text, token by token, inside a whitespace-preserving block."""
+    spans = []
+    for event, labels in zip(trace.events, trace.labels):
+        if isinstance(event, StepEvent):
+            spans.extend(step_spans(event, labels))
+        else:
+            spans.append(baseline_span(event, labels))
+    if not spans:
+        body = f'<span class="sv-placeholder">{escape(trace.error or placeholder)}</span>'
+        return f'<div class="sv-text sv-empty" data-run="{escape(trace.label)}">{body}</div>'
+    return f'<div class="sv-text" data-run="{escape(trace.label)}">{"".join(spans)}</div>'
+
+
+def panel_html(trace: Trace, title: str, note: str = "", placeholder: str = "No tokens yet.") -> str:
+    """A titled panel around `tokens_html`, with a one-line note (speed, state) on the right."""
+    note_html = f'<span class="sv-panel-note">{escape(note)}</span>' if note else ""
+    return (
+        f'<section class="sv-panel"><header class="sv-panel-head"><span class="sv-panel-title">'
+        f"{escape(title)}</span>{note_html}</header>{tokens_html(trace, placeholder)}</section>"
+    )

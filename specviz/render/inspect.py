@@ -1,0 +1,72 @@
+"""The step inspector: one speculative step laid open, draft by draft.
+
+For each drafted token: q (drafter), p (target), the acceptance probability min(1, p/q),
+the uniform draw u and the verdict; then the token the target itself chose, and the
+target's top tokens at the position where that choice was made.
+"""
+from __future__ import annotations
+
+from html import escape
+
+from ..events import StepEvent
+from .html import VISIBLE_WHITESPACE
+from .trace import Trace
+
+
+def _tok(text: str) -> str:
+    shown = text.translate(VISIBLE_WHITESPACE)
+    return f'<code class="sv-inspect-tok">{escape(shown) if shown else "∅"}</code>'
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _verdict(e: StepEvent, i: int) -> tuple[str, str]:
+    if i < e.accepted:
+        return "accepted", "accepted"
+    if i == e.accepted:
+        return "rejected", "rejected"
+    return "rejected", "not checked (after the first rejection)"
+
+
+def step_html(trace: Trace, index: int | None) -> str:
+    """HTML for step `index` of a speculative trace (clamped to the steps there are)."""
+    steps = [(e, lab) for e, lab in zip(trace.events, trace.labels) if isinstance(e, StepEvent)]
+    if not steps:
+        return '<div class="sv-inspect sv-empty">Run something, then pick a step to inspect.</div>'
+    i = min(max(int(index or 0), 0), len(steps) - 1)
+    e, labels = steps[i]
+    rule = ("greedy: a draft is kept while it equals the target's top token"
+            if e.greedy else "sampling: keep draft i if u < min(1, p/q)")
+    rows = []
+    for j, tok in enumerate(e.draft):
+        kind, verdict = _verdict(e, j)
+        q = "1" if e.q is None else _num(e.q[j])
+        u = "—" if e.draws is None else _num(e.draws[j])
+        rows.append(
+            f'<tr data-kind="{kind}"><td>{j + 1}</td><td>{_tok(labels.draft[j])}</td><td>{q}</td>'
+            f"<td>{_num(e.p[j])}</td><td>{_num(e.accept_prob[j])}</td><td>{u}</td>"
+            f'<td class="sv-verdict-{kind}">{escape(verdict)}</td></tr>'
+        )
+    if not rows:
+        rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
+    where = "first rejection" if e.kind == "corrected" else "bonus position"
+    top_rows = "".join(
+        f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
+        for (t, p), text in zip(e.top, labels.top)
+    )
+    own = "corrected token" if e.kind == "corrected" else "bonus token"
+    return (
+        f'<div class="sv-inspect" data-step="{e.step}">'
+        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {len(e.draft)} drafted, '
+        f"{e.accepted} accepted · {escape(rule)}</p>"
+        '<table class="sv-table"><thead><tr><th>#</th><th>draft</th><th>q</th><th>p</th>'
+        "<th>min(1, p/q)</th><th>draw u</th><th>verdict</th></tr></thead>"
+        f'<tbody>{"".join(rows)}</tbody></table>'
+        f'<p>The target\'s {own}: {_tok(labels.token)} '
+        f'<span class="tok tok-{e.kind} sv-swatch">{e.kind}</span></p>'
+        f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
+        f'<table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
+        f"<tbody>{top_rows}</tbody></table></div>"
+    )

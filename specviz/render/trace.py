@@ -1,0 +1,94 @@
+"""What a consumer has seen of one run: its events, in order, with each token's display text.
+
+The engine's events carry token ids only. Turning ids into text needs the tokenizer, and a
+token's text depends on the tokens before it (SentencePiece spaces, UTF-8 split over
+several byte tokens), so the caller works it out once per event, in context, and hands it
+over with the event. Everything in render/ then reads a Trace and never a tokenizer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..events import RunEnd, RunStats, StepEvent, TokenEvent
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Display text for the tokens one event mentions."""
+
+    draft: tuple[str, ...] = ()  # one per drafted token (StepEvent.draft)
+    token: str = ""  # the target's own token (StepEvent.token / TokenEvent.token)
+    top: tuple[str, ...] = ()  # one per StepEvent.top entry
+
+
+@dataclass
+class Trace:
+    """One run as seen so far: `events[i]` is labelled by `labels[i]`; `end` once finished."""
+
+    label: str  # what the panel calls this run ("baseline", "prompt lookup", a model id)
+    speculative: bool = True
+    events: list = field(default_factory=list)  # StepEvent (speculative) or TokenEvent
+    labels: list = field(default_factory=list)
+    end: RunEnd | None = None
+    k: int = 0  # the configured draft length (0 for the baseline)
+    error: str | None = None  # why the run could not start or finish, for the person
+
+    def add(self, event, labels: Labels | None = None) -> None:
+        if isinstance(event, RunEnd):
+            self.end = event
+            return
+        self.events.append(event)
+        self.labels.append(labels or Labels())
+
+    @property
+    def done(self) -> bool:
+        return self.end is not None
+
+    @property
+    def steps(self) -> list[StepEvent]:
+        return [e for e in self.events if isinstance(e, StepEvent)]
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Every token emitted so far."""
+        if self.end is not None:
+            return list(self.end.token_ids)
+        ids: list[int] = []
+        for e in self.events:
+            ids.extend(e.emitted if isinstance(e, StepEvent) else (e.token,))
+        return ids
+
+    def text(self) -> str:
+        """The output so far as display text (the emitted tokens' labels, joined)."""
+        parts: list[str] = []
+        for e, labels in zip(self.events, self.labels):
+            if isinstance(e, StepEvent):
+                own = labels.draft[: e.accepted] + (labels.token,)
+                parts.extend(own[: len(e.emitted)])
+            else:
+                parts.append(labels.token)
+        return "".join(parts)
+
+    @property
+    def elapsed(self) -> float:
+        """Engine seconds so far (prefill included once the run has ended)."""
+        if self.end is not None:
+            return self.end.stats.elapsed
+        return self.events[-1].elapsed if self.events else 0.0
+
+    def stats(self) -> RunStats:
+        """The run's statistics: the engine's own at the end, a running tally before."""
+        if self.end is not None:
+            return self.end.stats
+        steps = self.steps
+        draft_time = sum(e.draft_time for e in steps)
+        step_time = sum(e.verify_time for e in steps) + sum(
+            e.time for e in self.events if isinstance(e, TokenEvent)
+        )
+        return RunStats(
+            tokens=len(self.token_ids), steps=len(self.events), target_calls=len(self.events),
+            drafted=sum(len(e.draft) for e in steps), accepted=sum(e.accepted for e in steps),
+            prefill_time=max(0.0, self.elapsed - draft_time - step_time),
+            draft_time=draft_time, verify_time=step_time, elapsed=self.elapsed,
+            stop_reason="running",
+        )
