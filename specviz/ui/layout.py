@@ -1,0 +1,153 @@
+"""The page: shared prompt and settings on the left, Playground and Compare tabs on the right."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import gradio as gr
+
+from ..render import empty_figures, legend_html
+from ..render.compare import HEADERS
+from .handlers import Handlers, Session, on_gpu, zero_gpu
+from .settings import Policy, policy_from_env
+
+ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
+INTRO = (
+    "A small <b>drafter</b> guesses the next <i>k</i> tokens; the <b>target</b> model checks all of "
+    "them in one forward pass and keeps the longest prefix it agrees with. Left: that run, every "
+    "drafted token shown where it was proposed. Right: the same target decoding one token per pass. "
+    "Hover a token for its probabilities; pick a step below to see its verdicts."
+)
+
+
+def load_examples(path: pathlib.Path = ASSETS / "examples.json") -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def theme() -> gr.themes.Base:
+    # System fonts only: the app must work offline, so nothing is fetched from a font CDN.
+    return gr.themes.Default(
+        primary_hue="blue", neutral_hue="slate", radius_size="md",
+        font=["Inter", "system-ui", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif"],
+        font_mono=["JetBrains Mono", "ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"],
+    )
+
+
+def launch_options() -> dict:
+    """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
+    return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8")}
+
+
+def _controls(policy: Policy, examples: list[dict]):
+    prompt = gr.Textbox(label="Prompt", lines=7, max_lines=24, value=examples[0]["prompt"] if examples else "",
+                        elem_id="sv-prompt")
+    if examples:
+        gr.Examples(examples=[[e["prompt"]] for e in examples], inputs=[prompt], cache_examples=False,
+                    example_labels=[e["name"] for e in examples], label="Examples")
+    target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
+                         allow_custom_value=not policy.hosted, elem_id="sv-target",
+                         info="the model whose output we want" + ("" if policy.hosted else
+                                                                 "; or type a Hub id or a local folder"))
+    with gr.Accordion("Decoding settings", open=True):
+        k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
+        dynamic_k = gr.Checkbox(False, label="dynamic k (longer after full accepts, shorter after rejections)")
+        mode = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding")
+        with gr.Group(visible=False) as sampling_group:
+            temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label="temperature")
+            top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
+            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top-p (1 = off)")
+        repetition_penalty = gr.Slider(0.8, 2.0, value=1.0, step=0.05, label="repetition penalty (1 = off)")
+        with gr.Row():
+            seed = gr.Number(0, precision=0, label="seed", min_width=100)
+            max_new = gr.Slider(1, policy.max_new_tokens, value=min(128, policy.max_new_tokens), step=1,
+                                label="max new tokens", min_width=160)
+        chat = gr.Checkbox(True, label="wrap the prompt in the chat template")
+    mode.change(lambda m: gr.Group(visible=m == "sampling"), mode, sampling_group, queue=False,
+                api_visibility="private")
+    return prompt, [target, k, dynamic_k, mode, temperature, top_k, top_p, repetition_penalty, seed, max_new, chat]
+
+
+def _playground_tab(policy: Policy):
+    with gr.Row(elem_classes="sv-actions"):
+        drafter = gr.Dropdown(list(policy.drafters), value=policy.default_drafter, label="Drafter", scale=4,
+                              allow_custom_value=not policy.hosted, elem_id="sv-drafter",
+                              info="none, prompt lookup, or a draft model sharing the target's tokenizer")
+        run = gr.Button("Generate", variant="primary", scale=1, min_width=110, elem_id="sv-generate")
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-stop")
+    outputs = [gr.HTML(label="status", elem_id="sv-status"), gr.HTML(label="greedy check", elem_id="sv-check"),
+               gr.HTML(label="headline numbers", elem_id="sv-headline")]
+    with gr.Row(equal_height=False, elem_classes="sv-panels"):
+        outputs.append(gr.HTML(label="speculative text", elem_id="sv-spec", min_width=300))
+        outputs.append(gr.HTML(label="baseline text", elem_id="sv-base", min_width=300))
+    blank = empty_figures()
+    with gr.Row(elem_classes="sv-charts"):
+        outputs += [gr.Plot(blank[0], label="acceptance chart", show_label=False, min_width=300, elem_id="sv-chart-acceptance"),
+                    gr.Plot(blank[1], label="throughput chart", show_label=False, min_width=300, elem_id="sv-chart-throughput")]
+    with gr.Row(elem_classes="sv-charts"):
+        outputs += [gr.Plot(blank[2], label="accepted lengths chart", show_label=False, min_width=300, elem_id="sv-chart-lengths"),
+                    gr.Plot(blank[3], label="draft positions chart", show_label=False, min_width=300, elem_id="sv-chart-positions")]
+    with gr.Accordion("Step inspector", open=True, elem_id="sv-inspector-box"):
+        step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, elem_id="sv-step")
+        inspector = gr.HTML(label="step inspector", elem_id="sv-inspector")
+    outputs += [step, inspector]
+    with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
+        outputs.append(gr.JSON(label="summary", elem_id="sv-summary"))
+    return drafter, run, stop, step, inspector, outputs
+
+
+def _compare_tab(policy: Policy):
+    with gr.Row(elem_classes="sv-actions"):
+        drafters = gr.Dropdown(list(policy.drafters), value=list(policy.compare_drafters), multiselect=True,
+                               allow_custom_value=not policy.hosted, label="Drafters to compare", scale=4,
+                               elem_id="sv-compare-drafters",
+                               info="each runs the same prompt and settings, after one baseline run")
+        run = gr.Button("Compare", variant="primary", scale=1, min_width=110, elem_id="sv-compare")
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
+    outputs = [gr.HTML(label="status", elem_id="sv-compare-status"),
+               gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True)]
+    with gr.Row(elem_classes="sv-charts"):
+        outputs += [gr.Plot(label="throughput chart", show_label=False, min_width=300, elem_id="sv-compare-speed"),
+                    gr.Plot(label="acceptance chart", show_label=False, min_width=300, elem_id="sv-compare-quality")]
+    outputs.append(gr.HTML(label="outputs side by side", elem_id="sv-compare-panels"))
+    with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
+        outputs.append(gr.JSON(label="summary", elem_id="sv-compare-summary"))
+    return drafters, run, stop, outputs
+
+
+def build_app(policy: Policy | None = None, models=None, examples: list[dict] | None = None) -> gr.Blocks:
+    """The whole app. `models` defaults to specviz.models (tests may pass their own loader)."""
+    if policy is None:
+        policy = policy_from_env()
+    if models is None:
+        from .. import models
+    examples = load_examples() if examples is None else examples
+    handlers = Handlers(policy, models)
+    queued = dict(concurrency_limit=policy.concurrency, concurrency_id="models")
+    instant = dict(queue=False, api_visibility="private")
+    with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
+        session = gr.State(Session())
+        gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p>{legend_html()}</div>')
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
+                prompt, controls = _controls(policy, examples)
+            with gr.Column(scale=3, min_width=320):
+                with gr.Tabs():
+                    with gr.Tab("Playground", id="playground"):
+                        drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
+                    with gr.Tab("Compare drafters", id="compare"):
+                        drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
+        inputs = [session, prompt, controls[0], drafter, *controls[1:]]
+        generate = run.click(handlers.arm, session, session, **instant).then(
+            on_gpu(handlers.generate), inputs, [*outputs, session], api_name="generate", **queued)
+        cmp_inputs = [session, drafters, prompt, *controls]
+        comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
+            on_gpu(handlers.compare), cmp_inputs, [*cmp_outputs, session],
+            api_name="compare", **queued)
+        # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
+        cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}
+        stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
+        cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
+        step.input(handlers.inspect, [session, step], inspector, **instant)
+    demo.queue(default_concurrency_limit=policy.concurrency)
+    return demo
+

@@ -1,0 +1,248 @@
+"""Running what a visitor asked for, as a stream of Frames; no Gradio here.
+
+A Frame is the whole picture so far (the traces, a status line); the runner yields the
+same Frame object again each time something changed, and a handler renders it. Models
+are loaded in a helper thread so download and conversion progress reach the page while
+they happen. Every failure ends the stream with a readable message, never an exception:
+the page keeps serving.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Generator, Iterator
+
+import torch
+
+from ..drafters import DraftModel, PromptLookup
+from ..engine import baseline_generate, speculative_generate
+from ..errors import SpecvizError
+from ..events import RunEnd, StepEvent
+from ..interleave import interleave
+from ..render import Labels, Trace
+from .settings import NO_DRAFTER, PROMPT_LOOKUP, Policy, Settings
+
+log = logging.getLogger(__name__)
+OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
+SHORT_NAMES = {"default": "SmolLM2-135M (embedded)"}
+
+
+@dataclass
+class Frame:
+    """Everything the page shows for one request, as it stands now."""
+
+    base: Trace
+    runs: list  # speculative Traces: one in the playground, one per drafter in Compare
+    message: str = "Starting…"
+    state: str = "loading"  # loading | running | done | stopped | error
+    fraction: float | None = None  # progress of a load or of the Compare queue
+    greedy: bool = True
+    final: bool = False
+    target: str = ""
+
+    @property
+    def spec(self) -> Trace:
+        return self.runs[0]
+
+
+def run_label(drafter: str) -> str:
+    if drafter in (NO_DRAFTER, PROMPT_LOOKUP):
+        return drafter
+    return f"draft model: {SHORT_NAMES.get(drafter, drafter)}"
+
+
+class Labeler:
+    """Display text of each event's tokens, in the context of the run's output so far."""
+
+    WINDOW = 4  # tokens of context: enough for leading spaces and split UTF-8 characters
+
+    def __init__(self, models, loaded, prompt_ids: list[int]):
+        self.models, self.loaded = models, loaded
+        self.context = list(prompt_ids[-self.WINDOW:])
+
+    def _tail(self, ids: list[int], n: int) -> list[str]:
+        pieces = self.models.token_strings(self.loaded, self.context + ids)
+        return pieces[len(pieces) - n:] if n else []
+
+    def label(self, event) -> Labels:
+        if isinstance(event, StepEvent):
+            draft = tuple(self._tail(list(event.draft), len(event.draft)))
+            token = self._tail(list(event.draft[: event.accepted]) + [event.token], 1)[0]
+            top = tuple(self.models.token_strings(self.loaded, [t])[0] for t, _ in event.top)
+            emitted = event.emitted
+        else:
+            draft, top, emitted = (), (), (event.token,)
+            token = self._tail([event.token], 1)[0]
+        self.context = (self.context + list(emitted))[-self.WINDOW:]
+        return Labels(draft=draft, token=token, top=top)
+
+
+def loading(models, name: str, role: str, frame: Frame, should_stop) -> Generator[Frame, None, object]:
+    """Load a model in a helper thread, yielding the frame with each progress message.
+
+    Returns the loaded model, or None when the visitor pressed Stop meanwhile (the load
+    finishes in the background and lands in the shared cache).
+    """
+    messages: queue.SimpleQueue = queue.SimpleQueue()
+    box: dict = {}
+
+    def work():
+        try:
+            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)))
+        except BaseException as e:  # handed to the generator below, which re-raises it
+            box["error"] = e
+        finally:
+            messages.put(None)
+
+    threading.Thread(target=work, name=f"specviz load {name}", daemon=True).start()
+    frame.state, frame.message, frame.fraction = "loading", f"Loading the {role} {name}…", None
+    yield frame
+    while True:
+        try:
+            item = messages.get(timeout=0.2)
+        except queue.Empty:
+            if should_stop():
+                return None
+            continue
+        if item is None:
+            break
+        frame.message, frame.fraction = f"{role} {name}: {item[0]}", item[1]
+        yield frame
+    if "error" in box:
+        raise box["error"]
+    return box["loaded"]
+
+
+def make_drafter(models, name: str, target, frame: Frame, should_stop):
+    """The drafter called `name` (a generator: loading a draft model reports progress)."""
+    if name == NO_DRAFTER:
+        return None
+    if name == PROMPT_LOOKUP:
+        return PromptLookup()
+    loaded = yield from loading(models, name, "draft model", frame, should_stop)
+    if loaded is None:
+        return None
+    models.check_same_vocab(target, loaded)
+    return DraftModel(loaded.model, name)
+
+
+def readable(error: BaseException) -> str:
+    """The message a person sees for an error from anywhere below the UI."""
+    if isinstance(error, SpecvizError):
+        return str(error)
+    if isinstance(error, OUT_OF_MEMORY):
+        return ("out of memory: try a smaller model, fewer new tokens or a shorter prompt "
+                f"({type(error).__name__})")
+    log.exception("unexpected error in a run", exc_info=error)
+    return f"unexpected error ({type(error).__name__}): {error}"
+
+
+def _follow(events, trace: Trace, labeler: Labeler, frame: Frame) -> Iterator[Frame]:
+    for event in events:
+        trace.add(event, None if isinstance(event, RunEnd) else labeler.label(event))
+        yield frame
+
+
+def _finish(frame: Frame) -> None:
+    traces = [frame.base, *frame.runs]
+    stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
+    tokens = max(len(t.token_ids) for t in traces)
+    frame.state = "stopped" if stopped else "done"
+    frame.message = f"Stopped after {tokens} tokens." if stopped else f"Done: {tokens} tokens."
+    frame.fraction = None
+
+
+def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]) -> Iterator[Frame]:
+    """The speculative run and the baseline, advanced in turn (never concurrently)."""
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
+                  greedy=s.greedy, target=s.target)
+    try:
+        policy.check(s)
+        cfg = s.config()
+        target = yield from loading(models, s.target, "target", frame, should_stop)
+        drafter = (yield from make_drafter(models, s.drafter, target, frame, should_stop)) if target else None
+        if target is None or should_stop():
+            frame.state, frame.message = "stopped", "Stopped before the run started."
+        else:
+            ids = models.encode_prompt(target, s.prompt, chat=s.chat)
+            cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
+            frame.state, frame.message = "running", f"Generating with {target.name}…"
+            frame.fraction = None
+            steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
+                               baseline_generate(target.model, ids, cfg, should_stop))
+            labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
+            traces = {"spec": frame.spec, "base": frame.base}
+            for which, event in steps:
+                traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
+                yield frame
+            _finish(frame)
+    except Exception as e:  # shown in the page; the app keeps serving
+        frame.state, frame.message, frame.fraction = "error", readable(e), None
+        frame.spec.error = frame.message
+    frame.final = True
+    yield frame
+
+
+class _Stopped(Exception):
+    pass
+
+
+def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
+            drafters: list[str] = ()) -> Iterator[Frame]:
+    """The baseline, then the same prompt through each drafter in turn."""
+    drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(d), k=s.k) for d in drafters],
+                  greedy=s.greedy, target=s.target)
+    try:
+        if not drafters:
+            raise SpecvizError("pick at least one drafter to compare with the baseline")
+        policy.check(replace(s, drafter=NO_DRAFTER))
+        for name in drafters:
+            policy.check_drafter(name)
+        cfg = s.config()
+        target = yield from loading(models, s.target, "target", frame, should_stop)
+        if target is None:
+            raise _Stopped
+        ids = models.encode_prompt(target, s.prompt, chat=s.chat)
+        cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
+        total = len(drafters) + 1
+        frame.state, frame.message, frame.fraction = "running", f"Run 1 of {total}: baseline", 0.0
+        yield from _follow(baseline_generate(target.model, ids, cfg, should_stop), frame.base,
+                           Labeler(models, target, ids), frame)
+        for i, (name, trace) in enumerate(zip(drafters, frame.runs), start=2):
+            if should_stop():
+                break
+            frame.state, frame.fraction = "running", (i - 1) / total
+            frame.message = f"Run {i} of {total}: {trace.label}"
+            try:
+                drafter = yield from make_drafter(models, name, target, frame, should_stop)
+            except Exception as e:  # one bad drafter must not sink the others
+                trace.error = readable(e)
+                continue
+            if should_stop():
+                break
+            frame.state, frame.message = "running", f"Run {i} of {total}: {trace.label}"
+            yield from _follow(speculative_generate(target.model, drafter, ids, cfg, should_stop), trace,
+                               Labeler(models, target, ids), frame)
+        _finish(frame)
+        if any(t.error for t in frame.runs) and frame.state == "done":
+            frame.message += " Some drafters could not run: see their panels."
+    except _Stopped:
+        frame.state, frame.message = "stopped", "Stopped before the runs started."
+    except Exception as e:
+        frame.state, frame.message, frame.fraction = "error", readable(e), None
+    frame.final = True
+    yield frame
+
+
+def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic) -> Iterator[Frame]:
+    """Pass on at most one frame per `every` seconds, plus every change of state and the final one."""
+    last, last_state = float("-inf"), None
+    for frame in frames:
+        now = clock()
+        if frame.final or frame.state != last_state or now - last >= every:
+            last, last_state = now, frame.state
+            yield frame

@@ -1,0 +1,77 @@
+"""From a runner Frame to the values the page's components show (and the API returns)."""
+from __future__ import annotations
+
+import gradio as gr
+
+from ..render import (agreement, agreement_html, compare_figures, compare_rows, headline, headline_html,
+                      panel_html, playground_figures, side_by_side_html, status_html, step_html, table_values)
+from ..render.compare import HEADERS
+from ..render.trace import Trace
+from .runner import Frame
+
+
+def _run_note(trace: Trace) -> str:
+    if not (trace.events or trace.done):
+        return ""
+    s = trace.stats()
+    return f"{s.tokens} tokens · {s.tokens_per_s:.1f} tok/s · {s.steps} target passes"
+
+
+def _run_dict(trace: Trace) -> dict:
+    return {"label": trace.label, "text": trace.text(), "token_ids": trace.token_ids,
+            "error": trace.error, **trace.stats().to_dict()}
+
+
+def playground_summary(frame: Frame) -> dict:
+    """The machine-readable result: what a script calling the API usually wants."""
+    spec, base = frame.spec, frame.base
+    same, first_difference = agreement(spec, base)
+    return {
+        "state": frame.state, "message": frame.message, "target": frame.target, "greedy": frame.greedy,
+        "identical": same if frame.greedy else None, "first_difference": first_difference,
+        "headline": headline(spec, base).to_dict(),
+        "speculative": _run_dict(spec), "baseline": _run_dict(base),
+    }
+
+
+def playground_values(frame: Frame) -> list:
+    """status, check, headline, two panels, four charts, step slider, inspector, summary."""
+    spec, base = frame.spec, frame.base
+    started = bool(spec.events or base.events)
+    steps = spec.steps
+    n_steps = len(steps)
+    # Open the inspector on the latest step that drafted something (the last steps of a run
+    # often draft nothing: no room left).
+    last = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
+    return [
+        status_html(frame.message, frame.state, frame.fraction),
+        agreement_html(spec, base, frame.greedy) if started else "",
+        headline_html(headline(spec, base)) if started else "",
+        panel_html(spec, f"Speculative · {spec.label}", _run_note(spec)),
+        panel_html(base, "Baseline · plain decoding", _run_note(base)),
+        *playground_figures(spec, base),
+        gr.Slider(minimum=0, maximum=max(n_steps - 1, 1), value=last, interactive=n_steps > 1),
+        step_html(spec, last),
+        playground_summary(frame),
+    ]
+
+
+def compare_values(frame: Frame) -> list:
+    """status, table, two charts, side-by-side panels, summary."""
+    rows = compare_rows(frame.base, frame.runs)
+    speed, quality = compare_figures(rows)
+    summary = {"state": frame.state, "message": frame.message, "target": frame.target, "rows": rows,
+               "runs": [_run_dict(t) for t in [frame.base, *frame.runs]]}
+    return [
+        status_html(frame.message, frame.state, frame.fraction),
+        {"headers": HEADERS, "data": table_values(rows)},
+        speed, quality,
+        side_by_side_html(frame.base, frame.runs),
+        summary,
+    ]
+
+
+def error_frame(message: str, greedy: bool = True) -> Frame:
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("speculative")],
+                  message=message, state="error", greedy=greedy, final=True)
+    return frame
