@@ -1,0 +1,80 @@
+"""The app, served in-process on a free local port with tiny offline models (for the app tests).
+
+    with serve_app(tmp_dir) as (url, folders): ...
+
+The target is tests/tiny_folder.py's random model; the draft model is a lightly perturbed
+copy of it with the same tokenizer, so a greedy run shows every token kind (accepted,
+rejected, corrected, bonus) within a couple of dozen tokens.
+"""
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import shutil
+import socket
+
+import pytest
+from tiny_folder import make_tiny_model_dir
+
+DRAFT_NOISE = 0.02  # relative weight noise: ~0.7 acceptance at k=4 on the test prompt
+PROMPT = "the cat sat on the mat. the cat sat on the mat. the dog ran & <b>said</b>"
+
+
+def make_app_models(root: pathlib.Path) -> dict[str, str]:
+    """A tiny target and its noisy-copy draft model as folders under `root` (made once)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target, draft = root / "tiny-target", root / "tiny-draft"
+    if not (draft / "config.json").is_file():
+        make_tiny_model_dir(target)
+        model = AutoModelForCausalLM.from_pretrained(target)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(1)
+            for w in model.parameters():
+                w.add_(torch.randn_like(w) * DRAFT_NOISE * w.std())
+        model.save_pretrained(draft)
+        for f in target.iterdir():  # the same tokenizer files
+            if f.is_file() and not f.name.endswith((".safetensors", "config.json")):
+                shutil.copy(f, draft / f.name)
+    return {"target": str(target), "draft": str(draft)}
+
+
+@pytest.fixture(scope="session")
+def app_models(tmp_path_factory) -> dict[str, str]:
+    """Import into a test module to use: the tiny target and draft model folders, made once per session."""
+    return make_app_models(tmp_path_factory.getbasetemp() / "app-models")
+
+
+def app_policy(folders: dict[str, str], **overrides):
+    from specviz.ui.settings import NO_DRAFTER, PROMPT_LOOKUP, Policy
+
+    base = dict(
+        targets=(("tiny target", folders["target"]),),
+        drafters=(("none", NO_DRAFTER), ("prompt lookup", PROMPT_LOOKUP), ("tiny draft model", folders["draft"])),
+        default_target=folders["target"], default_drafter=folders["draft"],
+        compare_drafters=(PROMPT_LOOKUP, folders["draft"]), max_new_tokens=64,
+    )
+    base.update(overrides)
+    return Policy(**base)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_app(policy, examples=None):
+    """Launch build_app(policy) on 127.0.0.1:<free port>; yield its URL; close it afterwards."""
+    from specviz.ui import build_app, launch_options
+
+    demo = build_app(policy, examples=examples)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

@@ -1,0 +1,88 @@
+"""The app's API, called the way a script would: gradio_client against a live local server."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from tiny_folder import make_tiny_model_dir
+
+SETTINGS = dict(k=4, dynamic_k=False, mode="greedy", temperature=0.7, top_k=0, top_p=1.0,
+                repetition_penalty=1.0, seed=0, max_new_tokens=24, chat=True)
+
+
+@pytest.fixture(scope="module")
+def client(app_models):
+    with serve_app(app_policy(app_models)) as url:
+        yield Client(url, verbose=False)
+
+
+def generate(client, **overrides):
+    args = dict(SETTINGS, prompt=PROMPT, target=overrides.pop("target_folder"), drafter="prompt lookup")
+    args.update(overrides)
+    *_, summary = client.predict(**args, api_name="/generate")
+    return summary
+
+
+def test_generate_returns_both_runs_and_a_greedy_check(client, app_models):
+    status, check, head, spec, base, *charts, step, inspector, summary = client.predict(
+        **SETTINGS, prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], api_name="/generate")
+    assert summary["state"] == "done" and summary["identical"] is True
+    assert summary["speculative"]["token_ids"] == summary["baseline"]["token_ids"]
+    assert summary["speculative"]["tokens"] == 24
+    for kind in ("accepted", "rejected", "corrected", "bonus"):
+        assert f'data-kind="{kind}"' in spec
+    assert 'data-kind="baseline"' in base and "&lt;b&gt;" not in spec  # prompt not echoed
+    assert 'data-identical="true"' in check and 'data-metric="speedup"' in head
+    assert len(charts) == 4 and all(c["type"] == "plotly" for c in charts)
+    assert "min(1, p/q)" in inspector
+    assert summary["headline"]["alpha"] == pytest.approx(summary["speculative"]["acceptance_rate"])
+
+
+def test_compare_runs_the_baseline_then_each_drafter(client, app_models):
+    status, table, speed, quality, panels, summary = client.predict(
+        drafters=["none", "prompt lookup", app_models["draft"]], **SETTINGS, prompt=PROMPT,
+        target=app_models["target"], api_name="/compare")
+    assert summary["state"] == "done", summary["message"]
+    runs = [r["run"] for r in summary["rows"]]
+    assert runs == ["baseline", "none", "prompt lookup", f"draft model: {app_models['draft']}"]
+    texts = {r["label"]: r["token_ids"] for r in summary["runs"]}
+    assert len(set(map(tuple, texts.values()))) == 1  # greedy: every drafter gives the baseline's text
+    assert panels.count('class="sv-panel"') == 4 and speed["type"] == "plotly"
+    assert [row[0] for row in table["data"]] == runs
+
+
+def test_stop_ends_the_run_within_about_a_step(client, app_models):
+    job = client.submit(**dict(SETTINGS, max_new_tokens=64), prompt=PROMPT, target=app_models["target"],
+                        drafter=app_models["draft"], api_name="/generate")
+    deadline = time.monotonic() + 60
+    while not job.outputs() or job.outputs()[-1][-1]["state"] != "running":
+        assert time.monotonic() < deadline and not job.done(), "the run never started"
+        time.sleep(0.05)
+    pressed = time.monotonic()
+    client.predict(api_name="/stop")
+    summary = job.result()[-1]
+    assert time.monotonic() - pressed < 3.0
+    assert summary["state"] == "stopped"
+    assert summary["speculative"]["stop_reason"] == "cancelled"
+    assert summary["speculative"]["tokens"] < 64
+
+
+def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, tmp_path):
+    missing = generate(client, target_folder=str(tmp_path / "no-such-model"))
+    assert missing["state"] == "error" and "does not exist" in missing["message"]
+
+    other_vocab = make_tiny_model_dir(tmp_path / "other-vocab", vocab_words=("alpha", "beta", "gamma"))
+    mismatch = generate(client, target_folder=app_models["target"], drafter=str(other_vocab))
+    assert mismatch["state"] == "error" and "do not share a tokenizer" in mismatch["message"]
+
+    # Out-of-range settings are refused by the controls' own bounds, with a readable reason.
+    with pytest.raises(AppError, match="less than minimum"):
+        generate(client, target_folder=app_models["target"], k=0)
+    with pytest.raises(AppError, match="greater than maximum"):
+        generate(client, target_folder=app_models["target"], max_new_tokens=100_000)
+
+    fine = generate(client, target_folder=app_models["target"], max_new_tokens=8)
+    assert fine["state"] == "done" and fine["speculative"]["tokens"] == 8

@@ -1,0 +1,199 @@
+"""The renderer, as a specification: events in, HTML and figures out, no model anywhere."""
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from specviz.events import RunEnd, RunStats, StepEvent, TokenEvent
+from specviz.render import (Labels, Trace, agreement, agreement_html, compare_figures, compare_rows, headline,
+                            headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
+                            step_html, tokens_html)
+from specviz.render.charts import position_rates
+from specviz.render.numbers import expected_tokens_per_step
+
+
+def step(n, draft, accepted, token, *, emitted=None, greedy=True, q=None, top=None, elapsed=None, **kw):
+    """A hand-made speculative step: `draft` proposed, the first `accepted` kept, then `token`."""
+    k = len(draft)
+    kind = "bonus" if accepted == k else "corrected"
+    fields = dict(
+        step=n, position=0, draft=tuple(draft), q=q, p=tuple(0.5 for _ in draft),
+        accept_prob=tuple(1.0 if i < accepted else 0.0 for i in range(k)),
+        draws=None if greedy else tuple(0.25 for _ in draft), accepted=accepted, token=token, kind=kind,
+        emitted=tuple(draft[:accepted]) + (token,) if emitted is None else tuple(emitted),
+        top=top if top is not None else ((token, 0.9), (99, 0.05)), draft_time=0.01, verify_time=0.05,
+        elapsed=0.1 * (n + 1) if elapsed is None else elapsed, greedy=greedy,
+    )
+    fields.update(kw)
+    return StepEvent(**fields)
+
+
+def spec_trace(*steps_and_labels, k=4) -> Trace:
+    t = Trace("prompt lookup", k=k)
+    for e, lab in steps_and_labels:
+        t.add(e, lab)
+    return t
+
+
+def kinds(markup: str) -> list[str]:
+    return re.findall(r'data-kind="(\w+)"', markup)
+
+
+def texts(markup: str) -> list[str]:
+    return [html.unescape(t) for t in re.findall(r"<span class=\"tok[^>]*>(.*?)</span>", markup, re.S)]
+
+
+# ---- the token text -------------------------------------------------------------------
+
+def test_every_kind_in_reading_order():
+    t = spec_trace(
+        (step(0, [1, 2, 3], 2, 7), Labels(draft=("a", "b", "c"), token="C", top=("C", "z"))),
+        (step(1, [4, 5], 2, 8), Labels(draft=("d", "e"), token="+", top=("+", "z"))),
+    )
+    out = tokens_html(t)
+    assert kinds(out) == ["accepted", "accepted", "rejected", "corrected", "accepted", "accepted", "bonus"]
+    assert texts(out) == ["a", "b", "c", "C", "d", "e", "+"]
+    base = Trace("baseline", speculative=False)
+    base.add(TokenEvent(step=0, token=1, p=0.4, time=0.05, elapsed=0.1), Labels(token="a"))
+    assert kinds(tokens_html(base)) == ["baseline"]
+
+
+def test_model_text_is_escaped_in_text_and_in_hover_card():
+    evil = '<img src=x onerror="alert(1)">&amp;'
+    t = spec_trace((step(0, [1], 0, 2), Labels(draft=(evil,), token="</div><script>x()</script>", top=(evil, "z"))))
+    out = tokens_html(t)
+    assert "<img" not in out and "<script" not in out and "</div><script" not in out
+    assert html.escape(evil, quote=False) in out
+    assert texts(out) == [evil, "</div><script>x()</script>"]
+    assert "<img" not in step_html(t, 0) and "<script" not in panel_html(t, "x</b><i>")
+
+
+def test_whitespace_and_code_layout_survive_but_rejected_newlines_do_not_move_text():
+    t = spec_trace((step(0, [1, 2, 3], 2, 4), Labels(draft=("def f():\n", "    return 1", "\n\t"), token="\n")))
+    out = tokens_html(t)
+    assert texts(out) == ["def f():\n", "    return 1", "↵⇥", "\n"]
+    assert 'class="sv-text"' in out  # the stylesheet gives .sv-text white-space: pre-wrap
+
+
+def test_hover_card_has_step_p_q_acceptance_and_draw():
+    sampled = step(3, [1, 2], 1, 5, greedy=False, q=(0.8, 0.4), p=(0.6, 0.1), accept_prob=(0.75, 0.25),
+                   draws=(0.5, 0.9))
+    t = spec_trace((sampled, Labels(draft=("x", "y"), token="z", top=("z",))))
+    tips = [html.unescape(m) for m in re.findall(r'data-tip="([^"]*)"', tokens_html(t))]
+    assert "step 3" in tips[0] and "p (target) = 0.600" in tips[0] and "q (drafter) = 0.800" in tips[0]
+    assert "min(1, p/q) = 0.750" in tips[0] and "draw u = 0.500" in tips[0]
+    assert "rejected" in tips[1] and "draw u = 0.900" in tips[1]
+    assert "corrected" in tips[2]
+    lookup = spec_trace((step(0, [1], 1, 2), Labels(draft=("x",), token="y")))
+    assert "deterministic" in html.unescape(tokens_html(lookup))
+
+
+def test_tokens_cut_at_eos_are_not_shown():
+    # Three drafts accepted, but the second is EOS: the output stops there.
+    e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
+    t = spec_trace((e, Labels(draft=("a", "<eos>", "c"), token="d")))
+    assert kinds(tokens_html(t)) == ["accepted", "accepted"]
+    assert t.text() == "a<eos>"
+
+
+def test_step_without_draft_is_the_targets_own_token():
+    t = spec_trace((step(0, [], 0, 4), Labels(token="w")))
+    out = tokens_html(t)
+    assert kinds(out) == ["bonus"] and "undrafted" in out and "nothing was drafted" in out
+
+
+def test_empty_run_renders_placeholders_not_errors():
+    spec, base = Trace("prompt lookup"), Trace("baseline", speculative=False)
+    assert kinds(tokens_html(spec)) == [] and "No tokens yet" in tokens_html(spec)
+    assert len(playground_figures(spec, base)) == 4
+    assert step_html(spec, 0).startswith('<div class="sv-inspect sv-empty">')
+    assert agreement(spec, base) == (None, None)
+    h = headline(spec, base)
+    assert h.speedup is None and h.predicted is None and "—" in headline_html(h)
+    assert "Pick drafters" in side_by_side_html(base, [])
+    failed = Trace("x", error="could not load <model>")
+    assert "could not load &lt;model&gt;" in tokens_html(failed)
+
+
+# ---- numbers --------------------------------------------------------------------------
+
+def test_leviathan_expected_tokens_and_speedup():
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+    assert expected_tokens_per_step(1.0, 4) == 5.0
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert predicted_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+    assert predicted_speedup(0.0, 4, 0.5) == pytest.approx(1 / 3)
+
+
+def _ended(trace: Trace, **stats) -> Trace:
+    fields = dict(tokens=0, steps=0, target_calls=0, drafted=0, accepted=0, prefill_time=0.1, draft_time=0.0,
+                  verify_time=0.0, elapsed=1.0, stop_reason="max_new_tokens")
+    fields.update(stats)
+    trace.add(RunEnd(tuple(trace.token_ids), RunStats(**fields)))
+    return trace
+
+
+def test_headline_uses_the_engines_numbers():
+    spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
+                  tokens=8, steps=2, target_calls=3, drafted=8, accepted=6, draft_time=0.04, verify_time=0.2,
+                  elapsed=0.5)
+    base = _ended(Trace("baseline", speculative=False), tokens=8, steps=8, target_calls=9, verify_time=0.8,
+                  elapsed=1.0)
+    h = headline(spec, base)
+    assert h.speedup == pytest.approx(16 / 8)
+    assert h.alpha == pytest.approx(0.75) and h.tau == pytest.approx(4.0) and h.k == pytest.approx(4.0)
+    assert h.c == pytest.approx((0.04 / 2 / 4) / (0.8 / 8))  # per draft token / per target token
+    assert h.predicted == pytest.approx(predicted_speedup(0.75, 4.0, h.c))
+    assert h.calls_saved == 6 and h.base_calls == 8
+
+
+def test_greedy_check_and_sampling_explanation():
+    def run(ids, spec=True):
+        t = Trace("r", speculative=spec)
+        for i, tok in enumerate(ids):
+            t.add(TokenEvent(step=i, token=tok, p=0.5, time=0.01, elapsed=0.01 * (i + 1)), Labels(token="t"))
+        return t
+
+    assert agreement(run([1, 2, 3]), run([1, 2, 3, 4])) == (True, None)  # identical so far
+    assert agreement(run([1, 2, 3]), run([1, 5, 3])) == (False, 1)
+    assert 'data-identical="true"' in agreement_html(run([1, 2]), run([1, 2]), greedy=True)
+    assert 'data-identical="false"' in agreement_html(run([1, 2]), run([1, 3]), greedy=True)
+    assert "distribution" in agreement_html(run([1]), run([2]), greedy=False)
+
+
+# ---- inspector, charts, compare ---------------------------------------------------------
+
+def test_inspector_shows_q_p_ratio_draw_verdict_and_top():
+    e = step(0, [1, 2, 3], 1, 7, greedy=False, q=(0.5, 0.5, 0.5), p=(0.6, 0.2, 0.4),
+             accept_prob=(1.0, 0.4, 0.8), draws=(0.1, 0.7, 0.2), top=((7, 0.3), (2, 0.2)))
+    out = step_html(spec_trace((e, Labels(draft=("a", "b", "c"), token="g", top=("g", "b")))), 0)
+    assert kinds(out) == ["accepted", "rejected", "rejected"] and "tok-corrected" in out
+    for value in ("0.600", "0.400", "0.700", "accepted", "not checked", "first rejection", "0.300"):
+        assert value in out
+    assert 'class="sv-chosen"' in out  # the target's own token is marked in its top list
+
+
+def test_acceptance_by_position_counts_only_reached_positions():
+    t = spec_trace(
+        (step(0, [1, 2, 3], 1, 9), Labels(draft=("a", "b", "c"), token="x")),  # pos1 ok, pos2 rejected, pos3 unreached
+        (step(1, [1, 2], 2, 9), Labels(draft=("a", "b"), token="x")),
+    )
+    assert position_rates(t) == [(2, 2), (2, 1)]
+    acceptance = playground_figures(t, Trace("baseline", speculative=False))[0]
+    assert list(acceptance.data[0].y) == [pytest.approx(1 / 3), 1.0]
+    assert list(acceptance.data[1].y) == [pytest.approx(1 / 3), pytest.approx(3 / 5)]
+
+
+def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
+    base = _ended(Trace("baseline", speculative=False), tokens=10, steps=10, target_calls=11, elapsed=2.0,
+                  verify_time=1.8)
+    lookup = _ended(spec_trace((step(0, [1], 1, 2), Labels(draft=("a",), token="b"))), tokens=10, steps=4,
+                    target_calls=5, drafted=8, accepted=6, elapsed=1.0)
+    rows = compare_rows(base, [lookup])
+    assert [r["run"] for r in rows] == ["baseline", "prompt lookup"]
+    assert rows[1]["speedup"] == pytest.approx(2.0) and rows[1]["alpha"] == pytest.approx(0.75)
+    speed, quality = compare_figures(rows)
+    assert list(speed.data[0].y) == [5.0, 10.0]
+    assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2
