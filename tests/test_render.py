@@ -195,5 +195,5 @@ def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
     assert [r["run"] for r in rows] == ["baseline", "prompt lookup"]
     assert rows[1]["speedup"] == pytest.approx(2.0) and rows[1]["alpha"] == pytest.approx(0.75)
     speed, quality = compare_figures(rows)
-    assert list(speed.data[0].y) == [5.0, 10.0]
+    assert list(speed.data[0].x) == [5.0, 10.0] and list(speed.data[0].y) == ["baseline", "prompt lookup"]
     assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2

@@ -137,23 +137,31 @@ def playground_figures(spec: Trace, base: Trace) -> tuple[go.Figure, ...]:
 
 
 def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
-    """Bar charts for the Compare tab. rows: dicts with run, tokens_per_s, speedup, alpha, tau, target_calls."""
-    speed = _style(go.Figure(), "Throughput (tokens/s)", "", "tokens / s", height=320)
-    quality = _style(make_subplots(rows=1, cols=3, subplot_titles=("α acceptance", "τ tokens/step",
-                                                                  "target calls")),
-                     "Acceptance and target work", "", "", height=320)
+    """Bar charts for the Compare tab, one bar per run (rows from render.compare.compare_rows).
+
+    Horizontal bars: run names (often model ids) stay readable however long they are.
+    """
+    height = 140 + 40 * max(len(rows), 2)
+    speed = _style(go.Figure(), "Throughput (tokens/s; label = speedup over the baseline)", "tokens / s", "",
+                   height=height)
+    quality = _style(make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
+                                   subplot_titles=("α", "τ (tokens/step)", "target calls")),
+                     "Acceptance and target work", "", "", height=height)
+    quality.update_layout(margin_t=72)
     if not rows:
         return _waiting(speed), _waiting(quality)
     names = [r["run"] for r in rows]
     colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
     labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" for r in rows]
-    speed.add_bar(x=names, y=[r["tokens_per_s"] for r in rows], marker_color=colors, text=labels,
-                  textposition="outside", showlegend=False,
-                  hovertemplate="%{x}<br>%{y:.1f} tokens/s<extra></extra>")
-    speed.update_yaxes(rangemode="tozero")
+    speed.add_bar(y=names, x=[r["tokens_per_s"] for r in rows], orientation="h", marker_color=colors,
+                  text=labels, textposition="auto", showlegend=False,
+                  hovertemplate="%{y}<br>%{x:.1f} tokens/s<extra></extra>")
     for col, key in enumerate(("alpha", "tau", "target_calls"), start=1):
-        quality.add_bar(x=names, y=[r[key] or 0 for r in rows], marker_color=colors, showlegend=False,
-                        row=1, col=col, hovertemplate="%{x}<br>%{y:.3~f}<extra></extra>")
+        quality.add_bar(y=names, x=[r[key] or 0 for r in rows], orientation="h", marker_color=colors,
+                        showlegend=False, row=1, col=col, hovertemplate="%{y}<br>%{x:.3~f}<extra></extra>")
+    for fig in (speed, quality):
+        fig.update_yaxes(autorange="reversed", title_text="")  # first run on top, as in the table
+        fig.update_xaxes(rangemode="tozero")
     quality.update_annotations(font_size=13)
     return speed, quality
 

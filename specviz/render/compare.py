@@ -26,6 +26,10 @@ def compare_rows(base: Trace, runs: list[Trace]) -> list[dict]:
     return rows
 
 
+STOP_REASONS = {"max_new_tokens": "token limit", "eos": "end of text", "cancelled": "Stop pressed",
+                "context": "context full", "running": "running"}
+
+
 def table_values(rows: list[dict]) -> list[list]:
     """Rows for a table widget: numbers rounded for reading, blanks for what does not apply."""
     def cell(key, value):
@@ -33,6 +37,8 @@ def table_values(rows: list[dict]) -> list[list]:
             return "—"
         if key == "speedup":
             return f"{value:.2f}×"
+        if key == "stop":
+            return STOP_REASONS.get(value, value)
         if isinstance(value, float):
             return round(value, 2 if key != "alpha" else 3)
         return value
