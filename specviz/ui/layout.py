@@ -104,7 +104,8 @@ def _compare_tab(policy: Policy):
         run = gr.Button("Compare", variant="primary", scale=1, min_width=110, elem_id="sv-compare")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
     outputs = [gr.HTML(label="status", elem_id="sv-compare-status"),
-               gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True)]
+               gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True,
+                            column_widths=["28%"] + ["9%"] * 7)]
     with gr.Row(elem_classes="sv-charts"):
         outputs += [gr.Plot(label="throughput chart", show_label=False, min_width=300, elem_id="sv-compare-speed"),
                     gr.Plot(label="acceptance chart", show_label=False, min_width=300, elem_id="sv-compare-quality")]

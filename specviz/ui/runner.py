@@ -49,9 +49,11 @@ class Frame:
 
 
 def run_label(drafter: str) -> str:
+    """A short name for a run: tables, chart axes and panel titles have little room."""
     if drafter in (NO_DRAFTER, PROMPT_LOOKUP):
         return drafter
-    return f"draft model: {SHORT_NAMES.get(drafter, drafter)}"
+    short = SHORT_NAMES.get(drafter) or drafter.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    return f"draft model: {short}"
 
 
 class Labeler:
