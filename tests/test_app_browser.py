@@ -1,0 +1,96 @@
+"""The page in a real browser: Debian's headless Chromium, driven by playwright.
+
+Serves the app with tiny offline models, types a prompt, presses Generate and checks what a
+person would see: every token kind in the speculative panel, the baseline, the charts, the
+greedy check; then the Compare tab. Screenshots go to test-output/ (look at them).
+Without Chromium this test skips locally and fails under CI=true.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+
+CHROMIUM = pathlib.Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run"]
+OUT = pathlib.Path(__file__).resolve().parents[1] / "test-output"
+
+
+def _need_browser():
+    problem = None
+    if not CHROMIUM.exists():
+        problem = f"{CHROMIUM} is missing (bash .ci/run installs Debian's chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            problem = "the playwright package is missing (pip install -r tests/requirements.txt)"
+    if problem and os.environ.get("CI") == "true":
+        pytest.fail(problem)
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def url(app_models):
+    with serve_app(app_policy(app_models, max_new_tokens=24)) as address:
+        yield address
+
+
+def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, url):
+    OUT.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=60_000)
+
+    spec = page.locator("#sv-spec")
+    for kind in ("accepted", "rejected", "corrected", "bonus"):
+        assert spec.locator(f'[data-kind="{kind}"]').count() > 0, kind
+    assert page.locator('#sv-base [data-kind="baseline"]').count() == 24
+    assert spec.locator("script, img").count() == 0  # the prompt's markup never became elements
+    assert "identical to baseline" in page.locator("#sv-check").inner_text()
+    for chart in ("acceptance", "throughput", "lengths", "positions"):
+        assert page.locator(f"#sv-chart-{chart} .js-plotly-plot .main-svg").count() > 0, chart
+    assert page.locator('#sv-headline [data-metric="speedup"]').count() == 1
+    assert "min(1, p/q)" in page.locator("#sv-inspector").inner_text()
+
+    spec.locator('[data-kind="rejected"]').first.hover()  # the hover card shows in the screenshot
+    page.screenshot(path=str(OUT / "playground.png"), full_page=True)
+
+    page.set_viewport_size({"width": 430, "height": 900})  # a phone, or a narrow window
+    page.wait_for_timeout(300)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    page.screenshot(path=str(OUT / "playground-narrow.png"), full_page=True)
+    assert overflow <= 1, f"the page scrolls sideways by {overflow}px in a narrow window"
+    page.close()
+
+
+def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.get_by_role("tab", name="Compare drafters").click()
+    page.locator("#sv-compare").click()
+    page.wait_for_selector('#sv-compare-status [data-state="done"]', timeout=60_000)
+    panels = page.locator("#sv-compare-panels .sv-panel")
+    assert panels.count() == 3  # baseline, prompt lookup, the draft model
+    assert panels.nth(2).locator('[data-kind="accepted"]').count() > 0
+    assert page.locator("#sv-compare-speed .js-plotly-plot").count() == 1
+    assert "prompt lookup" in page.locator("#sv-compare-table").inner_text()
+    page.screenshot(path=str(OUT / "compare.png"), full_page=True)
+    page.close()

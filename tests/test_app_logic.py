@@ -1,0 +1,136 @@
+"""The app below the page: what visitors may ask for, how runs report progress and failure."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
+
+from specviz import models as real_models
+from specviz.errors import SpecvizError
+from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
+from specviz.ui import runner
+from specviz.ui.runner import Frame, throttle
+from specviz.render import Trace
+
+
+def never() -> bool:
+    return False
+
+
+def final(frames) -> Frame:
+    *_, last = frames
+    return last
+
+
+# ---- what a deployment allows ------------------------------------------------------------
+
+def test_hosted_mode_is_on_for_spaces_and_on_request():
+    assert not policy_from_env({}).hosted
+    for env in ({"SPACE_ID": "someone/specviz"}, {"SPECVIZ_HOSTED": "1"}):
+        p = policy_from_env(env)
+        assert p.hosted and p.max_new_tokens == 256 and p.concurrency == 1
+
+
+def test_hosted_mode_refuses_local_paths_unlisted_models_and_long_runs():
+    p = hosted_policy()
+    p.check(Settings(prompt="hi", target="default", drafter="prompt lookup", max_new_tokens=256))
+    with pytest.raises(SpecvizError, match="only runs these targets"):
+        p.check(Settings(prompt="hi", target="/home/me/model"))
+    with pytest.raises(SpecvizError, match="only offers these drafters"):
+        p.check(Settings(prompt="hi", drafter="./my-drafter"))
+    with pytest.raises(SpecvizError, match="capped at 256"):
+        p.check(Settings(prompt="hi", max_new_tokens=257))
+    Policy().check(Settings(prompt="hi", target="/home/me/model", drafter="./my-drafter"))  # local: anything
+
+
+def test_hosted_app_runs_one_at_a_time_and_offers_only_the_allow_list():
+    demo = build_app(hosted_policy())
+    queued = {f.api_name: f for f in demo.fns.values() if f.api_name in ("generate", "compare")}
+    assert {name: f.concurrency_limit for name, f in queued.items()} == {"generate": 1, "compare": 1}
+    assert queued["generate"].concurrency_id == queued["compare"].concurrency_id  # one queue for both
+    props = {c["props"].get("elem_id"): c["props"] for c in demo.config["components"]}
+    for menu in ("sv-target", "sv-drafter", "sv-compare-drafters"):
+        assert props[menu]["allow_custom_value"] is False
+    sliders = {c["props"]["label"]: c["props"] for c in demo.config["components"] if c["type"] == "slider"}
+    assert sliders["max new tokens"]["maximum"] == 256
+
+
+def test_a_refused_request_loads_nothing():
+    def load(*args, **kwargs):
+        raise AssertionError("a refused request must not load a model")
+
+    stub = types.SimpleNamespace(load=load)
+    frame = final(runner.playground(Settings(prompt="hi", target="/etc"), hosted_policy(), stub, never))
+    assert frame.state == "error" and "only runs these targets" in frame.message
+
+
+# ---- controls to settings ---------------------------------------------------------------
+
+def test_controls_become_engine_settings():
+    s = Settings.from_controls(PROMPT, "default", "prompt lookup", 4.0, True, "sampling", 0.8, 50.0, 0.9, 1.1,
+                               7.0, 32.0, False)
+    assert (s.k, s.top_k, s.seed, s.max_new_tokens) == (4, 50, 7, 32) and s.sampling and not s.chat
+    cfg = s.config(eos_token_ids=(2,))
+    assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
+    greedy = Settings.from_controls(PROMPT, "default", "none", 4, False, "greedy", 0.8, 0, 1.0, 1.0, 0, 8, True)
+    assert greedy.config().sampling.temperature == 0.0
+    with pytest.raises(SpecvizError, match="whole number"):
+        Settings.from_controls(PROMPT, "default", "none", 2.5, False, "greedy", 0.8, 0, 1.0, 1.0, 0, 8, True)
+
+
+# ---- runs: progress, failures, throttling --------------------------------------------------
+
+def test_model_loading_reports_progress_before_the_run(app_models):
+    def load(name, progress=None, **kwargs):
+        for i in range(3):
+            progress(f"downloading {i}/3", i / 3)
+        return real_models.load(name, progress=progress, **kwargs)
+
+    stub = types.SimpleNamespace(**{n: getattr(real_models, n) for n in ("encode_prompt", "token_strings",
+                                                                        "check_same_vocab")}, load=load)
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=6)
+    seen = [(f.state, f.message, f.fraction) for f in runner.playground(s, Policy(), stub, never)]
+    loading = [m for state, m, _ in seen if state == "loading"]
+    assert any("downloading 1/3" in m for m in loading)
+    assert seen.index(next(x for x in seen if x[0] == "running")) > len(loading) - 1
+    assert seen[-1][0] == "done"
+
+
+def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):
+    def load(name, progress=None, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    frame = final(runner.playground(Settings(prompt=PROMPT, target="big"), Policy(),
+                                    types.SimpleNamespace(load=load), never))
+    assert frame.state == "error" and frame.message.startswith("out of memory: try a smaller model")
+
+
+def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], sampling=True,
+                 temperature=1.0, seed=3, max_new_tokens=12)
+    frame = final(runner.playground(s, Policy(), real_models, never))
+    assert frame.state == "done" and not frame.greedy
+    assert len(frame.spec.token_ids) == len(frame.base.token_ids) == 12
+    assert frame.spec.text() and all(e.draws is not None for e in frame.spec.steps if e.draft)
+
+
+def test_compare_keeps_going_when_one_drafter_cannot_load(app_models, tmp_path):
+    s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=6)
+    frame = final(runner.compare(s, Policy(), real_models, never,
+                                 drafters=["prompt lookup", str(tmp_path / "missing"), app_models["draft"]]))
+    assert frame.state == "done" and "could not run" in frame.message
+    lookup, missing, draft = frame.runs
+    assert lookup.done and draft.done and not missing.done
+    assert "does not exist" in missing.error
+
+
+def test_throttle_passes_state_changes_and_the_final_frame_and_drops_the_rest():
+    ticks = iter([0.0, 0.1, 0.2, 0.25, 0.35, 0.4, 0.45, 0.5])
+    frames = []
+    for state in ["loading", "running", "running", "running", "running", "running", "running", "done"]:
+        frames.append(Frame(base=Trace("baseline"), runs=[Trace("x")], state=state, final=state == "done"))
+    kept = list(throttle(iter(frames), every=0.3, clock=lambda: next(ticks)))
+    # t=0.0 loading, t=0.1 running starts, t=0.4 is the first 0.3 s later, then the final frame
+    assert [next(i for i, f in enumerate(frames) if f is k) for k in kept] == [0, 1, 5, 7]
