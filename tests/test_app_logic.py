@@ -1,6 +1,7 @@
 """The app below the page: what visitors may ask for, how runs report progress and failure."""
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
@@ -134,3 +135,17 @@ def test_throttle_passes_state_changes_and_the_final_frame_and_drops_the_rest():
     kept = list(throttle(iter(frames), every=0.3, clock=lambda: next(ticks)))
     # t=0.0 loading, t=0.1 running starts, t=0.4 is the first 0.3 s later, then the final frame
     assert [next(i for i, f in enumerate(frames) if f is k) for k in kept] == [0, 1, 5, 7]
+
+
+def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkeypatch):
+    from specviz.ui.handlers import on_gpu
+
+    def handler():
+        yield 1
+
+    monkeypatch.setitem(sys.modules, "spaces", None)  # `import spaces` fails
+    assert on_gpu(handler) is handler
+    calls = []
+    fake = types.SimpleNamespace(GPU=lambda duration: lambda fn: calls.append(duration) or ("on gpu", fn))
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+    assert on_gpu(handler) == ("on gpu", handler) and calls and calls[0] > 0

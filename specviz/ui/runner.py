@@ -157,39 +157,55 @@ def _finish(frame: Frame) -> None:
     frame.fraction = None
 
 
+class _Stopped(Exception):
+    """Stop was pressed before the first token: there is nothing to show but that."""
+
+
+def _prepare(s: Settings, models, frame: Frame, should_stop):
+    """Check the settings, load the target, encode the prompt: (target, prompt ids, config)."""
+    cfg = s.config()
+    target = yield from loading(models, s.target, "target", frame, should_stop)
+    if target is None:
+        raise _Stopped
+    ids = models.encode_prompt(target, s.prompt, chat=s.chat)
+    return target, ids, replace(cfg, eos_token_ids=target.eos_token_ids)
+
+
+def _end(frame: Frame, error: BaseException | None) -> Frame:
+    if isinstance(error, _Stopped):
+        frame.state, frame.message = "stopped", "Stopped before the run started."
+    elif error is not None:  # shown in the page; the app keeps serving
+        frame.state, frame.message = "error", readable(error)
+    frame.fraction, frame.final = None, True
+    return frame
+
+
 def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]) -> Iterator[Frame]:
     """The speculative run and the baseline, advanced in turn (never concurrently)."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
                   greedy=s.greedy, target=s.target)
+    error = None
     try:
         policy.check(s)
-        cfg = s.config()
-        target = yield from loading(models, s.target, "target", frame, should_stop)
-        drafter = (yield from make_drafter(models, s.drafter, target, frame, should_stop)) if target else None
-        if target is None or should_stop():
-            frame.state, frame.message = "stopped", "Stopped before the run started."
-        else:
-            ids = models.encode_prompt(target, s.prompt, chat=s.chat)
-            cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
-            frame.state, frame.message = "running", f"Generating with {target.name}…"
-            frame.fraction = None
-            steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
-                               baseline_generate(target.model, ids, cfg, should_stop))
-            labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
-            traces = {"spec": frame.spec, "base": frame.base}
-            for which, event in steps:
-                traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
-                yield frame
-            _finish(frame)
-    except Exception as e:  # shown in the page; the app keeps serving
-        frame.state, frame.message, frame.fraction = "error", readable(e), None
-        frame.spec.error = frame.message
-    frame.final = True
+        target, ids, cfg = yield from _prepare(s, models, frame, should_stop)
+        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop)
+        if should_stop():
+            raise _Stopped
+        frame.state, frame.message, frame.fraction = "running", f"Generating with {target.name}…", None
+        steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
+                           baseline_generate(target.model, ids, cfg, should_stop))
+        labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
+        traces = {"spec": frame.spec, "base": frame.base}
+        for which, event in steps:
+            traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
+            yield frame
+        _finish(frame)
+    except Exception as e:
+        error = e
+    _end(frame, error)
+    if frame.state == "error":
+        frame.spec.error = frame.message  # the panel says why it is empty
     yield frame
-
-
-class _Stopped(Exception):
-    pass
 
 
 def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
@@ -198,18 +214,14 @@ def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]
     drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(d), k=s.k) for d in drafters],
                   greedy=s.greedy, target=s.target)
+    error = None
     try:
         if not drafters:
             raise SpecvizError("pick at least one drafter to compare with the baseline")
         policy.check(replace(s, drafter=NO_DRAFTER))
         for name in drafters:
             policy.check_drafter(name)
-        cfg = s.config()
-        target = yield from loading(models, s.target, "target", frame, should_stop)
-        if target is None:
-            raise _Stopped
-        ids = models.encode_prompt(target, s.prompt, chat=s.chat)
-        cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
+        target, ids, cfg = yield from _prepare(s, models, frame, should_stop)
         total = len(drafters) + 1
         frame.state, frame.message, frame.fraction = "running", f"Run 1 of {total}: baseline", 0.0
         yield from _follow(baseline_generate(target.model, ids, cfg, should_stop), frame.base,
@@ -232,12 +244,9 @@ def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]
         _finish(frame)
         if any(t.error for t in frame.runs) and frame.state == "done":
             frame.message += " Some drafters could not run: see their panels."
-    except _Stopped:
-        frame.state, frame.message = "stopped", "Stopped before the runs started."
     except Exception as e:
-        frame.state, frame.message, frame.fraction = "error", readable(e), None
-    frame.final = True
-    yield frame
+        error = e
+    yield _end(frame, error)
 
 
 def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic) -> Iterator[Frame]:
