@@ -105,10 +105,10 @@ def _compare_tab(policy: Policy):
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
     outputs = [gr.HTML(label="status", elem_id="sv-compare-status"),
                gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True,
-                            column_widths=["28%"] + ["9%"] * 7)]
-    with gr.Row(elem_classes="sv-charts"):
-        outputs += [gr.Plot(label="throughput chart", show_label=False, min_width=300, elem_id="sv-compare-speed"),
-                    gr.Plot(label="acceptance chart", show_label=False, min_width=300, elem_id="sv-compare-quality")]
+                            column_widths=["30%"] + ["10%"] * 7)]
+    # Full width, one above the other: horizontal bars need room for the run names.
+    outputs += [gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
+                gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality")]
     outputs.append(gr.HTML(label="outputs side by side", elem_id="sv-compare-panels"))
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         outputs.append(gr.JSON(label="summary", elem_id="sv-compare-summary"))
