@@ -84,8 +84,8 @@ def headline_html(h: Headline) -> str:
               "tokens each target pass produced: accepted drafts plus the target's own token", "tau"),
         _card("target calls saved", f"{h.calls_saved} / {h.base_calls}",
               "target forward passes the baseline needed beyond the speculative run's", "calls"),
-        _card("tokens/s", f"{h.spec_tps:.1f} vs {h.base_tps:.1f}",
-              "speculative vs baseline, engine time", "tps"),
+        _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
+        _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]
     return f'<div class="sv-cards">{"".join(cards)}</div>'
 
