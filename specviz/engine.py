@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from .draft_length import DraftLength
 from .drafters.base import Drafter, empty_draft
 from .errors import SpecvizError
 from .events import RunEnd, RunStats, StepEvent, TokenEvent
@@ -26,7 +27,7 @@ K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
 class GenerationConfig:
     max_new_tokens: int = 128
     k: int = 4  # draft length (the starting length when dynamic)
-    dynamic_k: bool = False  # grow k by 2 after a fully accepted draft, shrink by 1 after a rejection
+    dynamic_k: bool = False  # choose each step's length in 0..4k from measured costs (draft_length.py)
     draft_confidence: float = 0.0  # with dynamic_k: a drafter stops when its q of the next token is below this
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
@@ -126,8 +127,7 @@ def speculative_generate(
     """Speculative decoding: yields a StepEvent per draft-and-verify step, then a RunEnd."""
     run = _Run(target, prompt_ids, config, should_stop)
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
-    k = cfg.k
-    k_max = 2 * cfg.k if cfg.dynamic_k else cfg.k
+    length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k)
     min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
 
     start = time.perf_counter()
@@ -144,7 +144,7 @@ def speculative_generate(
         t0 = time.perf_counter()
         with torch.inference_mode():
             # 1. Draft: at most k tokens, never more than the run can still emit.
-            k_step = max(0, min(k, run.room() - 1))
+            k_step = max(0, min(length.next(), run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
             d = draft.tokens
             n_draft = d.numel()
@@ -191,9 +191,8 @@ def speculative_generate(
             run.ids.extend(emitted)
             run.processor.update(emitted)
             run.pending = torch.tensor([token], device=dev)
-            if cfg.dynamic_k and n_draft:
-                k = min(k_max, k + 2) if n == n_draft else max(1, k - 1)
         t2 = time.perf_counter()
+        length.record(n_draft, n, t1 - t0, t2 - t1)
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1

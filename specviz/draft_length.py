@@ -1,0 +1,89 @@
+"""Choosing each step's draft length from what drafting and verifying really cost.
+
+With acceptance rate alpha per draft token (independent, as in Leviathan et al.), a draft
+of j tokens yields E(j) = (1 - alpha^(j+1)) / (1 - alpha) tokens per step, and costs
+T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks the j in
+0..k_max with the most tokens per second, from running estimates of all three:
+
+- alpha: discounted counts of accepted / rejected draft tokens (recent steps weigh
+  more, and an idle estimate drifts back to the prior, so a drafter that was unlucky
+  gets tried again instead of being shut off for good);
+- T(m): the measured verify time for each m seen, interpolated between them and
+  extrapolated along the line through the nearest two (with one measurement, a gentle
+  assumed slope, so that long drafts get tried when alpha is high);
+- c_draft: measured draft seconds per drafted token.
+"""
+from __future__ import annotations
+
+DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
+PRIOR = 1.0  # pseudo-counts: alpha starts at 0.5
+SLOPE = 0.05  # assumed extra cost per verified token, as a fraction of T(1), where unmeasured
+
+
+def expected_tokens(alpha: float, j: int) -> float:
+    """E[tokens per step] for a draft of j tokens: 1 + alpha + ... + alpha^j."""
+    if alpha >= 1.0:
+        return j + 1.0
+    return (1.0 - alpha ** (j + 1)) / (1.0 - alpha)
+
+
+class DraftLength:
+    def __init__(self, k: int, k_max: int, dynamic: bool):
+        self.k, self.k_max, self.dynamic = k, k_max, dynamic
+        self.accepted = self.rejected = 0.0
+        self.verify: dict[int, float] = {}  # m tokens verified -> EMA seconds
+        self.draft_per_token: float | None = None
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + PRIOR) / (self.accepted + self.rejected + 2 * PRIOR)
+
+    def verify_cost(self, m: int) -> float | None:
+        if not self.verify:
+            return None
+        if m in self.verify:
+            return self.verify[m]
+        known = sorted(self.verify)
+        lower = [x for x in known if x < m]
+        upper = [x for x in known if x > m]
+        if lower and upper:  # interpolate between the nearest measurements
+            a, b = lower[-1], upper[0]
+            w = (m - a) / (b - a)
+            return self.verify[a] * (1 - w) + self.verify[b] * w
+        if len(known) >= 2:  # extend the line through the two nearest measurements
+            a, b = (known[-2], known[-1]) if lower else (known[0], known[1])
+            slope = (self.verify[b] - self.verify[a]) / (b - a)
+            return max(self.verify[a] + slope * (m - a), 0.5 * self.verify[known[0]])
+        # One measurement: assume each extra verified token costs SLOPE of a 1-token step.
+        only = known[0]
+        t1 = self.verify[only] / (1 + SLOPE * (only - 1))
+        return t1 * (1 + SLOPE * (m - 1))
+
+    def next(self) -> int:
+        """The draft length for the coming step."""
+        if not self.dynamic:
+            return self.k
+        if not self.verify:
+            return self.k  # nothing measured yet: start where the user said
+        alpha, c = self.alpha, self.draft_per_token or 0.0
+        best_j, best_rate = 0, 0.0
+        for j in range(self.k_max + 1):
+            rate = expected_tokens(alpha, j) / (self.verify_cost(j + 1) + c * j)
+            if rate > best_rate:
+                best_j, best_rate = j, rate
+        return best_j
+
+    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float) -> None:
+        """What one step did: feeds the estimates behind `next`."""
+        m = drafted + 1
+        old = self.verify.get(m)
+        self.verify[m] = verify_time if old is None else 0.8 * old + 0.2 * verify_time
+        if drafted:
+            per = draft_time / drafted
+            self.draft_per_token = per if self.draft_per_token is None else 0.8 * self.draft_per_token + 0.2 * per
+            # The tokens after the first rejection were never judged: count only up to it.
+            self.accepted = DISCOUNT * self.accepted + accepted
+            self.rejected = DISCOUNT * self.rejected + (1 if accepted < drafted else 0)
+        else:
+            self.accepted *= DISCOUNT
+            self.rejected *= DISCOUNT

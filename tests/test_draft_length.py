@@ -1,0 +1,59 @@
+"""Dynamic k: each step's draft length maximises expected tokens per second."""
+from __future__ import annotations
+
+import pytest
+
+from specviz.draft_length import DraftLength, expected_tokens
+
+
+def test_expected_tokens_per_step():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens(1.0, 4) == 5.0
+
+
+def test_fixed_k_never_changes():
+    length = DraftLength(5, 20, dynamic=False)
+    length.record(5, 0, 0.01, 0.1)
+    assert length.next() == 5
+
+
+def feed(length, steps, drafted, accepted, cost):
+    for _ in range(steps):
+        j = length.next() if drafted is None else drafted
+        length.record(j, min(j, accepted(j)), 0.0, cost(j + 1))
+
+
+def test_long_drafts_when_everything_is_accepted_and_verifying_is_cheap():
+    length = DraftLength(4, 16, dynamic=True)
+    feed(length, 30, None, lambda j: j, lambda m: 0.05 * (1 + 0.02 * (m - 1)))
+    assert length.next() == 16
+
+
+def test_no_draft_when_nothing_is_accepted_and_verifying_costs_a_lot():
+    length = DraftLength(4, 16, dynamic=True)
+    feed(length, 30, None, lambda j: 0, lambda m: 0.05 * m)
+    assert length.next() == 0
+
+
+def test_a_useless_drafter_is_mostly_shut_off_but_tried_again():
+    length = DraftLength(4, 16, dynamic=True)
+    cost = lambda m: 0.05 * (1 + 0.3 * (m - 1))  # noqa: E731 - a steep verify cost
+    chosen = []
+    for _ in range(30):
+        j = length.next()
+        chosen.append(j)
+        length.record(j, 0, 0.0, cost(j + 1))
+    assert sum(chosen[10:]) / 20 <= 0.6  # after a few steps: drafts of 0, sometimes 1
+    for _ in range(20):  # idle steps (nothing to propose): the estimate drifts back
+        length.record(0, 0, 0.0, cost(1))
+    assert length.next() >= 1
+
+
+def test_expensive_drafting_shortens_drafts():
+    cheap, costly = DraftLength(4, 16, dynamic=True), DraftLength(4, 16, dynamic=True)
+    for length, draft_cost in ((cheap, 0.0), (costly, 0.03)):
+        for _ in range(20):
+            length.record(4, 3, 4 * draft_cost, 0.05 * (1 + 0.05 * 4))
+            length.record(2, 1, 2 * draft_cost, 0.05 * (1 + 0.05 * 2))
+    assert costly.next() < cheap.next()
