@@ -20,7 +20,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
     p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup) or a draft model id/folder")
     p.add_argument("--k", type=int, default=4, help="draft length (the starting length with --dynamic-k)")
-    p.add_argument("--dynamic-k", action="store_true", help="grow k after full acceptance, shrink after a rejection")
+    p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
     p.add_argument("--draft-confidence", type=float, default=0.0,
                    help="with --dynamic-k: stop a draft when the drafter's probability falls below this")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
