@@ -82,7 +82,7 @@ def headline_html(h: Headline) -> str:
         _card("α acceptance rate", f"{h.alpha:.2f}", "accepted draft tokens / drafted tokens", "alpha"),
         _card("τ tokens per step", f"{h.tau:.2f}",
               "tokens each target pass produced: accepted drafts plus the target's own token", "tau"),
-        _card("target calls saved", f"{h.calls_saved} / {h.base_calls}",
+        _card(f"target calls saved (of {h.base_calls})", f"{h.calls_saved}",
               "target forward passes the baseline needed beyond the speculative run's", "calls"),
         _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
         _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
