@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import noisy_copy, tiny_llama
-from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, SpecvizError, collect
+from specviz import DraftModel, GenerationConfig, LayerSkip, PromptLookup, Sampling, SpecvizError, collect
 from specviz import baseline_generate, speculative_generate
 from specviz.forward import forward, new_cache, rollback
 
@@ -22,6 +22,7 @@ def drafters(target):
         "draft-close": lambda: DraftModel(noisy_copy(target, 0.05)),
         "draft-far": lambda: DraftModel(tiny_llama(seed=7)),
         "draft-self": lambda: DraftModel(target),
+        "layer-skip": lambda: LayerSkip(target, [0]),
     }
 
 
@@ -38,7 +39,7 @@ def test_baseline_greedy_is_transformers_greedy(target, prompts, penalty):
         assert list(end.token_ids) == hf_greedy(target, prompt, 30, repetition_penalty=penalty)
 
 
-@pytest.mark.parametrize("name", ["none", "pld", "draft-close", "draft-far", "draft-self"])
+@pytest.mark.parametrize("name", ["none", "pld", "draft-close", "draft-far", "draft-self", "layer-skip"])
 @pytest.mark.parametrize("k,dynamic", [(1, False), (3, False), (8, False), (2, True)])
 def test_greedy_speculative_equals_greedy_baseline(target, prompts, drafters, name, k, dynamic):
     cfg = GenerationConfig(max_new_tokens=40, k=k, dynamic_k=dynamic, draft_confidence=0.2 if dynamic else 0.0)

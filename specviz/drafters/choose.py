@@ -14,6 +14,7 @@ from .prompt_lookup import PromptLookup
 
 NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
+LAYER_SKIP = "layerskip"  # "layerskip" (default subset) or "layerskip:0-9,14,20-29"
 
 
 def drafter_label(spec: str) -> str:
@@ -28,7 +29,8 @@ def drafter_label(spec: str) -> str:
 
 def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
                  progress: Callable[[str, float], None] | None = None) -> Drafter | None:
-    """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, else a draft model.
+    """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `layerskip[:layers]`
+    -> the target with layers skipped, else a draft model id or folder.
 
     A draft model is loaded on the target's device and dtype and must share its tokenizer.
     """
@@ -39,6 +41,8 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
         return None
     if s.lower() in PLD_NAMES:
         return PromptLookup()
+    if s.lower().startswith(LAYER_SKIP):
+        return _layer_skip(s, target)
     if not s:
         raise SpecvizError("no drafter given: use 'none', 'pld' or a draft model id/folder")
     draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
@@ -49,3 +53,11 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
 
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _layer_skip(spec: str, target) -> Drafter:
+    from .layer_skip import LayerSkip, decoder_layers, parse_layers
+
+    _, _, layers = spec.partition(":")
+    keep = parse_layers(layers, len(decoder_layers(target.model))) if layers.strip() else None
+    return LayerSkip(target.model, keep)

@@ -1,0 +1,108 @@
+"""Self-speculation: the target drafts for itself with some of its decoder layers skipped.
+
+No training and no second model: the drafter is a shallow view of the target that shares
+its embeddings, kept layers, final norm and LM head (Zhang et al. 2023, "Draft & Verify").
+It keeps a KV cache of its own for the kept layers, so it is a DraftModel in every other way.
+
+Works for decoders laid out as `model.<base>.layers` (Llama, Mistral, Qwen, Gemma, ...).
+Layer 0 is always kept: the cache measures its length on the first layer.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..errors import SpecvizError
+from ..forward import forward, new_cache
+from .draft_model import DraftModel
+
+
+def decoder_layers(model) -> nn.ModuleList:
+    base = getattr(model, model.base_model_prefix, None)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise SpecvizError(f"{type(model).__name__} has no `{model.base_model_prefix}.layers`: layer skipping is not supported")
+    return layers
+
+
+def skip_layers(model, keep: Sequence[int]):
+    """A view of `model` that runs only the decoder layers in `keep` (shares all weights)."""
+    layers = decoder_layers(model)
+    keep = sorted(set(keep))
+    if not keep or keep[0] != 0 or keep[-1] >= len(layers):
+        raise SpecvizError(f"layers to keep must include 0 and lie in 0..{len(layers) - 1}, got {keep}")
+    base = getattr(model, model.base_model_prefix)
+    view_base = copy.copy(base)
+    view_base._modules = dict(base._modules)  # new module table: the target is untouched
+    view_base.layers = nn.ModuleList([layers[i] for i in keep])
+    view = copy.copy(model)
+    view._modules = dict(model._modules)
+    setattr(view, model.base_model_prefix, view_base)
+    view.kept_layers = tuple(keep)
+    return view
+
+
+def default_layers(n: int) -> list[int]:
+    """Keep the first and last quarter, every other layer in between (about 60%)."""
+    edge = max(1, n // 4)
+    middle = range(edge, n - edge, 2)
+    return sorted({*range(edge), *middle, *range(n - edge, n)})
+
+
+def parse_layers(text: str, n: int) -> list[int]:
+    """'0-9,12,20-29' -> [0..9, 12, 20..29]."""
+    keep = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            keep.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SpecvizError(f"layer list {text!r} is not like '0-9,12,20-29'") from None
+    return keep
+
+
+class LayerSkip(DraftModel):
+    def __init__(self, target, keep: Sequence[int] | None = None):
+        n = len(decoder_layers(target))
+        keep = default_layers(n) if keep is None else keep
+        view = skip_layers(target, keep)
+        super().__init__(view, name=f"layer skip ({len(view.kept_layers)}/{n} layers)")
+
+
+@torch.inference_mode()
+def agreement(target, keep: Sequence[int], ids: torch.Tensor) -> float:
+    """How often the shallow view's argmax equals the full target's, teacher-forced on `ids`."""
+    full = forward(target, ids, new_cache(target)).argmax(-1)
+    view = skip_layers(target, keep)
+    return (forward(view, ids, new_cache(view)).argmax(-1) == full).float().mean().item()
+
+
+def subset_score(target, keep: Sequence[int], ids: torch.Tensor, k: int = 4) -> float:
+    """Predicted speedup of self-speculation with `keep`: E(k) / (k * c + 1), c = kept / total."""
+    from ..draft_length import expected_tokens
+
+    n = len(decoder_layers(target))
+    return expected_tokens(agreement(target, keep, ids), k) / (k * len(set(keep)) / n + 1)
+
+
+def choose_layers(target, ids: torch.Tensor, k: int = 4) -> tuple[list[int], float]:
+    """Pick layers to keep for self-speculation on sample text `ids` (target-generated is best).
+
+    One pass measures how much dropping each layer alone hurts agreement; layers are then
+    dropped in that order, and the subset with the best predicted speedup wins:
+    E(k) / (k * c + 1), with c = kept / total layers and E from the measured agreement.
+    """
+    n = len(decoder_layers(target))
+    harm = {i: agreement(target, [j for j in range(n) if j != i], ids) for i in range(1, n)}
+    order = sorted(harm, key=harm.get, reverse=True)  # least harmful first
+    best, best_score = list(range(n)), 0.0
+    keep = list(range(n))
+    for layer in order[: n - 2]:
+        keep.remove(layer)
+        score = subset_score(target, keep, ids, k)
+        if score > best_score:
+            best, best_score = list(keep), score
+    return best, best_score
