@@ -53,7 +53,7 @@ def app_policy(folders: dict[str, str], **overrides):
         targets=(("tiny target", folders["target"]),),
         drafters=(("none", NO_DRAFTER), ("prompt lookup", PROMPT_LOOKUP), ("tiny draft model", folders["draft"])),
         default_target=folders["target"], default_drafter=folders["draft"],
-        compare_drafters=(PROMPT_LOOKUP, folders["draft"]), max_new_tokens=64,
+        compare_drafters=(PROMPT_LOOKUP, folders["draft"]), max_new_tokens=400,
     )
     base.update(overrides)
     return Policy(**base)
