@@ -1,0 +1,8 @@
+"""The benchmark: `python -m specviz bench` (see command.py for the options).
+
+Layers: suite (prompts) -> runner (interleaved runs, measured costs) -> summary
+(medians, speedups, predictions) -> report / html (terminal, JSON, CSV, HTML).
+"""
+from .command import add_arguments, main
+
+__all__ = ["add_arguments", "main"]

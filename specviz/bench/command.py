@@ -1,0 +1,153 @@
+"""`python -m specviz bench`: options, loading, the run, the reports."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import sys
+
+from ..errors import SpecvizError
+from ..sampling import Sampling
+from . import suite as suites
+from .drafters import BUILTIN, make_drafters
+from .peers import PEERS
+from .runner import BenchConfig, run_benchmark
+
+QUICK = dict(limit=1, max_new_tokens=32)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", help="target model: 'default' (embedded SmolLM2-135M), "
+                   "a folder or a Hub id (default: %(default)s)")
+    p.add_argument("--drafters", default="pld", help=f"comma-separated: {', '.join(BUILTIN)}, or model "
+                   "ids/folders sharing the target's tokenizer (default: %(default)s)")
+    p.add_argument("--k", default="4", help="draft length, or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
+    p.add_argument("--dynamic-k", type=int, default=0, metavar="START",
+                   help="also run each drafter with dynamic k starting at START (0 = off)")
+    p.add_argument("--peers", default="", help=f"comma-separated transformers peers: {', '.join(PEERS)}")
+    p.add_argument("--suite", default="default", help="built-in suite name or a JSONL path (default: %(default)s)")
+    p.add_argument("--category", action="append", help="only this category (repeat or comma-separate)")
+    p.add_argument("--limit", type=int, help="at most this many prompts per category")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="(default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved repeats per prompt; medians are "
+                   "reported (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 1 prompt per category, 32 new tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (default: auto)")
+    p.add_argument("--dtype", default=None, help="auto, fp32, bf16, fp16 (default: auto)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--json", metavar="PATH", help="write the full record as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write the summary rows as CSV")
+    p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def split(value: str | list | None) -> list[str]:
+    items = value if isinstance(value, list) else [value or ""]
+    return [x.strip() for item in items for x in (item or "").split(",") if x.strip()]
+
+
+def parse_ks(value: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(dict.fromkeys(int(x) for x in split(value)))
+    except ValueError:
+        raise SpecvizError(f"--k takes integers, e.g. 4 or 2,4,8; got {value!r}") from None
+    if not ks or min(ks) < 1:
+        raise SpecvizError(f"--k values must be >= 1; got {value!r}")
+    return ks
+
+
+def bench_config(args) -> BenchConfig:
+    for name in ("repeats", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1")
+    sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed).validate()
+    return BenchConfig(max_new_tokens=args.max_new_tokens, ks=parse_ks(args.k), dynamic_k=max(0, args.dynamic_k),
+                       sampling=sampling, repeats=args.repeats)
+
+
+def command_line() -> str:
+    """How this run was started, for the reports (so anyone can run it again)."""
+    argv = sys.argv[1:]
+    if argv[:1] == ["bench"]:
+        argv = argv[1:]
+    return "python -m specviz bench " + " ".join(shlex.quote(a) for a in argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..models import check_same_vocab, load
+    from . import html, report
+
+    if args.quick:
+        args.limit = args.limit or QUICK["limit"]
+        args.max_new_tokens = min(args.max_new_tokens, QUICK["max_new_tokens"])
+    drafter_names, peer_names = split(args.drafters), split(args.peers)
+    if not drafter_names and not peer_names:
+        raise SpecvizError("nothing to compare: give --drafters and/or --peers")
+    cfg = bench_config(args)  # options are checked before minutes of loading
+    prompts = suites.select(suites.load_suite(args.suite), split(args.category), args.limit)
+
+    target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
+    cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
+
+    def load_drafter(name):
+        d = load(name, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
+        check_same_vocab(target, d)
+        return d.model
+
+    drafters = make_drafters(drafter_names, target.model, load_drafter)
+    encoded = [(p, suites.encode(target.tokenizer, p)) for p in prompts]
+
+    load_before = report.load_average()
+    bar = _Progress(args.no_progress)
+    try:
+        result = run_benchmark(target.model, drafters, encoded, cfg, peer_names,
+                               progress=bar.step, total=bar.start)
+    finally:
+        bar.close()
+
+    from .summary import summarise
+
+    config = {
+        "command": command_line(),
+        "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
+        "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
+        "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
+        "prompt_tokens": result.prompt_tokens,
+    }
+    env = report.environment(target.device, target.dtype, load_before)
+    doc = report.document(result, summarise(result), config, env)
+    report.print_report(doc)
+    if args.json:
+        report.write_json(doc, args.json)
+    if args.csv:
+        report.write_csv(doc, args.csv)
+    if args.html:
+        html.write_html(doc, args.html)
+    for path in filter(None, (args.json, args.csv, args.html)):
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+class _Progress:
+    """A tqdm bar on stderr (hidden when stderr is not a terminal or when asked)."""
+
+    def __init__(self, disabled: bool):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=0, unit="run", file=sys.stderr, disable=True if disabled else None,
+                        dynamic_ncols=True, desc="bench")
+
+    def start(self, total: int) -> None:
+        self.bar.reset(total=total)
+
+    def step(self, label: str) -> None:
+        self.bar.set_postfix_str(label[:40], refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,128 @@
+"""The benchmark's arithmetic, as pure functions of counts and times.
+
+Units: every cost is relative to one target forward over a single new token (a plain
+decoding step), measured in the same process on the same cache state.
+
+- alpha (acceptance rate) = accepted draft tokens / drafted tokens.
+- tau (mean accepted length) = tokens emitted / speculative steps (each step emits the
+  accepted drafts plus the target's own token, so tau >= 1).
+- c (cost ratio) = drafting time per drafted token / one target forward.
+- v(n) (verify cost ratio) = target forward over n tokens / over 1 token.
+
+Leviathan et al. (2023, eq. 1 with the verify cost made explicit): drafting k tokens
+that are each accepted with probability alpha, independently, gives
+
+    predicted = (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v(k+1)))
+
+Real drafts are neither always k long (prompt lookup often finds nothing) nor independent
+(a copied span is accepted whole), so the benchmark also evaluates the same cost model
+on the steps that actually happened:
+
+    predicted_steps = tau / mean over steps of (c * n_i + v(n_i + 1))
+
+where n_i is step i's draft length. With fixed k and independent acceptance the two are
+equal in expectation; engine efficiency = measured decode speedup / predicted_steps, so
+it is 1 when the engine costs nothing beyond its drafter and its target forwards.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Iterable, Mapping
+
+
+def acceptance_rate(accepted: int, drafted: int) -> float:
+    """alpha: the share of drafted tokens the target kept (0 when nothing was drafted)."""
+    return accepted / drafted if drafted else 0.0
+
+
+def mean_accepted_length(tokens: int, steps: int) -> float:
+    """tau: tokens emitted per target verification step."""
+    return tokens / steps if steps else 0.0
+
+
+def position_counts(steps: Iterable[tuple[int, int]], k: int) -> tuple[list[int], list[int]]:
+    """(reached, kept) per draft position from (draft length, accepted) pairs.
+
+    Position i is reached when a step drafted more than i tokens and kept all i before it;
+    it is kept when the step accepted more than i.
+    """
+    reached, kept = [0] * k, [0] * k
+    for n_draft, n_accepted in steps:
+        for i in range(min(n_draft, n_accepted + 1, k)):
+            reached[i] += 1
+            kept[i] += i < n_accepted
+    return reached, kept
+
+
+def position_acceptance(reached: list[int], kept: list[int]) -> list[float | None]:
+    """P(draft token i is accepted | tokens before it were), None where never reached."""
+    return [kp / r if r else None for r, kp in zip(reached, kept)]
+
+
+def leviathan_speedup(alpha: float, k: int, c: float, v: float) -> float:
+    """Closed-form expected speedup of k-token drafts with i.i.d. acceptance alpha.
+
+    (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v)); v is the verify cost ratio of k+1 tokens.
+    """
+    tokens_per_step = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens_per_step / (k * c + v)
+
+
+def predicted_cost(draft_lengths: Mapping[int, int], c: float, verify_ratio: Mapping[int, float]) -> float:
+    """Cost of the observed steps in target forwards: sum over steps of c * n + v(n + 1).
+
+    draft_lengths: {n: how many steps drafted n tokens}; verify_ratio: {n: v(n)} for every
+    n + 1 that occurs.
+    """
+    return sum(count * (c * n + verify_ratio[n + 1]) for n, count in draft_lengths.items())
+
+
+def step_model_speedup(tokens: int, draft_lengths: Mapping[int, int], c: float,
+                       verify_ratio: Mapping[int, float]) -> float:
+    """The Leviathan cost model evaluated on the observed steps: tokens / predicted_cost.
+
+    A plain decoding step costs 1 (one target forward) per token, so this is the speedup.
+    """
+    cost = predicted_cost(draft_lengths, c, verify_ratio)
+    return tokens / cost if cost > 0 else 0.0
+
+
+def cost_ratio(draft_time: float, drafted: int, target_step: float) -> float:
+    """c: seconds drafting per drafted token, in units of one target forward."""
+    return draft_time / drafted / target_step if drafted and target_step > 0 else 0.0
+
+
+def verify_ratios(times: Mapping[int, float]) -> dict[int, float]:
+    """v(n) = time of a target forward over n tokens / over 1 token."""
+    one = times[1]
+    return {n: t / one for n, t in sorted(times.items())}
+
+
+def per_token_time(seconds: float, tokens: int) -> float:
+    return seconds / tokens if tokens else float("inf")
+
+
+def speedup(base_seconds: float, base_tokens: int, seconds: float, tokens: int) -> float:
+    """How many times faster per token a run is than the baseline."""
+    t = per_token_time(seconds, tokens)
+    return per_token_time(base_seconds, base_tokens) / t if t > 0 else 0.0
+
+
+def efficiency(measured: float, predicted: float) -> float | None:
+    """Measured speedup / predicted speedup (None when nothing was predicted)."""
+    return measured / predicted if predicted > 0 else None
+
+
+def median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else 0.0
+
+
+def common_prefix(a: Iterable[int], b: Iterable[int]) -> int:
+    """How many leading tokens two outputs share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

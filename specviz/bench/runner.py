@@ -1,0 +1,237 @@
+"""Running the benchmark: every arm on every prompt, interleaved, with its costs measured.
+
+An arm is one way of generating: the plain baseline, specviz with a drafter at some k, or
+a transformers peer. For each prompt the arms run round-robin, repeat after repeat
+(A B C A B C ...), so slow drift of the machine (heat, other processes) hits every arm
+alike. Before the first prompt each arm runs once briefly, unrecorded, to warm up.
+
+Cost ratios are measured on the spot: right before each prompt's runs, target forwards
+over 1..k+1 new tokens on that prompt's cache state (timing.forward_costs); and during
+every run, the seconds inside the target's and the draft model's forwards
+(timing.ForwardClock).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from ..engine import GenerationConfig, baseline_generate, speculative_generate
+from ..errors import SpecvizError
+from ..events import RunEnd, StepEvent
+from ..sampling import Sampling
+from . import peers
+from .drafters import BenchDrafter
+from .suite import BenchPrompt
+from .timing import ForwardClock, forward_costs
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str  # unique: "baseline", "pld k=4", "pld dynamic k=4", "hf-pld k=4"
+    engine: str  # "baseline", "specviz" or a peer name ("hf", "hf-pld", "hf-assisted")
+    drafter: str | None = None  # the drafter's name, for specviz and hf-assisted arms
+    k: int | None = None
+    dynamic: bool = False
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    max_new_tokens: int = 128
+    ks: tuple[int, ...] = (4,)
+    dynamic_k: int = 0  # > 0: also run each drafter with dynamic k starting here
+    sampling: Sampling = field(default_factory=Sampling)
+    repeats: int = 1
+    eos_token_ids: tuple[int, ...] = ()
+    warmup: bool = True
+    cost_repeats: int = 3  # timed forwards per size when measuring verify cost ratios
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling.greedy
+
+
+@dataclass
+class RunRecord:
+    """One generation: one prompt, one arm, one repeat."""
+
+    prompt_id: str
+    category: str
+    arm: str
+    repeat: int
+    token_ids: list[int]
+    elapsed: float  # seconds, prefill included
+    prefill: float = 0.0  # seconds before the first decode step (peers: their first target forward)
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_time: float = 0.0  # decode-phase seconds drafting (the engine's own clock)
+    verify_time: float = 0.0  # decode-phase seconds verifying and committing
+    target_forward: float = 0.0  # decode-phase seconds inside target forwards
+    draft_forward: float = 0.0  # decode-phase seconds inside draft-model forwards
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # {n drafted: steps}
+    step_outcomes: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per step
+    stop_reason: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def decode_time(self) -> float:
+        return self.elapsed - self.prefill
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    arms: list[Arm]
+    prompts: list[BenchPrompt]
+    prompt_tokens: dict[str, int]  # prompt id -> prompt length in tokens
+    forward_seconds: dict[str, dict[int, float]]  # prompt id -> {n new tokens: seconds of one forward}
+    records: list[RunRecord]
+
+
+def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: list[str]) -> list[Arm]:
+    """The baseline first, then each drafter at each k (and dynamic k), then the peers."""
+    arms = [Arm(BASELINE, "baseline")]
+    for d in drafters:
+        if d.drafter is None:  # "none": k is irrelevant
+            arms.append(Arm("none", "specviz", d.name, 1))
+            continue
+        arms += [Arm(f"{d.name} k={k}", "specviz", d.name, k) for k in config.ks]
+        if config.dynamic_k:
+            arms.append(Arm(f"{d.name} dynamic k={config.dynamic_k}", "specviz", d.name, config.dynamic_k, True))
+    model_drafters = [d for d in drafters if d.model is not None]
+    for peer in peer_names:
+        if peer not in peers.PEERS:
+            raise SpecvizError(f"unknown peer {peer!r}: choose from {', '.join(peers.PEERS)}")
+        if peer == "hf":
+            arms.append(Arm("hf", "hf"))
+            continue
+        if peer == "hf-assisted" and not model_drafters:
+            raise SpecvizError("hf-assisted needs a draft model: add a model id, folder or tiny-random to --drafters")
+        owners = model_drafters if peer == "hf-assisted" else [None]
+        for d in owners:
+            name = f"{peer}:{d.name}" if d is not None and len(owners) > 1 else peer
+            arms += [Arm(f"{name} k={k}", peer, d and d.name, k) for k in config.ks]
+            if config.dynamic_k:
+                arms.append(Arm(f"{name} dynamic k={config.dynamic_k}", peer, d and d.name, config.dynamic_k, True))
+    return arms
+
+
+def schedule(arms: list, repeats: int) -> list[tuple[int, object]]:
+    """Round-robin order: every arm once per repeat, in the same order (A B A B ...)."""
+    return [(r, arm) for r in range(repeats) for arm in arms]
+
+
+def max_draft(arms: list[Arm]) -> int:
+    """The longest draft any arm can propose (dynamic k grows to twice its start)."""
+    return max([(2 * a.k if a.dynamic else a.k) for a in arms if a.k] or [0])
+
+
+class Runner:
+    def __init__(self, target, drafters: list[BenchDrafter], config: BenchConfig, arms: list[Arm]):
+        self.target, self.cfg, self.arms = target, config, arms
+        self.drafters = {d.name: d for d in drafters}
+        self.target_clock = ForwardClock(target)
+        self.draft_clocks = {d.name: ForwardClock(d.model) for d in drafters if d.model is not None}
+
+    def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
+        s = self.cfg.sampling
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
+            sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
+        )
+
+    def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
+            max_new_tokens: int | None = None) -> RunRecord:
+        if arm.engine in peers.PEERS:
+            return self._run_peer(prompt, ids, arm, repeat, max_new_tokens)
+        cfg = self.generation_config(arm, repeat, max_new_tokens)
+        drafter = self.drafters[arm.drafter] if arm.engine == "specviz" else None
+        draft_clock = self.draft_clocks.get(arm.drafter) if drafter else None
+        if arm.engine == "baseline":
+            events = baseline_generate(self.target, ids, cfg)
+        else:
+            events = speculative_generate(self.target, drafter.drafter, ids, cfg)
+        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, [], 0.0)
+        lengths = Counter()
+        with self.target_clock, (draft_clock or contextlib.nullcontext()):
+            self.target_clock.reset()
+            if draft_clock:
+                draft_clock.reset()
+            for ev in events:
+                if isinstance(ev, StepEvent):
+                    lengths[len(ev.draft)] += 1
+                    rec.step_outcomes.append((len(ev.draft), ev.accepted))
+                elif isinstance(ev, RunEnd):
+                    end = ev
+        stats = end.stats
+        # The first forward of each model is its prefill (when the prompt has > 1 token).
+        prefilled = len(ids) > 1
+        rec.target_forward = self.target_clock.seconds - (self.target_clock.first if prefilled else 0.0)
+        if draft_clock:
+            rec.draft_forward = draft_clock.seconds - (draft_clock.first if prefilled else 0.0)
+        rec.token_ids = list(end.token_ids)
+        rec.elapsed, rec.prefill = stats.elapsed, stats.prefill_time
+        rec.steps, rec.drafted, rec.accepted = stats.steps, stats.drafted, stats.accepted
+        rec.draft_time, rec.verify_time = stats.draft_time, stats.verify_time
+        rec.draft_lengths, rec.stop_reason = dict(lengths), stats.stop_reason
+        return rec
+
+    def _run_peer(self, prompt, ids, arm, repeat, max_new_tokens) -> RunRecord:
+        assistant = self.drafters[arm.drafter].model if arm.engine == "hf-assisted" else None
+        kwargs = peers.generate_kwargs(arm.engine, arm.k, arm.dynamic, self.cfg.sampling,
+                                       max_new_tokens or self.cfg.max_new_tokens, self.cfg.eos_token_ids, assistant)
+        clock = self.target_clock
+        draft_clock = self.draft_clocks.get(arm.drafter) if assistant is not None else None
+        with clock, (draft_clock or contextlib.nullcontext()):
+            clock.reset()
+            if draft_clock:
+                draft_clock.reset()
+            token_ids, seconds = peers.run_peer(self.target, ids, kwargs, self.cfg.sampling.seed + repeat)
+        # generate()'s first target forward is its prefill; its set-up counts as decoding.
+        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, token_ids, seconds, prefill=clock.first)
+        rec.target_forward = clock.seconds - clock.first
+        if draft_clock:  # the assistant's prefill is inside its first call too
+            rec.draft_forward = draft_clock.seconds - draft_clock.first
+        rec.steps = clock.calls - 1
+        rec.stop_reason = "eos" if token_ids and token_ids[-1] in self.cfg.eos_token_ids else "max_new_tokens"
+        return rec
+
+
+def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[BenchPrompt, list[int]]],
+                  config: BenchConfig, peer_names: list[str] = (),
+                  progress: Callable[[str], None] | None = None, total: Callable[[int], None] | None = None,
+                  ) -> BenchResult:
+    """Run every arm on every prompt; `progress(label)` is called after each unit of work."""
+    if not prompts:
+        raise SpecvizError("no prompts to run")
+    arms = plan_arms(drafters, config, list(peer_names))
+    runner = Runner(target, drafters, config, arms)
+    order = schedule(arms, config.repeats)
+    if total:
+        total(len(prompts) * (len(order) + 1) + (len(arms) if config.warmup else 0))
+    tick = progress or (lambda label: None)
+
+    if config.warmup:
+        first, ids = prompts[0]
+        for arm in arms:
+            runner.run(first, ids, arm, 0, max_new_tokens=min(8, config.max_new_tokens))
+            tick(f"warm-up {arm.label}")
+
+    sizes = range(1, max_draft(arms) + 2)
+    forward_seconds, records = {}, []
+    for prompt, ids in prompts:
+        # Costs on this prompt's own cache state, just before its runs (same machine state).
+        forward_seconds[prompt.id] = forward_costs(target, ids, sizes, config.cost_repeats)
+        tick(f"{prompt.id} forward costs")
+        for repeat, arm in order:
+            records.append(runner.run(prompt, ids, arm, repeat))
+            tick(f"{prompt.id} {arm.label}")
+    return BenchResult(config, arms, [p for p, _ in prompts], {p.id: len(ids) for p, ids in prompts},
+                       forward_seconds, records)

@@ -1,0 +1,302 @@
+"""The benchmark: its arithmetic against hand-computed values, its run order, its suite
+files and its outputs, on tiny in-process models."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import types
+
+import pytest
+import torch
+
+from conftest import noisy_copy
+from specviz.bench import add_arguments, main
+from specviz.bench import metrics as m
+from specviz.bench import report, suite
+from specviz.bench.drafters import BenchDrafter, make_drafters
+from specviz.bench.html import write_html
+from specviz.bench.runner import BenchConfig, plan_arms, run_benchmark, schedule
+from specviz.bench.summary import summarise
+from specviz.drafters import DraftModel
+from specviz.errors import SpecvizError
+
+
+# ------------------------------------------------------------------ the arithmetic
+
+def test_alpha_and_tau_are_plain_ratios():
+    assert m.acceptance_rate(accepted=6, drafted=8) == 0.75
+    assert m.acceptance_rate(0, 0) == 0.0
+    assert m.mean_accepted_length(tokens=30, steps=12) == 2.5
+
+
+def test_position_acceptance_is_conditional_on_the_tokens_before():
+    # (drafted, accepted) per step, k = 3
+    steps = [(3, 3), (3, 1), (3, 0), (2, 2), (0, 0)]
+    reached, kept = m.position_counts(steps, k=3)
+    # position 0: reached by the 4 steps that drafted; kept by 3 of them
+    # position 1: reached where position 0 was kept and a 2nd token was drafted: steps 1, 2, 4
+    # position 2: reached by step 1 only (step 4 drafted 2 tokens, step 2 stopped at 1)
+    assert reached == [4, 3, 1]
+    assert kept == [3, 2, 1]
+    assert m.position_acceptance(reached, kept) == [0.75, 2 / 3, 1.0]
+    assert m.position_acceptance([0], [0]) == [None]
+
+
+def test_leviathan_closed_form_against_hand_computed_values():
+    # alpha 0.5, k 4: expected tokens per step (1 - 0.5^5) / 0.5 = 1.9375;
+    # cost per step k*c + v = 4 * 0.1 + 1.5 = 1.9
+    assert m.leviathan_speedup(0.5, 4, 0.1, 1.5) == pytest.approx(1.9375 / 1.9)
+    # alpha 0.8, k 2, free drafts, free verify beyond one token: 1 + 0.8 + 0.64
+    assert m.leviathan_speedup(0.8, 2, 0.0, 1.0) == pytest.approx(2.44)
+    # every draft accepted: k + 1 tokens per step
+    assert m.leviathan_speedup(1.0, 3, 0.05, 1.2) == pytest.approx(4 / 1.35)
+    # nothing accepted: one token per step at the cost of drafting and verifying
+    assert m.leviathan_speedup(0.0, 4, 0.1, 1.5) == pytest.approx(1 / 1.9)
+
+
+def test_step_model_matches_hand_computed_cost():
+    # 2 steps drafted nothing (cost v(1) = 1 each), 2 drafted 4 (cost 4*0.1 + v(5) = 2.4):
+    # 10 tokens for 6.8 target-forward-equivalents
+    v = {1: 1.0, 5: 2.0}
+    assert m.predicted_cost({0: 2, 4: 2}, 0.1, v) == pytest.approx(6.8)
+    assert m.step_model_speedup(10, {0: 2, 4: 2}, 0.1, v) == pytest.approx(10 / 6.8)
+
+
+def test_step_model_equals_closed_form_for_fixed_k_and_expected_tokens():
+    alpha, k, c, v = 0.6, 4, 0.05, 1.7
+    tau = (1 - alpha ** (k + 1)) / (1 - alpha)
+    steps = 1000
+    got = m.step_model_speedup(tau * steps, {k: steps}, c, {k + 1: v})
+    assert got == pytest.approx(m.leviathan_speedup(alpha, k, c, v))
+
+
+def test_costs_speedup_and_efficiency():
+    assert m.verify_ratios({1: 0.05, 2: 0.055, 5: 0.08}) == pytest.approx({1: 1.0, 2: 1.1, 5: 1.6})
+    assert m.cost_ratio(draft_time=0.6, drafted=40, target_step=0.05) == pytest.approx(0.3)
+    assert m.cost_ratio(0.0, 0, 0.05) == 0.0
+    # baseline 100 tokens in 5 s, speculative 120 tokens in 2 s: 0.05 vs 1/60 s per token
+    assert m.speedup(5.0, 100, 2.0, 120) == pytest.approx(3.0)
+    assert m.efficiency(2.7, 3.0) == pytest.approx(0.9)
+    assert m.efficiency(1.0, 0.0) is None
+    assert m.common_prefix([1, 2, 3, 4], [1, 2, 9]) == 2
+    assert m.common_prefix([1, 2], [1, 2, 3]) == 2
+    assert m.median([3.0, 1.0, 2.0, 10.0]) == 2.5
+
+
+# ------------------------------------------------------------------ the run order
+
+def test_schedule_interleaves_arms_round_robin():
+    assert schedule(["A", "B"], 3) == [(0, "A"), (0, "B"), (1, "A"), (1, "B"), (2, "A"), (2, "B")]
+
+
+def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
+    drafters = [BenchDrafter("none", None), BenchDrafter("pld", object()),
+                BenchDrafter("small", object(), model=object())]
+    cfg = BenchConfig(ks=(2, 4), dynamic_k=3)
+    labels = [a.label for a in plan_arms(drafters, cfg, ["hf", "hf-pld", "hf-assisted"])]
+    assert labels == [
+        "baseline", "none", "pld k=2", "pld k=4", "pld dynamic k=3", "small k=2", "small k=4",
+        "small dynamic k=3", "hf", "hf-pld k=2", "hf-pld k=4", "hf-pld dynamic k=3",
+        "hf-assisted k=2", "hf-assisted k=4", "hf-assisted dynamic k=3",
+    ]
+    with pytest.raises(SpecvizError, match="hf-assisted needs a draft model"):
+        plan_arms(drafters[:2], cfg, ["hf-assisted"])
+    with pytest.raises(SpecvizError, match="unknown peer"):
+        plan_arms(drafters, cfg, ["vllm"])
+
+
+def test_runs_alternate_between_baseline_and_drafter(target, prompts):
+    encoded = [(suite.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:3])]
+    cfg = BenchConfig(max_new_tokens=4, repeats=2, warmup=False, cost_repeats=1)
+    result = run_benchmark(target, make_drafters(["pld"], target), encoded, cfg)
+    order = [(r.prompt_id, r.arm, r.repeat) for r in result.records]
+    assert order == [
+        ("p0", "baseline", 0), ("p0", "pld k=4", 0), ("p0", "baseline", 1), ("p0", "pld k=4", 1),
+        ("p1", "baseline", 0), ("p1", "pld k=4", 0), ("p1", "baseline", 1), ("p1", "pld k=4", 1),
+    ]
+
+
+# ------------------------------------------------------------------ prompt suites
+
+def test_builtin_suite_covers_every_category():
+    prompts = suite.load_suite("default")
+    counts = {}
+    for p in prompts:
+        counts[p.category] = counts.get(p.category, 0) + 1
+    assert set(counts) == {"chat", "translation", "summarization", "qa", "math", "rag", "code"}
+    assert min(counts.values()) >= 5
+    assert all(len(p.messages) >= 3 for p in prompts if p.category == "chat")  # multi-turn
+    assert all("```" in p.text for p in prompts if p.category == "code")  # code to rewrite
+
+
+def test_select_by_category_and_limit():
+    prompts = suite.load_suite("default")
+    chosen = suite.select(prompts, ["code", "rag"], limit=2)
+    assert [p.category for p in chosen] == ["rag", "rag", "code", "code"]
+    with pytest.raises(SpecvizError, match="no category poetry"):
+        suite.select(prompts, ["poetry"])
+
+
+def _write(tmp_path, lines):
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_user_suite_loads(tmp_path):
+    path = _write(tmp_path, [
+        '{"id": "a", "category": "qa", "prompt": "Why?"}',
+        "",
+        '{"id": "b", "category": "chat", "turns": [{"role": "user", "content": "Hi"}, '
+        '{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]}',
+        '{"id": "c", "category": "raw", "prompt": "Once upon", "chat": false}',
+    ])
+    a, b, c = suite.load_suite(path)
+    assert a.messages == (("user", "Why?"),) and a.chat
+    assert b.text == "Again" and len(b.messages) == 3
+    assert not c.chat
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": "a", "category": "qa", "prompt": "x"', "line 1: not valid JSON"),
+    ('["a", "qa"]', "line 1: expected a JSON object"),
+    ('{"category": "qa", "prompt": "x"}', "line 1: 'id' must be a non-empty string"),
+    ('{"id": "a", "category": "qa"}', "line 1: give exactly one of 'prompt'"),
+    ('{"id": "a", "category": "qa", "prompt": "x", "turns": []}', "give exactly one of"),
+    ('{"id": "a", "category": "qa", "prompt": ""}', "'prompt' must be a non-empty string"),
+    ('{"id": "a", "category": "qa", "prompt": "x", "chat": "yes"}', "'chat' must be true or false"),
+    ('{"id": "a", "category": "c", "turns": [{"role": "user", "content": "x"}, '
+     '{"role": "assistant", "content": "y"}]}', "the last turn must be the user's"),
+    ('{"id": "a", "category": "c", "turns": [{"role": "robot", "content": "x"}]}', "turn 0 must be"),
+])
+def test_bad_user_suite_says_where_and_what(tmp_path, line, message):
+    with pytest.raises(SpecvizError, match=message):
+        suite.load_suite(_write(tmp_path, [line]))
+
+
+def test_duplicate_ids_and_missing_files_are_reported(tmp_path):
+    line = '{"id": "a", "category": "qa", "prompt": "x"}'
+    with pytest.raises(SpecvizError, match="line 2: id 'a' appears twice"):
+        suite.load_suite(_write(tmp_path, [line, line]))
+    with pytest.raises(SpecvizError, match="no prompt suite"):
+        suite.load_suite(str(tmp_path / "absent.jsonl"))
+
+
+class CharTokenizer:
+    """Character-level stand-in for a tokenizer: id = code point mod 96."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return types.SimpleNamespace(input_ids=[ord(ch) % 96 for ch in text])
+
+
+def test_encode_without_chat_template_uses_raw_text():
+    p = suite.BenchPrompt("a", "qa", (("user", "hey"),))
+    assert suite.encode(CharTokenizer(), p) == [ord("h") % 96, ord("e") % 96, ord("y") % 96]
+    convo = suite.BenchPrompt("b", "chat", (("user", "a"), ("assistant", "b"), ("user", "c")))
+    with pytest.raises(SpecvizError, match="no chat template"):
+        suite.encode(CharTokenizer(), convo)
+
+
+# ------------------------------------------------------------------ end to end
+
+@pytest.fixture(scope="module")
+def tiny_result(target):
+    g = torch.Generator().manual_seed(7)
+    phrase = torch.randint(0, 96, (12,), generator=g).tolist()
+    encoded = [
+        (suite.BenchPrompt("copy", "code", (("user", "x"),)), phrase * 3),
+        (suite.BenchPrompt("free", "qa", (("user", "y"),)), torch.randint(0, 96, (9,), generator=g).tolist()),
+    ]
+    drafters = make_drafters(["none", "pld"], target)
+    noisy = noisy_copy(target, 0.3)
+    drafters.append(BenchDrafter("noisy", DraftModel(noisy), noisy))
+    cfg = BenchConfig(max_new_tokens=10, ks=(2, 3), repeats=2, eos_token_ids=(5,), cost_repeats=1)
+    result = run_benchmark(target, drafters, encoded, cfg, ["hf", "hf-pld", "hf-assisted"])
+    config = {"target": "tiny", "suite": "inline", "greedy": True, "max_new_tokens": 10, "repeats": 2,
+              "sampling": {"temperature": 0.0}, "command": "pytest"}
+    return result, report.document(result, summarise(result), config, report.environment("cpu", torch.float32))
+
+
+def test_greedy_speculative_output_is_identical_to_the_baseline(tiny_result):
+    _, doc = tiny_result
+    for row in doc["summary"]:
+        if row["engine"] == "specviz":
+            assert row["identical"] == row["prompts"], row["arm"]
+        if row["engine"].startswith("hf"):  # transformers' own greedy agrees where both wrote
+            assert row["agree_on_common_prefix"] == row["prompts"], row["arm"]
+
+
+def test_json_document_schema(tiny_result, tmp_path):
+    result, doc = tiny_result
+    path = tmp_path / "bench.json"
+    report.write_json(doc, str(path))
+    loaded = json.loads(path.read_text())
+    assert loaded["schema"] == "specviz.bench/1"
+    assert {"created", "environment", "config", "summary", "prompts", "phases", "costs", "drift", "runs"} <= set(loaded)
+    arms = [a.label for a in result.arms]
+    assert [p["arm"] for p in loaded["phases"]] == arms
+    for row in loaded["summary"]:
+        assert set(row) == set(report.SUMMARY_FIELDS)
+        assert row["category"] in {"code", "qa", "all"}
+        assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+    base = [r for r in loaded["summary"] if r["arm"] == "baseline"]
+    assert all(r["speedup"] == pytest.approx(1.0) for r in base)
+    pld = next(r for r in loaded["summary"] if r["arm"] == "pld k=3" and r["category"] == "code")
+    assert 0 <= pld["alpha"] <= 1 and pld["tau"] >= 1 and len(pld["position_acceptance"]) == 3
+    assert pld["predicted"] > 0 and pld["efficiency"] == pytest.approx(pld["decode_speedup"] / pld["predicted"])
+    assert pld["v"] == pytest.approx(loaded["costs"]["code"]["verify_ratio"]["4"])
+    for prompt in loaded["prompts"]:
+        if prompt["arm"] != "baseline":
+            assert isinstance(prompt["identical_to_baseline"], bool)
+    assert len(loaded["runs"]) == len(arms) * 2 * 2  # arms x prompts x repeats
+    assert loaded["costs"]["code"]["verify_ratio"]["1"] == 1.0
+    assert sorted(int(n) for n in loaded["costs"]["qa"]["forward_ms"]) == [1, 2, 3, 4]
+
+
+def test_csv_and_html_outputs(tiny_result, tmp_path):
+    _, doc = tiny_result
+    report.write_csv(doc, str(tmp_path / "bench.csv"))
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    assert len(rows) == len(doc["summary"]) and rows[0]["arm"] == "baseline"
+    write_html(doc, str(tmp_path / "bench.html"))
+    page = (tmp_path / "bench.html").read_text()
+    assert "Plotly.newPlot" in page and "<script src=\"http" not in page  # plotly.js inlined
+    assert "pld k=2" in page
+
+
+def test_terminal_report_lists_every_arm(tiny_result, capsys):
+    _, doc = tiny_result
+    report.print_report(doc)
+    out = capsys.readouterr().out
+    for arm in ("baseline", "pld k=2", "noisy k=3", "hf-pld k=2", "hf-assisted k=3"):
+        assert arm in out
+    assert "Where a decode step's time goes" in out
+
+
+def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkeypatch):
+    loaded = types.SimpleNamespace(model=target, tokenizer=CharTokenizer(), eos_token_ids=(),
+                                   device=torch.device("cpu"), dtype=torch.float32)
+    monkeypatch.setattr("specviz.models.load", lambda *a, **kw: loaded)
+    path = _write(tmp_path, ['{"id": "a", "category": "qa", "prompt": "abcabcabcabc", "chat": false}'])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "out"
+    args = parser.parse_args(["--suite", path, "--k", "2,3", "--max-new-tokens", "6", "--no-progress",
+                              "--json", f"{out}.json", "--csv", f"{out}.csv", "--html", f"{out}.html"])
+    assert main(args) == 0
+    doc = json.loads(open(f"{out}.json").read())
+    assert [r["arm"] for r in doc["summary"] if r["category"] == "all"] == ["baseline", "pld k=2", "pld k=3"]
+    assert doc["config"]["ks"] == [2, 3]
+    assert (tmp_path / "out.csv").exists() and (tmp_path / "out.html").exists()
+
+
+def test_bad_options_are_clear_errors(target, monkeypatch):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SpecvizError, match="--k takes integers"):
+        main(parser.parse_args(["--k", "four", "--no-progress"]))
+    with pytest.raises(SpecvizError, match="no prompt suite"):
+        main(parser.parse_args(["--suite", "nope", "--no-progress"]))
