@@ -1,14 +1,21 @@
 """specviz: see speculative decoding happen, step by step, exactly.
 
 Layers, one direction: models -> drafters -> engine -> events -> render -> UI.
+Names are imported lazily, so `specviz.events` or `specviz.render` load without torch.
 """
-from .drafters import Draft, Drafter, DraftModel, LayerSkip, PromptLookup
-from .engine import GenerationConfig, baseline_generate, collect, speculative_generate
-from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent
-from .sampling import Sampling
+from importlib import import_module
 
-__all__ = [
-    "Draft", "Drafter", "DraftModel", "LayerSkip", "PromptLookup", "GenerationConfig", "Sampling", "SpecvizError",
-    "RunEnd", "RunStats", "StepEvent", "TokenEvent", "baseline_generate", "collect", "speculative_generate",
-]
+_HOMES = {
+    "Draft": "drafters", "Drafter": "drafters", "DraftModel": "drafters", "LayerSkip": "drafters",
+    "PromptLookup": "drafters", "GenerationConfig": "engine", "baseline_generate": "engine",
+    "collect": "engine", "speculative_generate": "engine", "SpecvizError": "errors",
+    "RunEnd": "events", "RunStats": "events", "StepEvent": "events", "TokenEvent": "events",
+    "Sampling": "sampling",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module 'specviz' has no attribute {name!r}")

@@ -170,10 +170,10 @@ def speculative_generate(
             top_v, top_i = torch.topk(p[n], min(cfg.top, run.vocab)) if cfg.top else (a.new_zeros(0), a.new_zeros(0))
 
             # 3. One host synchronisation: everything the step reports, in one transfer.
-            parts = [n.view(1), token.view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
+            parts = [n.view(1), token.view(1), p[n, token].view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
             flat = torch.cat([t.double().view(-1) for t in parts]).tolist()
-            n, token = int(flat[0]), int(flat[1])
-            o = 2
+            n, token, token_p = int(flat[0]), int(flat[1]), flat[2]
+            o = 3
             d_list = [int(x) for x in flat[o:o + n_draft]]; o += n_draft
             p_list = tuple(flat[o:o + n_draft]); o += n_draft
             q_list = tuple(flat[o:o + n_draft]) if draft.q is not None else None; o += len(q_d)
@@ -201,7 +201,7 @@ def speculative_generate(
         steps += 1
         yield StepEvent(
             step=steps - 1, position=position, draft=tuple(d_list), q=q_list, p=p_list,
-            accept_prob=a_list, draws=u_list, accepted=n, token=token,
+            accept_prob=a_list, draws=u_list, accepted=n, token=token, token_p=token_p,
             kind="bonus" if n == n_draft else "corrected", emitted=tuple(emitted), top=top,
             draft_time=t1 - t0, verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
         )

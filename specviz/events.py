@@ -30,6 +30,7 @@ class StepEvent:
     draws: tuple[float, ...] | None  # the uniform draw u per draft token (None when greedy)
     accepted: int  # how many leading draft tokens were kept
     token: int  # the target's own token this step: corrected (rejection) or bonus
+    token_p: float  # the target's probability of `token` at its position (before the residual)
     kind: str  # "corrected" or "bonus"
     emitted: tuple[int, ...]  # appended to the output: draft[:accepted] + (token,), cut at EOS/limit
     top: tuple[tuple[int, float], ...]  # target's top tokens where `token` was chosen

@@ -27,6 +27,20 @@ def drafter_label(spec: str) -> str:
     return f"draft model {spec.strip()}"
 
 
+def needs_model(spec: str) -> bool:
+    """Does this drafter spec name a separate draft model to load?"""
+    s = (spec or "").strip().lower()
+    return bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and not s.startswith(LAYER_SKIP)
+
+
+def draft_model(target, draft, spec: str) -> DraftModel:
+    """Wrap a loaded draft model after checking it shares the target's tokenizer."""
+    from .. import models
+
+    models.check_same_vocab(target, draft)
+    return DraftModel(draft.model, name=drafter_label(spec))
+
+
 def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
                  progress: Callable[[str, float], None] | None = None) -> Drafter | None:
     """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `layerskip[:layers]`
@@ -37,18 +51,17 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
     from .. import models  # imported here: the engine layers never need transformers' loaders
 
     s = (spec or "").strip()
+    if not s:
+        raise SpecvizError("no drafter given: use 'none', 'pld', 'layerskip' or a draft model id/folder")
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:
         return PromptLookup()
     if s.lower().startswith(LAYER_SKIP):
         return _layer_skip(s, target)
-    if not s:
-        raise SpecvizError("no drafter given: use 'none', 'pld' or a draft model id/folder")
     draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
                         trust_remote_code=trust_remote_code, progress=progress)
-    models.check_same_vocab(target, draft)
-    return DraftModel(draft.model, name=drafter_label(s))
+    return draft_model(target, draft, s)
 
 
 def _dtype_name(dtype) -> str:

@@ -50,11 +50,6 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
-def _own_p(event: StepEvent) -> float | None:
-    """The target's probability of its own token, when the step recorded it among its top."""
-    return next((p for t, p in event.top if t == event.token), None)
-
-
 def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
     q = "1 (deterministic drafter)" if e.q is None else _fmt(e.q[i])
@@ -83,7 +78,7 @@ def _own_tip(e: StepEvent) -> str:
         what = "corrected: the target's token in place of the rejected draft"
         if not e.greedy:
             what += ", drawn from norm(max(p − q, 0))"
-    return f"step {e.step} · {what}\np (target) = {_fmt(_own_p(e))}"
+    return f"step {e.step} · {what}\np (target) = {_fmt(e.token_p)}"
 
 
 def step_spans(e: StepEvent, labels: Labels) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Callable, Generator, Iterator
 
 import torch
 
-from ..drafters import DraftModel, PromptLookup
+from ..drafters import choose
 from ..engine import baseline_generate, speculative_generate
 from ..errors import SpecvizError
 from ..events import RunEnd, StepEvent
@@ -52,6 +52,8 @@ def run_label(drafter: str) -> str:
     """A short name for a run: tables, chart axes and panel titles have little room."""
     if drafter in (NO_DRAFTER, PROMPT_LOOKUP):
         return drafter
+    if not choose.needs_model(drafter):
+        return choose.drafter_label(drafter)
     short = SHORT_NAMES.get(drafter) or drafter.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
     return f"draft model: {short}"
 
@@ -120,15 +122,12 @@ def loading(models, name: str, role: str, frame: Frame, should_stop) -> Generato
 
 def make_drafter(models, name: str, target, frame: Frame, should_stop):
     """The drafter called `name` (a generator: loading a draft model reports progress)."""
-    if name == NO_DRAFTER:
-        return None
-    if name == PROMPT_LOOKUP:
-        return PromptLookup()
+    if not choose.needs_model(name):
+        return choose.make_drafter(name, target)
     loaded = yield from loading(models, name, "draft model", frame, should_stop)
     if loaded is None:
         return None
-    models.check_same_vocab(target, loaded)
-    return DraftModel(loaded.model, name)
+    return choose.draft_model(target, loaded, name)
 
 
 def readable(error: BaseException) -> str:

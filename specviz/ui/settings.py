@@ -17,6 +17,7 @@ from ..sampling import Sampling
 
 NO_DRAFTER = "none"
 PROMPT_LOOKUP = "prompt lookup"
+LAYER_SKIP = "layerskip"
 
 # (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
 # the one model that needs no Hugging Face Hub; the others share its tokenizer.
@@ -28,6 +29,7 @@ TARGETS = (
 DRAFTERS = (
     ("none (plain steps)", NO_DRAFTER),
     ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
+    ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
     ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
 )
 
@@ -41,7 +43,7 @@ class Policy:
     drafters: tuple = DRAFTERS
     default_target: str = "default"
     default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "default")
+    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, LAYER_SKIP, "default")
     max_new_tokens: int = 1024
     concurrency: int = 1  # runs at once; more than one would make the timings lie
 
