@@ -15,16 +15,11 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
 """
 from __future__ import annotations
 
+from .theory import expected_tokens
+
 DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
 PRIOR = 1.0  # pseudo-counts: alpha starts at 0.5
 SLOPE = 0.05  # assumed extra cost per verified token, as a fraction of T(1), where unmeasured
-
-
-def expected_tokens(alpha: float, j: int) -> float:
-    """E[tokens per step] for a draft of j tokens: 1 + alpha + ... + alpha^j."""
-    if alpha >= 1.0:
-        return j + 1.0
-    return (1.0 - alpha ** (j + 1)) / (1.0 - alpha)
 
 
 class DraftLength:

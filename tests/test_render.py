@@ -11,7 +11,6 @@ from specviz.render import (Labels, Trace, agreement, agreement_html, compare_fi
                             headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
                             step_html, tokens_html)
 from specviz.render.charts import position_rates
-from specviz.render.numbers import expected_tokens_per_step
 
 
 def step(n, draft, accepted, token, *, emitted=None, greedy=True, q=None, top=None, elapsed=None, **kw):
@@ -118,14 +117,6 @@ def test_empty_run_renders_placeholders_not_errors():
 
 
 # ---- numbers --------------------------------------------------------------------------
-
-def test_leviathan_expected_tokens_and_speedup():
-    assert expected_tokens_per_step(0.0, 4) == 1.0
-    assert expected_tokens_per_step(1.0, 4) == 5.0
-    assert expected_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8 ** 5) / 0.2)
-    assert predicted_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
-    assert predicted_speedup(0.0, 4, 0.5) == pytest.approx(1 / 3)
-
 
 def _ended(trace: Trace, **stats) -> Trace:
     fields = dict(tokens=0, steps=0, target_calls=0, drafted=0, accepted=0, prefill_time=0.1, draft_time=0.0,

@@ -82,7 +82,7 @@ def agreement(target, keep: Sequence[int], ids: torch.Tensor) -> float:
 
 def subset_score(target, keep: Sequence[int], ids: torch.Tensor, k: int = 4) -> float:
     """Predicted speedup of self-speculation with `keep`: E(k) / (k * c + 1), c = kept / total."""
-    from ..draft_length import expected_tokens
+    from ..theory import expected_tokens
 
     n = len(decoder_layers(target))
     return expected_tokens(agreement(target, keep, ids), k) / (k * len(set(keep)) / n + 1)

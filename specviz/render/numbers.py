@@ -11,19 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from ..theory import predicted_speedup
 from .trace import Trace
-
-
-def expected_tokens_per_step(alpha: float, k: float) -> float:
-    """E[tokens per step] for i.i.d. acceptance alpha and k drafts: (1 - alpha^(k+1)) / (1 - alpha)."""
-    if alpha >= 1.0:
-        return k + 1.0
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def predicted_speedup(alpha: float, k: float, c: float) -> float:
-    """Leviathan et al.'s wall-time improvement: E[tokens per step] / (c k + 1)."""
-    return expected_tokens_per_step(alpha, k) / (c * k + 1.0)
 
 
 @dataclass(frozen=True)
