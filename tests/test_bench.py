@@ -20,6 +20,13 @@ from specviz.bench.runner import BenchConfig, plan_arms, run_benchmark, schedule
 from specviz.bench.summary import summarise
 from specviz.drafters import DraftModel
 from specviz.errors import SpecvizError
+from specviz.theory import predicted_speedup
+
+
+def loaded(model, tokenizer=None):
+    """What models.load returns, for an in-process model."""
+    return types.SimpleNamespace(model=model, tokenizer=tokenizer, eos_token_ids=(),
+                                 device=torch.device("cpu"), dtype=torch.float32)
 
 
 # ------------------------------------------------------------------ the arithmetic
@@ -46,13 +53,13 @@ def test_position_acceptance_is_conditional_on_the_tokens_before():
 def test_leviathan_closed_form_against_hand_computed_values():
     # alpha 0.5, k 4: expected tokens per step (1 - 0.5^5) / 0.5 = 1.9375;
     # cost per step k*c + v = 4 * 0.1 + 1.5 = 1.9
-    assert m.leviathan_speedup(0.5, 4, 0.1, 1.5) == pytest.approx(1.9375 / 1.9)
+    assert predicted_speedup(0.5, 4, 0.1, 1.5) == pytest.approx(1.9375 / 1.9)
     # alpha 0.8, k 2, free drafts, free verify beyond one token: 1 + 0.8 + 0.64
-    assert m.leviathan_speedup(0.8, 2, 0.0, 1.0) == pytest.approx(2.44)
+    assert predicted_speedup(0.8, 2, 0.0, 1.0) == pytest.approx(2.44)
     # every draft accepted: k + 1 tokens per step
-    assert m.leviathan_speedup(1.0, 3, 0.05, 1.2) == pytest.approx(4 / 1.35)
+    assert predicted_speedup(1.0, 3, 0.05, 1.2) == pytest.approx(4 / 1.35)
     # nothing accepted: one token per step at the cost of drafting and verifying
-    assert m.leviathan_speedup(0.0, 4, 0.1, 1.5) == pytest.approx(1 / 1.9)
+    assert predicted_speedup(0.0, 4, 0.1, 1.5) == pytest.approx(1 / 1.9)
 
 
 def test_step_model_matches_hand_computed_cost():
@@ -68,7 +75,7 @@ def test_step_model_equals_closed_form_for_fixed_k_and_expected_tokens():
     tau = (1 - alpha ** (k + 1)) / (1 - alpha)
     steps = 1000
     got = m.step_model_speedup(tau * steps, {k: steps}, c, {k + 1: v})
-    assert got == pytest.approx(m.leviathan_speedup(alpha, k, c, v))
+    assert got == pytest.approx(predicted_speedup(alpha, k, c, v))
 
 
 def test_costs_speedup_and_efficiency():
@@ -109,7 +116,7 @@ def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
 def test_runs_alternate_between_baseline_and_drafter(target, prompts):
     encoded = [(suite.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:3])]
     cfg = BenchConfig(max_new_tokens=4, repeats=2, warmup=False, cost_repeats=1)
-    result = run_benchmark(target, make_drafters(["pld"], target), encoded, cfg)
+    result = run_benchmark(target, make_drafters(["pld"], loaded(target)), encoded, cfg)
     order = [(r.prompt_id, r.arm, r.repeat) for r in result.records]
     assert order == [
         ("p0", "baseline", 0), ("p0", "pld k=4", 0), ("p0", "baseline", 1), ("p0", "pld k=4", 1),
@@ -210,10 +217,10 @@ def tiny_result(target):
         (suite.BenchPrompt("copy", "code", (("user", "x"),)), phrase * 3),
         (suite.BenchPrompt("free", "qa", (("user", "y"),)), torch.randint(0, 96, (9,), generator=g).tolist()),
     ]
-    drafters = make_drafters(["none", "pld"], target)
+    drafters = make_drafters(["none", "pld", "layerskip:0"], loaded(target))
     noisy = noisy_copy(target, 0.3)
     drafters.append(BenchDrafter("noisy", DraftModel(noisy), noisy))
-    cfg = BenchConfig(max_new_tokens=10, ks=(2, 3), repeats=2, eos_token_ids=(5,), cost_repeats=1)
+    cfg = BenchConfig(max_new_tokens=10, ks=(2, 3), dynamic_k=1, repeats=2, eos_token_ids=(5,), cost_repeats=1)
     result = run_benchmark(target, drafters, encoded, cfg, ["hf", "hf-pld", "hf-assisted"])
     config = {"target": "tiny", "suite": "inline", "greedy": True, "max_new_tokens": 10, "repeats": 2,
               "sampling": {"temperature": 0.0}, "command": "pytest"}
@@ -253,7 +260,11 @@ def test_json_document_schema(tiny_result, tmp_path):
             assert isinstance(prompt["identical_to_baseline"], bool)
     assert len(loaded["runs"]) == len(arms) * 2 * 2  # arms x prompts x repeats
     assert loaded["costs"]["code"]["verify_ratio"]["1"] == 1.0
-    assert sorted(int(n) for n in loaded["costs"]["qa"]["forward_ms"]) == [1, 2, 3, 4]
+    # every verify length a run used was timed on its prompt (dynamic k drafts up to 4k)
+    for run in loaded["runs"]:
+        timed = loaded["prompt_costs"][run["prompt_id"]]["forward_ms"]
+        assert {str(int(n) + 1) for n in run["draft_lengths"]} <= set(timed)
+    assert {"1", "3", "4"} <= set(loaded["costs"]["qa"]["forward_ms"])
 
 
 def test_csv_and_html_outputs(tiny_result, tmp_path):
@@ -271,15 +282,15 @@ def test_terminal_report_lists_every_arm(tiny_result, capsys):
     _, doc = tiny_result
     report.print_report(doc)
     out = capsys.readouterr().out
-    for arm in ("baseline", "pld k=2", "noisy k=3", "hf-pld k=2", "hf-assisted k=3"):
+    for arm in ("baseline", "pld k=2", "pld dynamic k=1", "layerskip:0 k=2", "noisy k=3", "hf-pld k=2",
+                "hf-assisted k=3"):
         assert arm in out
     assert "Where a decode step's time goes" in out
 
 
 def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkeypatch):
-    loaded = types.SimpleNamespace(model=target, tokenizer=CharTokenizer(), eos_token_ids=(),
-                                   device=torch.device("cpu"), dtype=torch.float32)
-    monkeypatch.setattr("specviz.models.load", lambda *a, **kw: loaded)
+    handle = loaded(target, CharTokenizer())
+    monkeypatch.setattr("specviz.models.load", lambda *a, **kw: handle)
     path = _write(tmp_path, ['{"id": "a", "category": "qa", "prompt": "abcabcabcabc", "chat": false}'])
     parser = argparse.ArgumentParser()
     add_arguments(parser)

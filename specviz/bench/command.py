@@ -9,7 +9,7 @@ import sys
 from ..errors import SpecvizError
 from ..sampling import Sampling
 from . import suite as suites
-from .drafters import BUILTIN, make_drafters
+from .drafters import TINY_RANDOM, make_drafters
 from .peers import PEERS
 from .runner import BenchConfig, run_benchmark
 
@@ -19,8 +19,8 @@ QUICK = dict(limit=1, max_new_tokens=32)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="default", help="target model: 'default' (embedded SmolLM2-135M), "
                    "a folder or a Hub id (default: %(default)s)")
-    p.add_argument("--drafters", default="pld", help=f"comma-separated: {', '.join(BUILTIN)}, or model "
-                   "ids/folders sharing the target's tokenizer (default: %(default)s)")
+    p.add_argument("--drafters", default="pld", help="comma-separated: none, pld, layerskip[:layers], "
+                   f"{TINY_RANDOM}, or draft model ids/folders sharing the target's tokenizer (default: %(default)s)")
     p.add_argument("--k", default="4", help="draft length, or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--dynamic-k", type=int, default=0, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")
@@ -78,7 +78,7 @@ def command_line() -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..models import check_same_vocab, load
+    from ..models import load
     from . import html, report
 
     if args.quick:
@@ -93,12 +93,7 @@ def main(args: argparse.Namespace) -> int:
     target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
     cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
 
-    def load_drafter(name):
-        d = load(name, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
-        check_same_vocab(target, d)
-        return d.model
-
-    drafters = make_drafters(drafter_names, target.model, load_drafter)
+    drafters = make_drafters(drafter_names, target, args.trust_remote_code)
     encoded = [(p, suites.encode(target.tokenizer, p)) for p in prompts]
 
     load_before = report.load_average()
@@ -120,7 +115,13 @@ def main(args: argparse.Namespace) -> int:
         "prompt_tokens": result.prompt_tokens,
     }
     env = report.environment(target.device, target.dtype, load_before)
-    doc = report.document(result, summarise(result), config, env)
+    try:
+        doc = report.document(result, summarise(result), config, env)
+    except Exception:
+        if args.json:  # never lose a long run to a slip in the arithmetic: keep the raw runs
+            report.write_json(report.raw_document(result, config, env), args.json)
+            print(f"wrote the raw runs to {args.json}", file=sys.stderr)
+        raise
     report.print_report(doc)
     if args.json:
         report.write_json(doc, args.json)

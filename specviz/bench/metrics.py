@@ -9,8 +9,8 @@ decoding step), measured in the same process on the same cache state.
 - c (cost ratio) = drafting time per drafted token / one target forward.
 - v(n) (verify cost ratio) = target forward over n tokens / over 1 token.
 
-Leviathan et al. (2023, eq. 1 with the verify cost made explicit): drafting k tokens
-that are each accepted with probability alpha, independently, gives
+Leviathan et al. (2023, eq. 1 with the verify cost made explicit; specviz.theory):
+drafting k tokens that are each accepted with probability alpha, independently, gives
 
     predicted = (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v(k+1)))
 
@@ -57,15 +57,6 @@ def position_counts(steps: Iterable[tuple[int, int]], k: int) -> tuple[list[int]
 def position_acceptance(reached: list[int], kept: list[int]) -> list[float | None]:
     """P(draft token i is accepted | tokens before it were), None where never reached."""
     return [kp / r if r else None for r, kp in zip(reached, kept)]
-
-
-def leviathan_speedup(alpha: float, k: int, c: float, v: float) -> float:
-    """Closed-form expected speedup of k-token drafts with i.i.d. acceptance alpha.
-
-    (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v)); v is the verify cost ratio of k+1 tokens.
-    """
-    tokens_per_step = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens_per_step / (k * c + v)
 
 
 def predicted_cost(draft_lengths: Mapping[int, int], c: float, verify_ratio: Mapping[int, float]) -> float:

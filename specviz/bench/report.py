@@ -14,6 +14,7 @@ JSON schema "specviz.bench/1":
     costs{}     per category (median over its prompts): forward_ms{n: ms}, verify_ratio{n: v(n)}
     drift{}     median/min/max of (baseline's in-run target step / measured one-token forward)
     runs[]      every run: prompt_id, category, arm, repeat, tokens, seconds, prefill, steps, ...
+    prompt_costs{}  per prompt: forward_ms{n: ms of one target forward over n new tokens}
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def load_average() -> float | None:
         return None
 
 
-def document(result, summary: dict, config: dict, env: dict) -> dict:
-    """The JSON-ready record of a benchmark run."""
+def raw_document(result, config: dict, env: dict) -> dict:
+    """What was measured, before any arithmetic: the runs and each prompt's forward costs."""
     runs = [{f: getattr(r, f) for f in RUN_FIELDS} for r in result.records]
     for run, r in zip(runs, result.records):
         run["seconds"] = run.pop("elapsed")
@@ -66,14 +67,24 @@ def document(result, summary: dict, config: dict, env: dict) -> dict:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "environment": env,
         "config": config,
-        "summary": [{f: row.get(f) for f in SUMMARY_FIELDS} for row in summary["summary"]],
-        "prompts": summary["prompts"],
-        "phases": summary["phases"],
-        "costs": {cat: {key: {str(n): v for n, v in table.items()} for key, table in c.items()}
-                  for cat, c in summary["costs"].items()},
-        "drift": summary["drift"],
         "runs": runs,
+        "prompt_costs": {pid: {"forward_ms": {str(n): 1e3 * t for n, t in sorted(secs.items())}}
+                         for pid, secs in result.forward_seconds.items()},
     }
+
+
+def document(result, summary: dict, config: dict, env: dict) -> dict:
+    """The JSON-ready record of a benchmark run."""
+    doc = raw_document(result, config, env)
+    doc.update(
+        summary=[{f: row.get(f) for f in SUMMARY_FIELDS} for row in summary["summary"]],
+        prompts=summary["prompts"],
+        phases=summary["phases"],
+        costs={cat: {key: {str(n): v for n, v in table.items()} for key, table in c.items()}
+               for cat, c in summary["costs"].items()},
+        drift=summary["drift"],
+    )
+    return doc
 
 
 def write_json(doc: dict, path: str) -> None:

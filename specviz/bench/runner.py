@@ -5,10 +5,10 @@ a transformers peer. For each prompt the arms run round-robin, repeat after repe
 (A B C A B C ...), so slow drift of the machine (heat, other processes) hits every arm
 alike. Before the first prompt each arm runs once briefly, unrecorded, to warm up.
 
-Cost ratios are measured on the spot: right before each prompt's runs, target forwards
-over 1..k+1 new tokens on that prompt's cache state (timing.forward_costs); and during
-every run, the seconds inside the target's and the draft model's forwards
-(timing.ForwardClock).
+Cost ratios are measured on the spot: right after each prompt's runs, target forwards
+over every number of new tokens those runs verified, on that prompt's cache state
+(timing.forward_costs); and during every run, the seconds inside the target's and the
+draft model's forwards (timing.ForwardClock).
 """
 from __future__ import annotations
 
@@ -128,11 +128,6 @@ def schedule(arms: list, repeats: int) -> list[tuple[int, object]]:
     return [(r, arm) for r in range(repeats) for arm in arms]
 
 
-def max_draft(arms: list[Arm]) -> int:
-    """The longest draft any arm can propose (dynamic k grows to twice its start)."""
-    return max([(2 * a.k if a.dynamic else a.k) for a in arms if a.k] or [0])
-
-
 class Runner:
     def __init__(self, target, drafters: list[BenchDrafter], config: BenchConfig, arms: list[Arm]):
         self.target, self.cfg, self.arms = target, config, arms
@@ -224,14 +219,18 @@ def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[Benc
             runner.run(first, ids, arm, 0, max_new_tokens=min(8, config.max_new_tokens))
             tick(f"warm-up {arm.label}")
 
-    sizes = range(1, max_draft(arms) + 2)
     forward_seconds, records = {}, []
     for prompt, ids in prompts:
-        # Costs on this prompt's own cache state, just before its runs (same machine state).
+        mine = []
+        for repeat, arm in order:
+            mine.append(runner.run(prompt, ids, arm, repeat))
+            tick(f"{prompt.id} {arm.label}")
+        records += mine
+        # Costs on this prompt's own cache state, right after its runs (same machine state),
+        # for every verify length the runs used and each arm's k + 1.
+        sizes = {1} | {a.k + 1 for a in arms if a.k} | {n + 1 for r in mine for n in r.draft_lengths}
         forward_seconds[prompt.id] = forward_costs(target, ids, sizes, config.cost_repeats)
         tick(f"{prompt.id} forward costs")
-        for repeat, arm in order:
-            records.append(runner.run(prompt, ids, arm, repeat))
-            tick(f"{prompt.id} {arm.label}")
     return BenchResult(config, arms, [p for p, _ in prompts], {p.id: len(ids) for p, ids in prompts},
                        forward_seconds, records)
+

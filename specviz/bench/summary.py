@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from . import metrics as m
 from .peers import PEERS
-from .runner import BASELINE, Arm, BenchResult, RunRecord, max_draft
+from ..theory import predicted_speedup
+from .runner import BASELINE, Arm, BenchResult, RunRecord
 
 ALL = "all"
 
@@ -114,13 +115,14 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
     }
     if arm.engine == "specviz":
         drafted, accepted = sum(r.drafted for r in recs), sum(r.accepted for r in recs)
-        alpha, c, k = m.acceptance_rate(accepted, drafted), costs.c(recs), max_draft([arm])
+        alpha, c = m.acceptance_rate(accepted, drafted), costs.c(recs)
+        k = max([n for r in recs for n in r.draft_lengths] + [arm.k])
         reached, kept = m.position_counts((o for r in recs for o in r.step_outcomes), k)
         pred = costs.predicted(recs)
         s.update(
             alpha=alpha, tau=m.mean_accepted_length(sum(r.tokens for r in recs), sum(r.steps for r in recs)),
             position_acceptance=m.position_acceptance(reached, kept), c=c, predicted=pred,
-            predicted_closed_form=m.leviathan_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
+            predicted_closed_form=predicted_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
             else None,
             efficiency=m.efficiency(s["decode_speedup"], pred),
         )
@@ -182,9 +184,10 @@ def _category_costs(result: BenchResult, costs: Costs, categories: list[str]) ->
     out = {}
     for cat in categories:
         pids = [p.id for p in result.prompts if p.category == cat]
-        sizes = sorted(costs.seconds[pids[0]])
-        out[cat] = {"forward_ms": {n: 1e3 * m.median(costs.seconds[p][n] for p in pids) for n in sizes},
-                    "verify_ratio": {n: m.median(costs.v[p][n] for p in pids) for n in sizes}}
+        sizes = sorted({n for p in pids for n in costs.seconds[p]})
+        out[cat] = {"forward_ms": {n: 1e3 * m.median(costs.seconds[p][n] for p in pids if n in costs.seconds[p])
+                                   for n in sizes},
+                    "verify_ratio": {n: m.median(costs.v[p][n] for p in pids if n in costs.v[p]) for n in sizes}}
     return out
 
 

@@ -39,11 +39,17 @@ class ForwardClock:
             h.remove()
         self._hooks = []
 
+    # A layer-skip drafter is a shallow copy of the target that shares its hook tables,
+    # so hooks also fire for it: count only calls on this very module.
     def _start(self, module, args) -> None:
+        if module is not self.model:
+            return
         synchronize(self.device)
         self._t0 = time.perf_counter()
 
     def _stop(self, module, args, output) -> None:
+        if module is not self.model:
+            return
         synchronize(self.device)
         dt = time.perf_counter() - self._t0
         if not self.calls:
