@@ -104,7 +104,7 @@ def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
     labels = [a.label for a in plan_arms(drafters, cfg, ["hf", "hf-pld", "hf-assisted"])]
     assert labels == [
         "baseline", "none", "pld k=2", "pld k=4", "pld dynamic k=3", "small k=2", "small k=4",
-        "small dynamic k=3", "hf", "hf-pld k=2", "hf-pld k=4", "hf-pld dynamic k=3",
+        "small dynamic k=3", "hf", "hf-pld k=2", "hf-pld k=4",
         "hf-assisted k=2", "hf-assisted k=4", "hf-assisted dynamic k=3",
     ]
     with pytest.raises(SpecvizError, match="hf-assisted needs a draft model"):

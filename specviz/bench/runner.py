@@ -118,7 +118,7 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
         for d in owners:
             name = f"{peer}:{d.name}" if d is not None and len(owners) > 1 else peer
             arms += [Arm(f"{name} k={k}", peer, d and d.name, k) for k in config.ks]
-            if config.dynamic_k:
+            if config.dynamic_k and peer == "hf-assisted":  # transformers' prompt lookup has no schedule
                 arms.append(Arm(f"{name} dynamic k={config.dynamic_k}", peer, d and d.name, config.dynamic_k, True))
     return arms
 
