@@ -73,13 +73,16 @@ class _Run:
         self.calls = 0
         self.elapsed = 0.0
 
-    def prefill(self) -> None:
+    def prefill(self, hidden: bool = False) -> torch.Tensor | None:
         # The target caches all but the last prompt token; each step then runs that
         # pending token together with the draft, so every step is one forward.
-        if len(self.ids) > 1:
-            forward(self.target, torch.tensor(self.ids[:-1], device=self.device), self.cache, logits_to_keep=1)
-            self.calls += 1
         self.pending = torch.tensor([self.ids[-1]], device=self.device)
+        if len(self.ids) < 2:
+            return self.target.get_output_embeddings().weight.new_zeros(0, self.target.config.hidden_size) if hidden else None
+        self.calls += 1
+        out = forward(self.target, torch.tensor(self.ids[:-1], device=self.device), self.cache,
+                      logits_to_keep=1, hidden=hidden)
+        return out[1] if hidden else None
 
     @property
     def generated(self) -> int:
@@ -131,9 +134,12 @@ def speculative_generate(
     min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
 
     start = time.perf_counter()
+    features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
     with torch.inference_mode():
-        run.prefill()
-        if drafter is not None:
+        h = run.prefill(hidden=features)
+        if features:
+            drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h)
+        elif drafter is not None:
             drafter.begin(run.ids, run.processor, run.generator, dev)
         synchronize(dev)
     prefill_time = run.elapsed = time.perf_counter() - start
@@ -153,7 +159,8 @@ def speculative_generate(
 
             # 2. Verify: one target forward over the pending token and the draft; row i is
             # the target's distribution after draft[:i], row k the bonus position.
-            logits = forward(run.target, torch.cat([run.pending, d]), run.cache)
+            out = forward(run.target, torch.cat([run.pending, d]), run.cache, hidden=features)
+            logits, h = out if features else (out, None)
             run.calls += 1
             p = run.processor.probs(logits, d, start=0)
             idx = torch.arange(n_draft, device=dev)
@@ -184,7 +191,9 @@ def speculative_generate(
 
             # 4. Commit: roll both caches back to the accepted prefix, then append.
             rollback(run.cache, len(run.ids) + n)  # the context, then the kept drafts
-            if drafter is not None:
+            if features:
+                drafter.feedback(n, hidden=h[: n + 1])
+            elif drafter is not None:
                 drafter.feedback(n)
             emitted = run.cut(d_list[:n] + [token])
             position = run.generated

@@ -1,17 +1,21 @@
 """The only place that calls a model: one forward over new tokens, and KV-cache rollback.
 
-Caches are transformers' DynamicCache. A rejection is undone by cropping the cache back
-to the accepted length (a slice, no recomputation).
+Llama-layout models run through llama_fast.py over a position-indexed cache (a rejection
+is a length reset); everything else through transformers' forward and DynamicCache (a
+rejection crops the cache). Either way no position is ever recomputed.
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 
+from . import llama_fast
 from .errors import SpecvizError
 
 
-def new_cache(model) -> DynamicCache:
+def new_cache(model):
+    if llama_fast.supports(model):
+        return llama_fast.KVCache(model)
     cache = DynamicCache(config=model.config)
     if not cache.is_croppable:
         raise SpecvizError(
@@ -21,17 +25,29 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
-def forward(model, ids: torch.Tensor, cache: DynamicCache, logits_to_keep: int = 0) -> torch.Tensor:
+def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool = False):
     """Run `ids` (1-D) after what `cache` holds; return logits (rows, vocab) in float32.
 
     logits_to_keep=0 keeps a row per input token; 1 keeps only the last (prefill).
+    hidden=True also returns the final hidden states (the LM head's input), every row, as
+    (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
     """
-    out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
-    return out.logits[0].float()
+    if isinstance(cache, llama_fast.KVCache):
+        h = llama_fast.hidden_states(model, ids, cache)
+    elif hidden:
+        h = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True).last_hidden_state[0]
+    else:
+        out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        return out.logits[0].float()
+    logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
+    return (logits, h.float()) if hidden else logits
 
 
-def rollback(cache: DynamicCache, length: int) -> None:
+def rollback(cache, length: int) -> None:
     """Drop cached positions past `length`."""
+    if isinstance(cache, llama_fast.KVCache):
+        cache.crop(length)
+        return
     extra = cache.get_seq_length() - length
     if extra > 0:
         cache.crop(-extra)  # transformers 5 takes a negative count: tokens to drop

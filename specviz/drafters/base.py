@@ -3,6 +3,10 @@
 A drafter is told the run is starting (`begin`), is asked for up to k tokens after the
 current context (`propose`), and is told how many of them the target kept (`feedback`),
 so it can roll back its own state. The verifier never asks what kind of drafter it is.
+
+Drafters that read the target's features (Medusa, EAGLE) set `needs_hidden`; the engine
+then hands them the target's final hidden states (the LM head's input) for every context
+token except the newest, which the target has not run yet.
 """
 from __future__ import annotations
 
@@ -19,16 +23,26 @@ class Draft:
 
 class Drafter:
     name = "drafter"
+    needs_hidden = False  # True: begin/feedback receive the target's hidden states
 
-    def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device) -> None:
-        """A new run starts with this prompt; reset any state."""
+    def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,
+              hidden: torch.Tensor | None = None) -> None:
+        """A new run starts with this prompt; reset any state.
+
+        hidden (needs_hidden only): (len(prompt_ids) - 1, hidden_size); row i is the target's
+        state after prompt_ids[i], the one its LM head turns into the next token's logits.
+        """
 
     def propose(self, ids: list[int], k: int, min_confidence: float = 0.0) -> Draft:
         """Up to k tokens to follow `ids` (prompt and generated text so far)."""
         raise NotImplementedError
 
-    def feedback(self, accepted: int) -> None:
-        """The target kept the first `accepted` tokens of the last draft."""
+    def feedback(self, accepted: int, hidden: torch.Tensor | None = None) -> None:
+        """The target kept the first `accepted` tokens of the last draft.
+
+        hidden (needs_hidden only): (accepted + 1, hidden_size), the target's states after the
+        step's pending token (the context's last token before the step) and the kept drafts.
+        """
 
 
 def empty_draft(device) -> Draft:

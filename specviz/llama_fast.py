@@ -1,0 +1,145 @@
+"""A compact forward for Llama-layout decoders over a position-indexed KV cache.
+
+transformers' DynamicCache grows by `torch.cat` every step, and its attention copies the
+key/value heads for grouped-query attention (`repeat_kv`). On a CPU those two copies are
+about a quarter of a decode step. Here the cache is preallocated per layer and indexed by
+position (gpt-fast's layout), so appending is a slice write and a rollback is a length
+reset. Grouped-query attention runs without copies by folding each key/value head's query
+heads into the query-length axis.
+
+It reuses the model's own modules (projections, norms, MLP, rotary embedding): no weights
+are copied and the numerics are the model's. Architectures outside the checked layout
+fall back to transformers' forward (see `supports`).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODEL_TYPES = ("llama", "qwen2")  # same decoder layout; qwen2 only adds q/k/v biases (inside the Linear)
+_BLOCK = 256  # cache grows in blocks of this many positions (doubling), never per token
+
+
+def supports(model) -> bool:
+    """Can this model take the fast path? (SPECVIZ_FAST=0 turns it off, for comparison.)"""
+    if os.environ.get("SPECVIZ_FAST", "1") == "0":
+        return False
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in MODEL_TYPES or hasattr(model, "hf_device_map"):
+        return False
+    if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "layer_types", None) and any(
+        t != "full_attention" for t in cfg.layer_types
+    ):
+        return False
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(base, "rotary_emb"):
+        return False
+    attn = layers[0].self_attn
+    return all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and not hasattr(attn, "q_norm")
+
+
+class KVCache:
+    """Keys and values per layer, (kv_heads, capacity, head_dim), valid up to `length`."""
+
+    def __init__(self, model):
+        cfg = model.config
+        self.n_layers = len(model.model.layers)
+        self.kv_heads = cfg.num_key_value_heads or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        p = next(model.parameters())
+        self.dtype, self.device = p.dtype, p.device
+        self.length = 0
+        self.capacity = 0
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def reserve(self, needed: int) -> None:
+        """Make room for `needed` positions; grows by doubling so copies stay rare."""
+        if needed <= self.capacity:
+            return
+        cap = max(_BLOCK, self.capacity)
+        while cap < needed:
+            cap *= 2
+        shape = (self.kv_heads, cap, self.head_dim)
+        new_k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        new_v = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.n_layers)]
+        for old, new in ((self.k, new_k), (self.v, new_v)):
+            for o, n in zip(old, new):
+                n[:, : self.length] = o[:, : self.length]
+        self.k, self.v, self.capacity = new_k, new_v, cap
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale):
+    t = x.shape[0]
+    q = attn.q_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (heads, t, d)
+    k = attn.k_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (kv_heads, t, d)
+    v = attn.v_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    end = start + t
+    k_cache[:, start:end] = k
+    v_cache[:, start:end] = v
+    kv_heads, d = k_cache.shape[0], k_cache.shape[-1]
+    # Grouped-query attention without copying keys: the `groups` query heads that share a
+    # key/value head become extra query rows of that head.
+    q = q.reshape(kv_heads, groups * t, d)
+    out = F.scaled_dot_product_attention(
+        q, k_cache[:, :end], v_cache[:, :end], attn_mask=mask, scale=scale
+    )  # (kv_heads, groups*t, d)
+    out = out.view(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)
+    return attn.o_proj(out)
+
+
+def causal_mask(t: int, start: int, device) -> torch.Tensor | None:
+    """Row i (position start+i) sees positions 0..start+i; None for a single new token."""
+    if t == 1:
+        return None
+    cols = torch.arange(start + t, device=device)
+    rows = torch.arange(start, start + t, device=device)
+    return cols[None, :] <= rows[:, None]
+
+
+def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None = None,
+                  positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Final hidden states (after the last norm) for `ids` (1-D) appended after the cache.
+
+    `mask` (t, length+t) bool and `positions` (t,) override the causal chain (tree drafts).
+    """
+    base = model.model
+    cfg = model.config
+    t, start = ids.numel(), cache.length
+    cache.reserve(start + t)
+    if positions is None:
+        positions = torch.arange(start, start + t, device=ids.device)
+    if mask is None:
+        mask = causal_mask(t, start, ids.device)
+    heads = cfg.num_attention_heads
+    groups = heads // cache.kv_heads
+    if mask is not None:
+        mask = mask.repeat(groups, 1)  # one row block per folded query head
+    x = base.embed_tokens(ids)  # (t, hidden)
+    cos, sin = base.rotary_emb(x[None], positions[None])
+    cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
+    layers = base.layers
+    for i, layer in enumerate(layers):
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        x = x + _attention(attn, h, cos, sin, cache.k[i], cache.v[i], start, mask, groups, attn.scaling)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    cache.length = start + t
+    return base.norm(x)

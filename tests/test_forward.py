@@ -1,0 +1,105 @@
+"""The forward paths: the position-indexed fast path computes what transformers computes,
+rollback is exact on both paths, and drafters that read the target's features get the right
+hidden states at the right moments."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+
+from conftest import noisy_copy, tiny_llama
+from specviz import DraftModel, GenerationConfig, PromptLookup, collect, llama_fast
+from specviz import baseline_generate, speculative_generate
+from specviz.drafters.base import Draft, Drafter
+from specviz.forward import forward, new_cache, rollback
+
+
+def tiny_qwen2(seed=0):
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
+def test_fast_path_logits_match_transformers_in_chunks_and_after_rollback(make):
+    model = make()
+    assert llama_fast.supports(model)
+    ids = torch.randint(0, 96, (300,), generator=torch.Generator().manual_seed(0))  # past one cache block
+    with torch.no_grad():
+        ref = model(input_ids=ids[None]).logits[0]
+        cache = new_cache(model)
+        assert isinstance(cache, llama_fast.KVCache)
+        chunks = [forward(model, ids[a:b], cache) for a, b in ((0, 7), (7, 8), (8, 250), (250, 300))]
+        torch.testing.assert_close(torch.cat(chunks), ref, rtol=1e-4, atol=1e-4)
+        rollback(cache, 120)
+        assert cache.get_seq_length() == 120
+        torch.testing.assert_close(forward(model, ids[120:130], cache), ref[120:130], rtol=1e-4, atol=1e-4)
+
+
+def test_hidden_states_are_the_lm_head_input_on_both_paths(monkeypatch):
+    model = tiny_llama()
+    ids = torch.arange(20) % 96
+    with torch.no_grad():
+        fast_logits, fast_h = forward(model, ids, new_cache(model), hidden=True)
+        monkeypatch.setenv("SPECVIZ_FAST", "0")
+        cache = new_cache(model)
+        assert isinstance(cache, DynamicCache)
+        slow_logits, slow_h = forward(model, ids, cache, hidden=True)
+    torch.testing.assert_close(fast_h, slow_h, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(model.lm_head(fast_h), fast_logits)
+    torch.testing.assert_close(fast_logits, slow_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_layouts_fall_back_to_transformers(monkeypatch):
+    model = tiny_llama()
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    assert not llama_fast.supports(model)
+    monkeypatch.delenv("SPECVIZ_FAST")
+    model.config.model_type = "something-else"
+    assert not llama_fast.supports(model)
+
+
+def test_greedy_speculation_is_exact_on_the_transformers_path_too(monkeypatch, prompts):
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    target = tiny_llama()
+    cfg = GenerationConfig(max_new_tokens=30, k=3)
+    for prompt in prompts:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        for drafter in (PromptLookup(), DraftModel(noisy_copy(target, 0.05))):
+            _, end = collect(speculative_generate(target, drafter, prompt, cfg))
+            assert end.token_ids == base.token_ids
+
+
+class Recorder(Drafter):
+    """Drafts fixed junk and records the hidden states the engine hands over."""
+
+    needs_hidden = True
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None):
+        self.rows = [hidden]
+        self.checks = []
+        self.device = device
+
+    def propose(self, ids, k, min_confidence=0.0):
+        self.checks.append((len(ids) - 1, sum(r.shape[0] for r in self.rows)))
+        return Draft(torch.tensor([(t * 7 + 3) % 96 for t in ids[-k:]], device=self.device), None)
+
+    def feedback(self, accepted, hidden=None):
+        assert hidden.shape[0] == accepted + 1
+        self.rows.append(hidden)
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_feature_drafters_see_the_target_state_of_every_token_but_the_newest(monkeypatch, fast):
+    monkeypatch.setenv("SPECVIZ_FAST", fast)
+    target = tiny_llama()
+    prompt = [5, 9, 2, 44, 17, 3]
+    drafter = Recorder()
+    _, end = collect(speculative_generate(target, drafter, prompt, GenerationConfig(max_new_tokens=20, k=3)))
+    seen = torch.cat(drafter.rows)
+    ids = prompt + list(end.token_ids)
+    assert all(want == got for want, got in drafter.checks)  # one row per context token but the newest
+    with torch.no_grad():
+        _, h = forward(target, torch.tensor(ids), new_cache(target), hidden=True)
+    torch.testing.assert_close(seen, h[: seen.shape[0]], rtol=1e-4, atol=1e-4)
