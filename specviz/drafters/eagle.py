@@ -1,0 +1,205 @@
+"""EAGLE: a one-layer draft head that extrapolates the target's features (Li et al. 2024).
+
+Position i of the head reads the pair (h_i, embed(x_{i+1})): the target's final hidden
+state after token i and the embedding of the token that followed. One decoder layer (with
+its own small KV cache) turns that into a prediction of h_{i+1}, which the target's LM
+head (shared; optionally restricted to frequent tokens) reads as the next token. Drafting
+is autoregressive at the feature level: the predicted feature and the drafted token form
+the next pair.
+
+Cache: after begin/feedback the head has (or will feed) one pair per context token but the
+last, all with the target's true features. Draft pairs use predicted features, so feedback
+crops them off and feeds the true features of the kept tokens instead.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import Draft, Drafter, empty_draft
+from .medusa import TargetHead, draw
+
+
+def eagle_config(target, subset: int = 0) -> dict:
+    """The head's shape, taken from the target's: its layer is a target layer's twin."""
+    cfg = target.config.get_text_config()
+    heads = cfg.num_attention_heads
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    return {
+        "hidden_size": cfg.hidden_size,
+        "heads": heads,
+        "kv_heads": getattr(cfg, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
+        "intermediate_size": cfg.intermediate_size,
+        "rms_norm_eps": float(getattr(cfg, "rms_norm_eps", 1e-6)),
+        "rope_theta": float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))),
+        "subset": subset,
+    }
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(size)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class FeatureCache:
+    """The head's keys and values, (1, kv_heads, capacity, head_dim), valid up to `length`.
+
+    Indexed by position: appending is a slice write, a rollback a length reset."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + k.shape[2]
+        if self.k is None or end > self.k.shape[2]:
+            self.k, self.v = self._grown(self.k, k, end), self._grown(self.v, v, end)
+        self.k[:, :, self.length:end], self.v[:, :, self.length:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+    def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
+        room = new.new_zeros(*new.shape[:2], max(256, 2 * end), new.shape[3])  # doubling: rare copies
+        if old is not None:
+            room[:, :, :self.length] = old[:, :, :self.length]
+        return room
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
+class EagleHead(nn.Module):
+    """fc(feature, embedding) -> one pre-norm Llama-style decoder layer -> final norm."""
+
+    def __init__(self, config: dict, subset: torch.Tensor | None = None):
+        super().__init__()
+        self.config = dict(config)  # JSON-able: enough to rebuild the head
+        h, d, eps = config["hidden_size"], config["head_dim"], config["rms_norm_eps"]
+        self.heads, self.kv_heads, self.head_dim = config["heads"], config["kv_heads"], d
+        self.fc = nn.Linear(2 * h, h)  # (feature, token embedding) -> the layer's input
+        self.ln1, self.ln2, self.norm = RMSNorm(h, eps), RMSNorm(h, eps), RMSNorm(h, eps)
+        self.q = nn.Linear(h, self.heads * d, bias=False)
+        self.k = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.v = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.o = nn.Linear(self.heads * d, h, bias=False)
+        m = config["intermediate_size"]
+        self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
+        inv = 1.0 / config["rope_theta"] ** (torch.arange(0, d, 2).float() / d)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
+
+    def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        pos = torch.arange(start, start + x.shape[2], device=x.device, dtype=torch.float32)
+        angles = torch.outer(pos, self.inv_freq)
+        cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * cos + rotated * sin
+
+    def forward(self, h: torch.Tensor, e: torch.Tensor, cache: FeatureCache | None = None) -> torch.Tensor:
+        """Features (B, T, H) and next-token embeddings (B, T, H) -> predicted next features.
+
+        Without a cache the T positions are a whole sequence (training); with one they follow
+        what the cache holds (drafting, batch 1)."""
+        x = self.fc(torch.cat([h, e], dim=-1))
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+        a = self.ln1(x)
+        q = self._rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), start)
+        k = self._rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), start)
+        v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
+        if cache is None:
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            k, v = cache.append(k, v)
+            mask = None
+            if T > 1:  # new position i sees the cache and new positions <= i
+                mask = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(start)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        x = x + self.o(att.transpose(1, 2).reshape(B, T, -1))
+        b = self.ln2(x)
+        x = x + self.down(F.silu(self.gate(b)) * self.up(b))
+        return self.norm(x)
+
+
+def init_from_target(head: EagleHead, target) -> None:
+    """Start the output norm at the target's final norm: the features it predicts live there."""
+    norm = getattr(getattr(target, target.base_model_prefix, None), "norm", None)
+    if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == head.norm.weight.shape:
+        with torch.no_grad():
+            head.norm.weight.copy_(norm.weight)
+
+
+class Eagle(Drafter):
+    name = "eagle"
+    needs_hidden = True
+
+    def __init__(self, target, head: EagleHead, name: str | None = None):
+        self.target, self.head = target, head.eval()
+        self.embed = target.get_input_embeddings()
+        self.lm = TargetHead(target, head.subset)
+        self.dtype = head.fc.weight.dtype
+        if name:
+            self.name = name
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+        self.processor, self.generator, self.device = processor, generator, device
+        self.cache = FeatureCache()
+        self.fed = 0  # pairs in the cache with the target's true features
+        self.waiting = []  # true feature rows not fed yet (they continue the fed ones)
+        self.last = None  # the head's output at the newest true pair: predicts the pending token's successor
+        self._add(hidden)
+
+    def _add(self, hidden) -> None:
+        if hidden is not None and len(hidden):
+            self.waiting.append(hidden.to(self.dtype))
+
+    def _step(self, h: torch.Tensor, tokens) -> torch.Tensor:
+        """Feed pairs (h[i], tokens[i]) after the cache; the head's output rows (T, H)."""
+        t = torch.as_tensor(tokens, dtype=torch.long, device=h.device).view(1, -1)
+        return self.head(h.view(1, -1, h.shape[-1]), self.embed(t).to(self.dtype), self.cache)[0]
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1:
+            return empty_draft(self.device)
+        if self.waiting:
+            # The true pairs: feature of token i with token i+1, up to the last context token.
+            h = torch.cat(self.waiting)
+            n = h.shape[0]
+            self.last = self._step(h, ids[self.fed + 1:self.fed + 1 + n])[-1:]
+            self.fed += n
+            self.waiting = []
+        if self.last is None:
+            return empty_draft(self.device)  # a one-token prompt: no feature yet
+        f, tokens, rows = self.last, [], []
+        for i in range(k):
+            logits = self.lm.full(self.lm.logits(f))[0]
+            q, t = draw(self.processor, self.generator, logits, tokens, i)
+            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+                break  # not sure enough: stop drafting this step
+            tokens.append(t)
+            rows.append(q)
+            if i + 1 < k:
+                f = self._step(f, t.view(1))  # predicted feature + drafted token: the next pair
+        return Draft(torch.stack(tokens), torch.stack(rows))
+
+    def feedback(self, accepted: int, hidden=None) -> None:
+        # Draft pairs were built on predicted features: drop them, queue the true ones.
+        self.cache.crop(self.fed)
+        self._add(hidden)
+
+
+def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:
+    """Rebuild a trained head (see specviz.train.eagle) for a loaded target."""
+    target = target_loaded.model
+    ref = target.get_output_embeddings().weight
+    head = EagleHead(config, state_dict.get("subset"))
+    head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+    head.to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
+    return Eagle(target, head)

@@ -1,0 +1,142 @@
+"""Medusa heads: extra prediction heads on the target's final hidden state (Cai et al. 2024).
+
+Head j (1-based) is one residual block, h + SiLU(W_j h), whose output the target's own
+LM head reads as the token j+1 positions after h's position (the LM head itself predicts
+the next one). Each step drafts from the newest hidden state the drafter has, the one
+that predicts the target's pending token, so one pass gives drafts 1..n at once.
+
+The LM head is the target's, shared, never copied into the heads' weights. It can be
+restricted to a subset of frequent tokens: q is then zero off the subset and the
+verification stays exact, while the head costs a fraction of the full vocabulary's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..sampling import sample
+from .base import Draft, Drafter, empty_draft
+
+
+class TargetHead:
+    """The target's LM head, optionally restricted to `subset` rows (sliced once)."""
+
+    def __init__(self, target, subset: torch.Tensor | None = None):
+        out = target.get_output_embeddings()
+        weight = out.weight.detach()
+        bias = out.bias.detach() if getattr(out, "bias", None) is not None else None
+        self.vocab = weight.shape[0]
+        self.subset = subset.to(weight.device) if subset is not None and subset.numel() else None
+        if self.subset is not None:
+            weight = weight[self.subset]
+            bias = bias[self.subset] if bias is not None else None
+        self.weight, self.bias = weight, bias
+
+    @property
+    def size(self) -> int:
+        return self.weight.shape[0]
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits over the head's rows (the subset, or the whole vocabulary)."""
+        return F.linear(h.to(self.weight.dtype), self.weight, self.bias)
+
+    def full(self, logits: torch.Tensor) -> torch.Tensor:
+        """Scatter subset logits into a full-vocabulary float32 row filled with -inf."""
+        if self.subset is None:
+            return logits.float()
+        out = logits.new_full((*logits.shape[:-1], self.vocab), float("-inf"), dtype=torch.float32)
+        out[..., self.subset] = logits.float()
+        return out
+
+    def positions(self, ids: torch.Tensor) -> torch.Tensor:
+        """Each token id's column in `logits` (-1 where the subset lacks it)."""
+        if self.subset is None:
+            return ids
+        where = torch.full((self.vocab,), -1, dtype=torch.long, device=ids.device)
+        where[self.subset.to(ids.device)] = torch.arange(self.size, device=ids.device)
+        return where[ids]
+
+
+def frequent_tokens(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
+    """The `size` most frequent token ids (plus `always`, e.g. EOS), sorted."""
+    counts = counts.clone().float()
+    for t in always:
+        counts[t] = float("inf")
+    size = min(size, counts.numel())
+    return torch.topk(counts, size).indices.sort().values
+
+
+def draw(processor, generator, logits: torch.Tensor, tokens: list, i: int):
+    """q for draft position i (processed like the target's row i) and the token drawn from it."""
+    drafted = torch.stack(tokens) if tokens else None
+    q = processor.probs(logits.view(1, -1), drafted, start=i)[0]
+    t = q.argmax() if processor.s.greedy else sample(q, generator)
+    return q, t.view(())
+
+
+class MedusaHeads(nn.Module):
+    def __init__(self, hidden_size: int, heads: int = 3, subset: torch.Tensor | None = None):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(heads))
+        for block in self.blocks:  # start as the target's LM head: a useful guess at every depth
+            nn.init.zeros_(block.weight)
+            nn.init.zeros_(block.bias)
+        self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., H) -> (heads, ..., H): the hidden each head hands to the LM head."""
+        return torch.stack([h + F.silu(block(h)) for block in self.blocks])
+
+
+def heads_config(heads: MedusaHeads) -> dict:
+    return {"hidden_size": heads.blocks[0].in_features, "heads": len(heads.blocks), "subset": heads.subset.numel()}
+
+
+class Medusa(Drafter):
+    name = "medusa"
+    needs_hidden = True
+
+    def __init__(self, target, heads: MedusaHeads, name: str | None = None):
+        self.target, self.heads = target, heads.eval()
+        self.head = TargetHead(target, heads.subset)
+        if name:
+            self.name = name
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+        self.processor, self.generator, self.device = processor, generator, device
+        self.last = None  # the newest target hidden row: it predicts the pending token
+        self._keep(hidden)
+
+    def _keep(self, hidden) -> None:
+        if hidden is not None and len(hidden):
+            self.last = hidden[-1:].to(self.head.weight.dtype)
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1 or self.last is None:
+            return empty_draft(self.device)
+        k = min(k, len(self.heads.blocks))
+        # One pass: head j's hidden, through the (shared) LM head, is draft j.
+        logits = self.head.full(self.head.logits(self.heads(self.last)[:k, 0]))
+        tokens, rows = [], []
+        for i in range(k):
+            q, t = draw(self.processor, self.generator, logits[i], tokens, i)
+            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+                break  # not sure enough: stop drafting this step
+            tokens.append(t)
+            rows.append(q)
+        return Draft(torch.stack(tokens), torch.stack(rows))
+
+    def feedback(self, accepted: int, hidden=None) -> None:
+        self._keep(hidden)  # rows for the pending token and the kept drafts: keep the newest
+
+
+def drafter_from(config: dict, state_dict: dict, target_loaded) -> Medusa:
+    """Rebuild trained heads (see specviz.train.medusa) for a loaded target."""
+    target = target_loaded.model
+    ref = target.get_output_embeddings().weight
+    subset = state_dict.get("subset")
+    heads = MedusaHeads(config["hidden_size"], config["heads"], subset)
+    heads.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+    heads.to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
+    return Medusa(target, heads)

@@ -1,0 +1,196 @@
+"""Medusa heads and the EAGLE head: drafters that read the target's hidden states.
+
+With random weights they draft badly, which is the point: whatever they propose, the
+engine's output must be the target's (greedy token for token, sampled in distribution),
+and their caches must survive every accept/reject pattern. A few training steps of each
+recipe must lower its loss.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import tiny_llama
+from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz.drafters.eagle import Eagle, EagleHead, eagle_config
+from specviz.drafters.eagle import drafter_from as eagle_from
+from specviz.drafters.medusa import Medusa, MedusaHeads
+from specviz.drafters.medusa import drafter_from as medusa_from
+from specviz.sampling import Processor
+from specviz.train.data import Corpus, Seq
+from specviz.train.eagle import EagleRecipe
+from specviz.train.medusa import MedusaRecipe
+from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
+
+KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset"]
+
+
+def make(kind: str, target, seed: int = 0):
+    """A drafter of `kind` with random weights (the subset drops every third token)."""
+    torch.manual_seed(seed)
+    vocab, hidden = target.lm_head.weight.shape
+    subset = torch.tensor([t for t in range(vocab) if t % 3]) if kind.endswith("subset") else None
+    if kind.startswith("medusa"):
+        heads = MedusaHeads(hidden, 3, subset)
+        for block in heads.blocks:
+            torch.nn.init.normal_(block.weight, std=0.3)
+        return Medusa(target, heads.requires_grad_(False))
+    head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
+    return Eagle(target, head.requires_grad_(False))
+
+
+def hidden_of(model, ids) -> torch.Tensor:
+    """The target's final hidden state after each token (the LM head's input)."""
+    with torch.inference_mode():
+        return model.model(torch.tensor([ids])).last_hidden_state[0]
+
+
+def started(kind, target, ids, greedy=True):
+    d = make(kind, target)
+    processor = Processor(Sampling() if greedy else Sampling(temperature=1.0), target.config.vocab_size, ids, "cpu")
+    d.begin(ids, processor, torch.Generator().manual_seed(0), torch.device("cpu"), hidden=hidden_of(target, ids)[:-1])
+    return d
+
+
+@pytest.fixture(scope="module")
+def small_vocab():
+    """Eight tokens: random drafts are often right, so accept paths get exercised too."""
+    return tiny_llama(vocab=8, seed=5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_drafts_have_the_promised_shapes(target, kind):
+    ids = list(range(20, 40))
+    with torch.inference_mode():
+        draft = started(kind, target, ids).propose(ids, 5)
+    n = 3 if kind.startswith("medusa") else 5  # Medusa drafts at most one token per head
+    assert draft.tokens.shape == (n,) and draft.q.shape == (n, 96)
+    assert torch.allclose(draft.q.sum(-1), torch.ones(n))
+    assert torch.equal(draft.tokens, draft.q.argmax(-1))
+    if kind.endswith("subset"):
+        assert (draft.q[:, ::3] == 0).all() and (draft.tokens % 3 != 0).all()
+
+
+def test_a_one_token_prompt_has_no_feature_to_draft_from(target):
+    for kind in KINDS:
+        with torch.inference_mode():
+            assert started(kind, target, [7]).propose([7], 4).tokens.numel() == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("keep", [0, 1, "all"])
+def test_after_feedback_a_drafter_is_a_fresh_one(target, kind, keep):
+    """Propose, keep some drafts, append the target's token: the next draft is what a
+    drafter started on the whole new context would propose."""
+    ids = list(range(30, 45))
+    with torch.inference_mode():
+        d = started(kind, target, ids)
+        first = d.propose(ids, 4).tokens.tolist()
+        n = len(first) if keep == "all" else keep
+        context = ids + first[:n] + [5]
+        h = hidden_of(target, context)
+        d.feedback(n, hidden=h[len(ids) - 1:len(ids) + n])
+        again = d.propose(context, 4)
+        fresh = started(kind, target, context).propose(context, 4)
+    assert torch.equal(again.tokens, fresh.tokens)
+    assert torch.allclose(again.q, fresh.q, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def baselines(target, small_vocab, prompts):
+    """Each (model, prompt)'s greedy baseline, computed once."""
+    out = []
+    for model in (target, small_vocab):
+        for prompt in prompts:
+            prompt = [t % model.config.vocab_size for t in prompt]
+            out.append((model, prompt, collect(baseline_generate(model, prompt, GenerationConfig(max_new_tokens=24)))[1]))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("k,dynamic", [(1, False), (4, False), (2, True)])
+def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic):
+    cfg = GenerationConfig(max_new_tokens=24, k=k, dynamic_k=dynamic, draft_confidence=0.3 if dynamic else 0.0)
+    accepted = rejected = 0
+    for model, prompt, base in baselines:
+        steps, end = collect(speculative_generate(model, make(kind, model), prompt, cfg))
+        assert end.token_ids == base.token_ids
+        accepted += end.stats.accepted
+        rejected += sum(s.kind == "corrected" for s in steps)
+    assert accepted and rejected  # both paths ran
+
+
+def test_greedy_with_repetition_penalty_matches_too(target, prompts):
+    cfg = GenerationConfig(max_new_tokens=25, k=3, sampling=Sampling(repetition_penalty=1.4))
+    for prompt in prompts[1:]:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        for kind in KINDS:
+            _, end = collect(speculative_generate(target, make(kind, target), prompt, cfg))
+            assert end.token_ids == base.token_ids
+
+
+@pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset"])
+def test_sampled_tokens_follow_the_target(kind):
+    """Chi-square of the first three sampled tokens against the exact joint, with a head
+    whose q is zero on one of the four tokens (the subset drops token 0 and 3)."""
+    model = tiny_llama(vocab=4, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.3)
+    joint = exact_joint(model, SAMPLING)
+    counts, drafter = {}, make(kind, model)  # one drafter for every run: begin resets it
+    for seed in range(400):
+        cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
+        _, end = collect(speculative_generate(model, drafter, PROMPT, cfg))
+        counts[end.token_ids] = counts.get(end.token_ids, 0) + 1
+    assert_matches(counts, joint)
+
+
+# --- training -------------------------------------------------------------------------
+
+def corpus_of(target, n: int = 6, top_k: int = 4) -> Corpus:
+    """Self-distillation in miniature: the target's greedy answers, its states and top-K."""
+    g = torch.Generator().manual_seed(9)
+    seqs = []
+    for i in range(n):
+        prompt = torch.randint(0, 96, (6,), generator=g).tolist()
+        _, end = collect(baseline_generate(target, prompt, GenerationConfig(max_new_tokens=20)))
+        ids = prompt + list(end.token_ids)
+        with torch.inference_mode():
+            h = target.model(torch.tensor([ids])).last_hidden_state[0]
+            top = torch.softmax(target.lm_head(h), -1).topk(top_k)
+        seqs.append(Seq(torch.tensor(ids), len(prompt), h.half(), top.indices, top.values.half(), f"p{i}"))
+    return Corpus(seqs, {"vocab": 96})
+
+
+@pytest.mark.parametrize("recipe", [MedusaRecipe(heads=2, subset=48), EagleRecipe(subset=48), EagleRecipe(subset=0)],
+                         ids=["medusa", "eagle-subset", "eagle-full"])
+def test_a_few_training_steps_lower_the_loss_and_the_result_reloads(target, recipe):
+    loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
+    corpus = corpus_of(target)
+    torch.manual_seed(0)
+    module = recipe.build(loaded, corpus)
+    opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
+    losses = []
+    for step in range(25):
+        loss, metrics = recipe.loss(module, loaded, corpus.sequences)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0] and all(isinstance(v, float) for v in metrics.values())
+    # The config and weights are all a file needs: the rebuilt drafter drafts the same.
+    rebuild = medusa_from if recipe.kind == "medusa" else eagle_from
+    state = {k: v.detach().half() if v.is_floating_point() else v for k, v in module.state_dict().items()}
+    again = rebuild(recipe.config(module), state, loaded)
+    ids = corpus.sequences[0].ids.tolist()[:12]
+    with torch.inference_mode():
+        trained = started_with(recipe.drafter(module, loaded), target, ids).propose(ids, 3)
+        reloaded = started_with(again, target, ids).propose(ids, 3)
+    assert trained.tokens.numel() and torch.allclose(trained.q, reloaded.q, atol=2e-2)
+
+
+def started_with(d, target, ids):
+    d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"), hidden=hidden_of(target, ids)[:-1])
+    return d
