@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         bench = None
     if bench is not None and hasattr(bench, "add_arguments"):
         bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
+    from .train import command as train_command
+    train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
     return parser
 
 
@@ -57,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "generate":
             return generate(args)
+        if args.command == "train":
+            from .train import command as train_command
+            return train_command.main(args)
         from . import bench
         return bench.main(args)
     except SpecvizError as e:

@@ -5,6 +5,7 @@ a KV cache); the models behind them come from the shared, read-only load cache.
 """
 from __future__ import annotations
 
+import pathlib
 from typing import Callable
 
 from ..errors import SpecvizError
@@ -15,6 +16,19 @@ from .prompt_lookup import PromptLookup
 NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
 LAYER_SKIP = "layerskip"  # "layerskip" (default subset) or "layerskip:0-9,14,20-29"
+# Trained drafters: "draft" | "medusa" | "eagle" = shipped for the embedded target,
+# "draft:PATH" etc. = a file written by `python -m specviz train`.
+TRAINED = {"draft": "distilled draft", "medusa": "medusa", "eagle": "eagle"}
+SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "assets" / "drafters" / "smollm2-135m-instruct"
+
+
+def _trained(spec: str) -> tuple[str, str] | None:
+    """(kind, path or "") for a trained-drafter spec, else None."""
+    s = (spec or "").strip()
+    kind, sep, path = s.partition(":")
+    if kind.lower() in TRAINED and (not sep or path.strip()):
+        return kind.lower(), path.strip()
+    return None
 
 
 def drafter_label(spec: str) -> str:
@@ -24,13 +38,18 @@ def drafter_label(spec: str) -> str:
         return "none"
     if s in PLD_NAMES:
         return "prompt lookup"
+    trained = _trained(spec)
+    if trained:
+        kind, path = trained
+        return TRAINED[kind] if not path else f"{TRAINED[kind]} ({pathlib.Path(path).name})"
     return f"draft model {spec.strip()}"
 
 
 def needs_model(spec: str) -> bool:
     """Does this drafter spec name a separate draft model to load?"""
     s = (spec or "").strip().lower()
-    return bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and not s.startswith(LAYER_SKIP)
+    return (bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and not s.startswith(LAYER_SKIP)
+            and _trained(s) is None)
 
 
 def draft_model(target, draft, spec: str) -> DraftModel:
@@ -44,7 +63,8 @@ def draft_model(target, draft, spec: str) -> DraftModel:
 def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
                  progress: Callable[[str, float], None] | None = None) -> Drafter | None:
     """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `layerskip[:layers]`
-    -> the target with layers skipped, else a draft model id or folder.
+    -> the target with layers skipped, `draft`/`medusa`/`eagle` -> the shipped trained drafter
+    (embedded target only), `draft:PATH` etc. -> a trained file, else a draft model id or folder.
 
     A draft model is loaded on the target's device and dtype and must share its tokenizer.
     """
@@ -52,13 +72,16 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
 
     s = (spec or "").strip()
     if not s:
-        raise SpecvizError("no drafter given: use 'none', 'pld', 'layerskip' or a draft model id/folder")
+        raise SpecvizError("no drafter given: use 'none', 'pld', 'layerskip', 'draft', 'medusa', 'eagle' "
+                           "or a draft model id/folder")
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:
         return PromptLookup()
     if s.lower().startswith(LAYER_SKIP):
         return _layer_skip(s, target)
+    if _trained(s):
+        return trained_drafter(s, target)
     draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
                         trust_remote_code=trust_remote_code, progress=progress)
     return draft_model(target, draft, s)
@@ -74,3 +97,28 @@ def _layer_skip(spec: str, target) -> Drafter:
     _, _, layers = spec.partition(":")
     keep = parse_layers(layers, len(decoder_layers(target.model))) if layers.strip() else None
     return LayerSkip(target.model, keep)
+
+
+def trained_drafter(spec: str, target) -> Drafter:
+    """A trained drafter: shipped ("medusa") for the embedded target, or from a file ("medusa:PATH")."""
+    from .trained import load_drafter, read_drafter
+
+    kind, path = _trained(spec)
+    if path:
+        return load_drafter(pathlib.Path(path).expanduser(), target, kind=kind)
+    shipped = SHIPPED / f"{kind}.safetensors"
+    if not shipped.is_file():
+        raise SpecvizError(f"no shipped {kind!r} drafter in this install ({shipped} is missing); "
+                           f"train one with `python -m specviz train {kind}` and pass '{kind}:PATH'")
+    from .trained import check_target
+
+    meta, _ = read_drafter(shipped)
+    try:
+        check_target(meta, target, shipped)
+    except SpecvizError:
+        raise SpecvizError(
+            f"the shipped {kind!r} drafter is trained for the embedded SmolLM2-135M-Instruct "
+            f"('default'), not for {target.name!r}; train one for it with "
+            f"`python -m specviz train {kind} --target {target.name}` and pass '{kind}:PATH'"
+        ) from None
+    return load_drafter(shipped, target, kind=kind)

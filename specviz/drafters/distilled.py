@@ -1,0 +1,236 @@
+"""The distilled draft model: a small causal LM trained to match the target's distributions.
+
+It reads and writes through the target's own token embeddings (shared, never copied), so
+the file holds only what is new: a projection in (target width -> 256), a few small
+decoder layers, and a projection out. Its output covers a frequent-token subset of the
+vocabulary: the head is the target's output embedding rows for those tokens, folded with
+the projection into one (subset, 256) matrix at load time, so a draft step costs a
+fraction of the target's 49k-row head. Off the subset its q is 0, which verification
+handles exactly (those tokens are simply never drafted).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import SpecvizError
+from ..sampling import sample
+from .base import Draft, Drafter, empty_draft
+
+
+@dataclass(frozen=True)
+class DistilledConfig:
+    vocab: int  # the target's vocabulary (full-width q rows)
+    target_hidden: int  # width of the target's embeddings
+    subset: int  # how many frequent tokens the head covers
+    hidden: int = 256
+    layers: int = 3
+    heads: int = 4
+    ffn: int = 768
+    rope_theta: float = 10000.0
+
+
+class Block(nn.Module):
+    def __init__(self, c: DistilledConfig):
+        super().__init__()
+        self.heads, self.head_dim = c.heads, c.hidden // c.heads
+        self.norm1 = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.qkv = nn.Linear(c.hidden, 3 * c.hidden, bias=False)
+        self.out = nn.Linear(c.hidden, c.hidden, bias=False)
+        self.norm2 = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.gate_up = nn.Linear(c.hidden, 2 * c.ffn, bias=False)
+        self.down = nn.Linear(c.ffn, c.hidden, bias=False)
+
+    def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
+        """x (B, T, hidden). With `cache` (B = 1), keys/values are written at its length."""
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        if cache is None:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            start = cache.length
+            cache.k[layer][:, :, start:start + t] = k
+            cache.v[layer][:, :, start:start + t] = v
+            end = start + t
+            a = F.scaled_dot_product_attention(q, cache.k[layer][:, :, :end], cache.v[layer][:, :, :end],
+                                               attn_mask=mask)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, -1))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def _rope(x, cos, sin):
+    a, b = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-b, a), dim=-1) * sin
+
+
+class DistilledLM(nn.Module):
+    """Logits over the token subset `keep` for each input position.
+
+    The target's input embedding and output-embedding rows are plain attributes (`attach`),
+    not parameters: they are neither trained nor saved.
+    """
+
+    def __init__(self, config: DistilledConfig, keep: torch.Tensor):
+        super().__init__()
+        c = self.config = config
+        if c.hidden % c.heads or (c.hidden // c.heads) % 2:
+            raise SpecvizError("hidden size must split into an even head size per head")
+        self.inp = nn.Linear(c.target_hidden, c.hidden, bias=False)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.norm = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.up = nn.Linear(c.hidden, c.target_hidden, bias=False)
+        self.bias = nn.Parameter(torch.zeros(c.subset))
+        self.register_buffer("keep", keep.long().clone())  # saved: which tokens the head covers
+        d = c.hidden // c.heads
+        self.register_buffer("inv_freq", 1.0 / c.rope_theta ** (torch.arange(0, d, 2).float() / d),
+                             persistent=False)
+        self.embed = self.head_rows = self.fused = None
+
+    def attach(self, target_model) -> "DistilledLM":
+        """Share the target's embeddings (its input table; its output rows for `keep`)."""
+        inp = target_model.get_input_embeddings().weight
+        head = target_model.get_output_embeddings().weight
+        if inp.shape[1] != self.config.target_hidden or head.shape[0] < int(self.keep.max()) + 1:
+            raise SpecvizError("this distilled draft model does not fit the target's embeddings")
+        self.embed = inp.detach()
+        self.head_rows = head.detach()[self.keep.to(head.device)].float()
+        self.fused = None
+        return self
+
+    def _rotary(self, positions):
+        angles = positions.float()[:, None] * self.inv_freq[None]
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos(), angles.sin()  # (T, head_dim), broadcast over batch and heads
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Training: ids (B, T) -> subset logits (B, T, subset), causal, no cache."""
+        x = self.inp(F.embedding(ids, self.embed).float())
+        cos, sin = self._rotary(torch.arange(ids.shape[1], device=ids.device))
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        head = self.head_rows @ self.up.weight  # (subset, hidden): cheaper than per-token up-projection
+        return self.norm(x) @ head.T + self.bias
+
+    @torch.no_grad()
+    def step(self, ids: torch.Tensor, cache: "Cache") -> torch.Tensor:
+        """Inference: ids (t,) after what `cache` holds -> subset logits (t, subset)."""
+        if self.fused is None:
+            self.fused = self.head_rows @ self.up.weight
+        t, start = ids.numel(), cache.length
+        cache.reserve(start + t)
+        x = self.inp(F.embedding(ids, self.embed).float())[None]
+        cos, sin = self._rotary(torch.arange(start, start + t, device=ids.device))
+        mask = None
+        if t > 1:  # row i (position start+i) sees positions 0..start+i
+            cols = torch.arange(start + t, device=ids.device)
+            mask = cols[None, :] <= torch.arange(start, start + t, device=ids.device)[:, None]
+        for i, block in enumerate(self.blocks):
+            x = block(x, cos, sin, cache, i, mask)
+        cache.length = start + t
+        return self.norm(x[0]) @ self.fused.T + self.bias
+
+
+class Cache:
+    """Keys and values per layer, (1, heads, capacity, head_dim), valid up to `length`."""
+
+    def __init__(self, model: DistilledLM, device):
+        c = model.config
+        self.shape = (1, c.heads, 0, c.hidden // c.heads)
+        self.layers, self.device = c.layers, device
+        self.length = self.capacity = 0
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+
+    def reserve(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        cap = max(256, self.capacity)
+        while cap < needed:
+            cap *= 2  # doubling: copies stay rare
+        b, h, _, d = self.shape
+
+        def grow(old):
+            new = [torch.zeros(b, h, cap, d, device=self.device) for _ in range(self.layers)]
+            for o, n in zip(old, new):
+                n[:, :, :self.length] = o[:, :, :self.length]
+            return new
+
+        self.k, self.v, self.capacity = grow(self.k), grow(self.v), cap
+
+
+class DistilledDrafter(Drafter):
+    """Drafts autoregressively from its own cache; after feedback the cache is cut back."""
+
+    name = "distilled draft"
+
+    def __init__(self, model: DistilledLM, name: str | None = None):
+        self.model = model
+        if name:
+            self.name = name
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+        self.processor, self.generator, self.device = processor, generator, device
+        self.cache = Cache(self.model, device)
+        self.base = 0  # context length at the last propose
+        self.keep = self.model.keep.to(device)
+        if len(prompt_ids) > 1:  # prefill all but the last prompt token; propose feeds the rest
+            self.model.step(torch.as_tensor(prompt_ids[:-1], device=device), self.cache)
+
+    def _full(self, logits: torch.Tensor) -> torch.Tensor:
+        """Subset logits -> full-vocabulary logits (-inf off the subset: q = 0 there)."""
+        full = torch.full((logits.shape[0], self.processor.vocab_size), float("-inf"), device=logits.device)
+        full[:, self.keep] = logits
+        return full
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1:
+            return empty_draft(self.device)
+        self.base = len(ids)
+        new = torch.as_tensor(ids[self.cache.length:], dtype=torch.long, device=self.device)
+        logits = self.model.step(new, self.cache)[-1:]
+        tokens, rows = [], []
+        for i in range(k):
+            # Same processing as the target's row i: the context plus the drafts so far.
+            drafted = torch.stack(tokens) if tokens else None
+            q = self.processor.probs(self._full(logits), drafted, start=i)[0]
+            t = q.argmax() if self.processor.s.greedy else sample(q, self.generator)
+            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+                break  # not sure enough: stop drafting this step
+            tokens.append(t.view(()))
+            rows.append(q)
+            if i + 1 < k:
+                logits = self.model.step(t.view(1), self.cache)
+        return Draft(torch.stack(tokens), torch.stack(rows))
+
+    def feedback(self, accepted: int, hidden=None) -> None:
+        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
+        self.cache.length = min(self.cache.length, self.base + accepted)
+
+
+def build(config: dict, keep: torch.Tensor) -> DistilledLM:
+    try:
+        return DistilledLM(DistilledConfig(**config), keep)
+    except TypeError as e:
+        raise SpecvizError(f"distilled draft model config is not understood: {e}") from None
+
+
+def config_of(model: DistilledLM) -> dict:
+    return asdict(model.config)
+
+
+def drafter_from(config: dict, state_dict: dict, target_loaded) -> DistilledDrafter:
+    """A drafter from a saved config and weights, attached to `target_loaded`'s embeddings."""
+    if "keep" not in state_dict:
+        raise SpecvizError("distilled draft model file has no 'keep' token subset")
+    model = build(config, state_dict["keep"])
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        raise SpecvizError(f"distilled draft model weights do not match its config "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model = model.float().eval().requires_grad_(False).to(target_loaded.device)
+    return DistilledDrafter(model.attach(target_loaded.model))

@@ -1,0 +1,148 @@
+"""Trained drafters on disk: which target they belong to, saving, loading, model cards.
+
+A file is safetensors (weights stored fp16, loaded fp32) with metadata: the drafter kind,
+its config as JSON, and the fingerprint of the target it was trained for. Loading checks
+the fingerprint, so a drafter never silently attaches to a different target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import torch
+
+from ..errors import SpecvizError
+
+FORMAT = 1
+SAMPLE = 4096  # values hashed per tensor: enough to tell models apart, cheap for big ones
+
+
+def fingerprint(model) -> str:
+    """A hex digest of a model's architecture and (a sample of) its weights.
+
+    Values are rounded to bfloat16 before hashing, so the same weights loaded in fp32,
+    bf16 or on another device give the same fingerprint.
+    """
+    digest = hashlib.sha256()
+    config = model.config.to_dict()
+    for key in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+                "num_attention_heads", "num_key_value_heads", "tie_word_embeddings"):
+        digest.update(f"{key}={config.get(key)};".encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().reshape(-1)
+        step = max(1, flat.numel() // SAMPLE)
+        values = flat[::step][:SAMPLE].to("cpu", torch.bfloat16).view(torch.int16)
+        digest.update(f"{name}:{tuple(tensor.shape)};".encode())
+        digest.update(values.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_drafter(path, kind: str, module, config: dict, target_loaded, card: dict | None = None) -> pathlib.Path:
+    """Write `module`'s own weights (fp16) and what is needed to rebuild and check it.
+
+    Only the module's state_dict is saved: weights it shares with the target must be plain
+    attributes, not parameters or buffers. A markdown model card goes beside it (`.md`).
+    """
+    from safetensors.torch import save_file
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {name: (t.detach().half() if t.is_floating_point() else t.detach()).cpu().contiguous()
+               for name, t in module.state_dict().items()}
+    meta = {"format": "specviz-drafter", "version": str(FORMAT), "kind": kind,
+            "config": json.dumps(config), "target_fingerprint": fingerprint(target_loaded.model),
+            "target_name": target_loaded.name}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    tmp.replace(path)
+    if card is not None:
+        path.with_suffix(".md").write_text(model_card(kind, card))
+    return path
+
+
+_READ: dict[tuple, tuple[dict, dict]] = {}  # (path, mtime, size) -> read file; files are small
+
+
+def read_drafter(path) -> tuple[dict, dict]:
+    """(metadata with config decoded, state_dict in fp32) of a saved drafter file.
+
+    Cached per file version; callers must not modify what they get (drafters copy it).
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise SpecvizError(f"drafter file {path} not found")
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        _READ[key] = _read(path)
+    meta, state = _READ[key]
+    return dict(meta), dict(state)
+
+
+def _read(path: pathlib.Path) -> tuple[dict, dict]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise SpecvizError(f"{path} is not a readable safetensors drafter file: {e}") from None
+    if meta.get("format") != "specviz-drafter" or "kind" not in meta:
+        raise SpecvizError(f"{path} is a safetensors file but not a specviz drafter (no drafter metadata)")
+    try:
+        meta["config"] = json.loads(meta.get("config") or "{}")
+    except json.JSONDecodeError:
+        raise SpecvizError(f"{path}: its drafter config is not valid JSON") from None
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    return meta, state
+
+
+def load_drafter(path, target_loaded, kind: str | None = None):
+    """A ready Drafter from a file saved by `save_drafter`, for `target_loaded` only."""
+    meta, state = read_drafter(path)
+    check_target(meta, target_loaded, path)
+    found = meta["kind"]
+    if kind is not None and found != kind:
+        raise SpecvizError(f"{path} holds a {found!r} drafter, not a {kind!r} one")
+    if found == "draft":
+        from .distilled import drafter_from
+    elif found == "medusa":
+        from .medusa import drafter_from
+    elif found == "eagle":
+        from .eagle import drafter_from
+    else:
+        raise SpecvizError(f"{path}: unknown drafter kind {found!r} (expected draft, medusa or eagle)")
+    return drafter_from(meta["config"], state, target_loaded)
+
+
+def check_target(meta: dict, target_loaded, path) -> None:
+    mine = fingerprint(target_loaded.model)
+    theirs = meta.get("target_fingerprint", "")
+    if theirs != mine:
+        raise SpecvizError(
+            f"{pathlib.Path(path).name} was trained for target {meta.get('target_name', '?')!r} "
+            f"(fingerprint {theirs[:12]}), but the target here is {target_loaded.name!r} "
+            f"(fingerprint {mine[:12]}): a drafter only works with the target it was trained for; "
+            f"train one with `python -m specviz train {meta.get('kind', 'draft')} --target {target_loaded.name}`"
+        )
+
+
+def model_card(kind: str, card: dict) -> str:
+    """A short markdown card: a title, then one line per entry (nested dicts as sub-lists)."""
+    lines = [f"# specviz {kind} drafter", ""]
+    for key, value in card.items():
+        if isinstance(value, dict):
+            lines.append(f"- **{key}**:")
+            lines += [f"  - {k}: {_fmt(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"- **{key}**: {_fmt(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)

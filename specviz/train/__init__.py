@@ -1,0 +1,5 @@
+"""Training drafters for a target: `python -m specviz train {draft,medusa,eagle}`.
+
+data.py builds the self-distillation corpus, loop.py trains any Recipe on it with
+checkpoints and a held-out acceptance measurement, command.py is the CLI.
+"""

@@ -1,0 +1,116 @@
+"""`python -m specviz train {draft,medusa,eagle}`: build the data if needed, train, evaluate, save.
+
+    python -m specviz train draft                       # embedded target, CPU, ~30 min data + training
+    python -m specviz train medusa --target Qwen/Qwen2.5-0.5B-Instruct --device cuda --out my-medusa
+    python -m specviz train eagle --resume --out my-eagle   # continue after a kill
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pathlib
+import re
+import sys
+
+from ..errors import SpecvizError
+
+KINDS = {"draft": ("specviz.train.draft", "DRAFT"), "medusa": ("specviz.train.medusa", "MEDUSA"),
+         "eagle": ("specviz.train.eagle", "EAGLE")}
+DEFAULT_STEPS = {"draft": 1500, "medusa": 1500, "eagle": 1500}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=sorted(KINDS), help="which drafter family to train")
+    p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--out", default=None, help="folder for <kind>.safetensors, <kind>.md and checkpoint.pt "
+                   "(default: trained-drafters/<target>)")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 1500)")
+    p.add_argument("--batch", type=int, default=16, help="sequences per step")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warm-up, then cosine decay)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pt")
+    p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", default=None, help="the target's dtype (default: fp32 on CPU, bf16 on CUDA)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    data = p.add_argument_group("data (self-distillation from the target)")
+    data.add_argument("--data", default=None, help="data folder (default: $SPECVIZ_CACHE/train/<target fingerprint>)")
+    data.add_argument("--prompts", default=None, help="JSONL prompt file (default: assets/train/prompts.jsonl)")
+    data.add_argument("--data-minutes", type=float, default=None,
+                      help="generate data for this long first (default: only when there is none, for 30 min)")
+    data.add_argument("--data-only", action="store_true", help="build or extend the data, then stop")
+    data.add_argument("--passes", type=int, default=3, help="responses per prompt: 1 greedy, then sampled")
+    data.add_argument("--max-new-tokens", type=int, default=160, help="longest response generated per prompt")
+    ev = p.add_argument_group("evaluation (held-out prompts, through the engine, greedy)")
+    ev.add_argument("--held-out", type=int, default=20, help="prompts kept out of training")
+    ev.add_argument("--eval-k", type=int, default=4, help="draft length for the held-out acceptance run")
+    ev.add_argument("--eval-tokens", type=int, default=64, help="new tokens per held-out prompt")
+
+
+def recipe_for(kind: str):
+    module, name = KINDS[kind]
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise SpecvizError(f"training {kind!r} drafters is not available in this install ({e})") from None
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", pathlib.Path(name.rstrip("/\\")).name or name).strip("-") or "target"
+
+
+def main(args) -> int:
+    import torch
+
+    from .. import models
+    from .data import PROMPTS, build_data, data_dir, load_data
+    from .loop import check_positive, train
+
+    check_positive(batch=args.batch, checkpoint_every=args.checkpoint_every, held_out=args.held_out,
+                   eval_k=args.eval_k, eval_tokens=args.eval_tokens, passes=args.passes,
+                   max_new_tokens=args.max_new_tokens)
+    if args.steps is not None:
+        check_positive(steps=args.steps)
+    if not 0 < args.lr < 1:
+        raise SpecvizError(f"--lr must be in (0, 1), got {args.lr}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpecvizError(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    steps = DEFAULT_STEPS[args.kind] if args.steps is None else args.steps
+    if args.data_minutes is not None and not args.data_minutes > 0:
+        raise SpecvizError(f"--data-minutes must be positive, got {args.data_minutes}")
+    recipe = None if args.data_only else recipe_for(args.kind)  # fail before the slow parts
+    target = models.load(args.target, args.device, args.dtype, progress=_progress)
+    folder = pathlib.Path(args.data) if args.data else data_dir(target)
+    have = any(folder.glob("shard-*.pt"))
+    if args.data_minutes is not None or not have:
+        minutes = args.data_minutes or 30.0
+        say(f"building training data in {folder} for up to {minutes:g} min "
+            "(the target answers the prompt set; resumable)")
+        build_data(target, folder, prompts=args.prompts or PROMPTS, passes=args.passes,
+                   max_new_tokens=args.max_new_tokens, budget_s=60 * minutes, seed=args.seed)
+    corpus = load_data(target, folder)
+    say(f"data: {len(corpus.sequences)} sequences, {corpus.tokens} tokens "
+        f"({corpus.response_tokens} written by the target)")
+    if args.data_only:
+        return 0
+    out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
+    card = train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
+                 checkpoint_every=args.checkpoint_every, resume=args.resume, held_out=args.held_out,
+                 eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say)
+    say(f"saved {card['file']}; use it with --drafter {args.kind}:{out / (args.kind + '.safetensors')}")
+    return 0
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+_last = [None]
+
+
+def _progress(message: str, fraction: float) -> None:
+    if message != _last[0]:
+        _last[0] = message
+        say(f"{message} ...")

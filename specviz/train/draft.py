@@ -1,0 +1,103 @@
+"""Recipe DRAFT: the distilled draft model (specviz/drafters/distilled.py).
+
+Loss: cross-entropy of the drafter's subset distribution against the target's top-K
+probabilities at every position (prompt and response), renormalised over the top-K
+tokens the subset holds: the forward KL to the target up to a constant, so it learns
+the target's whole ranking, not only its argmax.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..drafters.distilled import DistilledDrafter, DistilledLM, build, config_of
+from ..errors import SpecvizError
+from .data import Corpus, Seq
+
+
+@dataclass
+class DraftRecipe:
+    kind: str = "draft"
+    subset: int = 8192  # head rows: the most frequent tokens in the training data
+    hidden: int = 256
+    layers: int = 3
+    heads: int = 4
+    ffn: int = 768
+
+    def build(self, target_loaded, corpus: Corpus) -> DistilledLM:
+        model = target_loaded.model
+        vocab = model.get_output_embeddings().weight.shape[0]
+        counts = corpus.token_counts(vocab)
+        keep = choose_subset(counts, self.subset, target_loaded.eos_token_ids)
+        config = {"vocab": vocab, "target_hidden": model.get_input_embeddings().weight.shape[1],
+                  "subset": int(keep.numel()), "hidden": self.hidden, "layers": self.layers,
+                  "heads": self.heads, "ffn": self.ffn}
+        return build(config, keep).to(target_loaded.device).attach(model)
+
+    def rebuild(self, config: dict, state_dict: dict, target_loaded) -> DistilledLM:
+        module = build(config, state_dict["keep"])
+        module.load_state_dict(state_dict)
+        return module.to(target_loaded.device).attach(target_loaded.model)
+
+    def config(self, module: DistilledLM) -> dict:
+        return config_of(module)
+
+    def loss(self, module: DistilledLM, target_loaded, batch: list[Seq]) -> tuple[torch.Tensor, dict]:
+        device = module.keep.device
+        ids, top_ids, top_p, valid = _pad(batch, device)
+        logq = torch.log_softmax(module(ids), dim=-1)  # (B, T, subset)
+        index = _subset_index(module)
+        j = index[top_ids]  # (B, T, K): subset position of each top-K token, -1 if outside
+        p = top_p * (j >= 0)
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-6)
+        ce = -(p * logq.gather(-1, j.clamp_min(0))).sum(-1)  # (B, T)
+        n = valid.sum().clamp_min(1)
+        loss = (ce * valid).sum() / n
+        with torch.no_grad():
+            agree = (module.keep[logq.argmax(-1)] == top_ids[..., 0]).float()
+            top1 = (agree * valid).sum() / n
+        return loss, {"top1": top1.item()}
+
+    def drafter(self, module: DistilledLM, target_loaded) -> DistilledDrafter:
+        module.fused = None  # weights changed since the last fold of the head
+        return DistilledDrafter(module)
+
+
+DRAFT = DraftRecipe()
+
+
+def choose_subset(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
+    """The `size` most frequent token ids (those seen at least once), plus `always`, sorted."""
+    if size < 1:
+        raise SpecvizError(f"the token subset must hold at least one token, got {size}")
+    seen = int((counts > 0).sum())
+    top = torch.topk(counts, min(size, max(1, seen))).indices
+    extra = torch.tensor([t for t in always if 0 <= t < counts.numel()], dtype=torch.long)
+    return torch.unique(torch.cat([top, extra]))  # sorted ascending
+
+
+def _subset_index(module: DistilledLM) -> torch.Tensor:
+    """(vocab,) long: position of each token in the subset, -1 when it has none."""
+    cached = getattr(module, "_index", None)
+    if cached is None or cached.device != module.keep.device:
+        cached = torch.full((module.config.vocab,), -1, dtype=torch.long, device=module.keep.device)
+        cached[module.keep] = torch.arange(module.keep.numel(), device=module.keep.device)
+        module._index = cached
+    return cached
+
+
+def _pad(batch: list[Seq], device):
+    """Right-padded ids, top_ids, top_p (float) and a mask of positions with a next token."""
+    width = max(len(s.ids) for s in batch)
+    k = batch[0].top_ids.shape[1]
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    top_ids = torch.zeros(len(batch), width, k, dtype=torch.long)
+    top_p = torch.zeros(len(batch), width, k)
+    valid = torch.zeros(len(batch), width)
+    for i, s in enumerate(batch):
+        t = len(s.ids)
+        ids[i, :t], top_ids[i, :t], top_p[i, :t] = s.ids, s.top_ids, s.top_p.float()
+        valid[i, :max(0, t - 1)] = 1  # the last row predicts past the end of the text
+    return ids.to(device), top_ids.to(device), top_p.to(device), valid.to(device)

@@ -1,0 +1,226 @@
+"""Training: the prompt set, self-distillation data, the loop (loss falls, resume is exact), the CLI."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from specviz import models
+from specviz.cli import main as cli_main
+from specviz.errors import SpecvizError
+from specviz.train.data import PROMPTS, build_data, load_data, read_prompts
+from specviz.train.draft import DraftRecipe, choose_subset
+from specviz.train.loop import learning_rate, sample_batch, train
+
+from tiny_folder import make_tiny_model_dir
+
+BENCH = PROMPTS.parents[1] / "bench" / "default.jsonl"
+TINY_RECIPE = DraftRecipe(subset=96, hidden=32, layers=1, heads=2, ffn=64)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run no faster on more threads, and a shared CPU makes extra threads slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "tiny")
+    return models.load(str(folder), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def data(tiny, tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    prompts = root / "prompts.jsonl"
+    words = "the cat sat on the mat and said hello world to a big red dog".split()
+    with open(prompts, "w") as f:
+        for i in range(24):
+            text = " ".join(words[(i + j) % len(words)] for j in range(4 + i % 9))
+            f.write(json.dumps({"id": f"p{i}", "prompt": text}) + "\n")
+    folder = build_data(tiny, root / "cache", prompts=prompts, passes=2, max_new_tokens=20, batch=8,
+                        progress=False)
+    return prompts, folder
+
+
+# --- the prompt set ---------------------------------------------------------------------
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def _bench_texts() -> list[str]:
+    texts = []
+    for line in BENCH.read_text().splitlines():
+        row = json.loads(line)
+        turns = row.get("turns") or [{"content": row.get("prompt", "")}]
+        texts += [t["content"] for t in turns]
+    return texts
+
+
+def test_prompt_set_is_large_varied_and_well_formed():
+    rows = read_prompts()
+    assert len(rows) >= 400
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert len({r["prompt"] for r in rows}) == len(rows)
+    cats = {r["category"] for r in rows}
+    assert {"chat", "code", "reasoning", "summarisation", "translation", "rewriting"} <= cats
+    assert all(sum(r["category"] == c for r in rows) >= 40 for c in cats)
+
+
+def test_prompt_set_shares_no_text_with_the_benchmark():
+    """No prompt repeats a benchmark prompt, nor any run of 8 words from one (passages included)."""
+    def grams(text, n=8):
+        w = _words(text)
+        return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+    bench = set().union(*(grams(t) for t in _bench_texts()))
+    bench_exact = {t.strip().lower() for t in _bench_texts()}
+    for r in read_prompts():
+        assert r["prompt"].strip().lower() not in bench_exact, r["id"]
+        assert not grams(r["prompt"]) & bench, r["id"]
+
+
+def test_bad_prompt_files_are_readable_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    with pytest.raises(SpecvizError, match="bad.jsonl:2"):
+        read_prompts(bad)
+    bad.write_text('{"id": "x"}\n')
+    with pytest.raises(SpecvizError, match="prompt"):
+        read_prompts(bad)
+    with pytest.raises(SpecvizError, match="not found"):
+        read_prompts(tmp_path / "missing.jsonl")
+
+
+# --- the data ---------------------------------------------------------------------------
+
+def test_data_holds_the_targets_own_text_hidden_states_and_top_k(tiny, data):
+    _, folder = data
+    corpus = load_data(tiny, folder)
+    assert len(corpus.sequences) == 48  # 24 prompts x 2 passes
+    head = tiny.model.get_output_embeddings()
+    for s in corpus.sequences[:6]:
+        t = len(s.ids)
+        assert s.hidden.shape == (t, tiny.model.config.hidden_size) and s.hidden.dtype == torch.float16
+        assert s.top_ids.shape == s.top_p.shape == (t, 32)
+        assert 0 < s.response_start < t
+        # The hidden state is the LM head's input: its argmax is the top-1 token recorded.
+        with torch.no_grad():
+            assert torch.equal(head(s.hidden.float()).argmax(-1), s.top_ids[:, 0])
+        assert bool((s.top_p[:, :-1] >= s.top_p[:, 1:]).all())
+    greedy = [s for s in corpus.sequences if s.variant == "greedy"]
+    for s in greedy[:4]:  # greedy responses follow the target's argmax token by token
+        r = s.response_start
+        assert torch.equal(s.ids[r:], s.top_ids[r - 1:-1, 0])
+
+
+def test_building_again_resumes_and_adds_nothing(tiny, data):
+    prompts, folder = data
+    before = sorted(p.name for p in folder.glob("shard-*.pt"))
+    build_data(tiny, folder, prompts=prompts, passes=2, max_new_tokens=20, batch=8, progress=False)
+    assert sorted(p.name for p in folder.glob("shard-*.pt")) == before
+    with pytest.raises(SpecvizError, match="other settings"):
+        build_data(tiny, folder, prompts=prompts, passes=2, max_new_tokens=21, progress=False)
+
+
+def test_split_holds_out_whole_prompts_deterministically(tiny, data):
+    corpus = load_data(tiny, data[1])
+    train_a, held_a = corpus.split(5)
+    train_b, held_b = corpus.split(5)
+    held_ids = {s.prompt_id for s in held_a.sequences}
+    assert len(held_ids) == 5 and [s.prompt_id for s in held_b.sequences] == [s.prompt_id for s in held_a.sequences]
+    assert all(s.variant == "greedy" for s in held_a.sequences)
+    assert not held_ids & {s.prompt_id for s in train_a.sequences}
+    assert len(train_a.sequences) == 48 - 10
+    counts = corpus.token_counts(tiny.vocab_size)
+    assert int(counts.sum()) == corpus.tokens
+
+
+def test_missing_data_is_a_readable_error(tiny, tmp_path):
+    with pytest.raises(SpecvizError, match="no training data"):
+        load_data(tiny, tmp_path)
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+def test_subset_keeps_the_most_frequent_tokens_and_eos():
+    counts = torch.tensor([0, 5, 1, 9, 0, 3])
+    assert choose_subset(counts, 2, always=(4,)).tolist() == [1, 3, 4]
+    assert choose_subset(counts, 10).tolist() == [1, 2, 3, 5]  # never-seen tokens are left out
+
+
+def test_schedule_and_batches_are_pure_functions_of_the_step(tiny, data):
+    corpus = load_data(tiny, data[1])
+    a = sample_batch(corpus, 7, 4, seed=3, window=10)
+    b = sample_batch(corpus, 7, 4, seed=3, window=10)
+    assert [torch.equal(x.ids, y.ids) for x, y in zip(a, b)] == [True] * 4
+    assert all(len(x.ids) <= 10 for x in a)
+    assert learning_rate(0, 100, 1.0, 10) == pytest.approx(0.1)
+    assert learning_rate(10, 100, 1.0, 10) == pytest.approx(1.0)
+    assert learning_rate(100, 100, 1.0, 10) == pytest.approx(0.1)
+
+
+def test_training_lowers_the_loss_and_writes_weights_and_card(tiny, data, tmp_path):
+    corpus = load_data(tiny, data[1])
+    card = train(TINY_RECIPE, tiny, corpus, tmp_path, steps=40, batch=4, lr=1e-2, held_out=4,
+                 eval_tokens=12, progress=False)
+    t = card["training"]
+    # The floor is the target's own entropy (high for a random tiny target), so ask for a clear drop.
+    assert t["train loss (mean of last 10%)"] < t["train loss (first 10 steps)"] - 0.4
+    held = card["held-out"]
+    assert held["prompts"] == 4 and 0.0 <= held["alpha (greedy, k=4)"] <= 1.0 and held["tau (greedy, k=4)"] >= 1.0
+    assert (tmp_path / "draft.safetensors").is_file() and (tmp_path / "checkpoint.pt").is_file()
+    text = (tmp_path / "draft.md").read_text()
+    assert "held-out" in text and "alpha" in text and "steps: 40" in text
+
+
+def test_resume_continues_to_the_same_result(tiny, data, tmp_path):
+    from safetensors.torch import load_file
+
+    corpus = load_data(tiny, data[1])
+    kw = dict(steps=16, batch=4, lr=3e-3, held_out=4, eval_tokens=4, progress=False, checkpoint_every=5)
+    train(TINY_RECIPE, tiny, corpus, tmp_path / "whole", **kw)
+    assert train(TINY_RECIPE, tiny, corpus, tmp_path / "split", stop_after=7, **kw) == {"stopped_at": 7}
+    assert not (tmp_path / "split" / "draft.safetensors").exists()
+    train(TINY_RECIPE, tiny, corpus, tmp_path / "split", resume=True, **kw)
+    whole = load_file(tmp_path / "whole" / "draft.safetensors")
+    split = load_file(tmp_path / "split" / "draft.safetensors")
+    assert whole.keys() == split.keys()
+    assert all(torch.equal(whole[k], split[k]) for k in whole)
+
+
+# --- the command line -------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "draft", "--steps", "0"], "steps must be a positive integer"),
+    (["train", "draft", "--lr", "2"], "--lr must be in"),
+    (["train", "draft", "--threads", "0"], "--threads"),
+    (["train", "draft", "--target", "/no/such/folder"], ""),
+])
+def test_cli_bad_input_prints_an_error_not_a_traceback(argv, message, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_cli_trains_from_existing_data(tiny, data, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["train", "draft", "--target", tiny.source, "--data", str(data[1]), "--out", str(out),
+            "--steps", "3", "--batch", "2", "--held-out", "2", "--eval-tokens", "4", "--device", "cpu"]
+    import specviz.train.command as command
+
+    recipe = command.KINDS["draft"]
+    command.KINDS["draft"] = ("test_train", "TINY_RECIPE")
+    try:
+        assert cli_main(argv) == 0
+    finally:
+        command.KINDS["draft"] = recipe
+    assert (out / "draft.safetensors").is_file() and (out / "draft.md").is_file()
+    assert "--drafter draft:" in capsys.readouterr().err
