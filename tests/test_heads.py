@@ -54,6 +54,15 @@ def started(kind, target, ids, greedy=True):
     return d
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine lose ~10x to them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def small_vocab():
     """Eight tokens: random drafts are often right, so accept paths get exercised too."""
@@ -110,7 +119,7 @@ def baselines(target, small_vocab, prompts):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("k,dynamic", [(1, False), (4, False), (2, True)])
+@pytest.mark.parametrize("k,dynamic", [(1, False), (3, False), (5, False), (2, True)])
 def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic):
     cfg = GenerationConfig(max_new_tokens=24, k=k, dynamic_k=dynamic, draft_confidence=0.3 if dynamic else 0.0)
     accepted = rejected = 0
@@ -140,7 +149,7 @@ def test_sampled_tokens_follow_the_target(kind):
         model.lm_head.weight.mul_(0.3)
     joint = exact_joint(model, SAMPLING)
     counts, drafter = {}, make(kind, model)  # one drafter for every run: begin resets it
-    for seed in range(400):
+    for seed in range(1000):
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
         _, end = collect(speculative_generate(model, drafter, PROMPT, cfg))
         counts[end.token_ids] = counts.get(end.token_ids, 0) + 1

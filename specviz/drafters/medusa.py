@@ -59,12 +59,15 @@ class TargetHead:
 
 
 def frequent_tokens(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
-    """The `size` most frequent token ids (plus `always`, e.g. EOS), sorted."""
-    counts = counts.clone().float()
+    """The `size` most frequent token ids (plus `always`, e.g. EOS), sorted.
+
+    Ties (notably tokens never seen in the data) go to lower ids: BPE vocabularies number
+    their tokens in merge order, so a low id is a rough prior for a common token."""
+    score = counts.double() + 0.5 * (1 - torch.arange(counts.numel(), dtype=torch.double) / counts.numel())
     for t in always:
-        counts[t] = float("inf")
+        score[t] = float("inf")
     size = min(size, counts.numel())
-    return torch.topk(counts, size).indices.sort().values
+    return torch.topk(score, size).indices.sort().values
 
 
 def draw(processor, generator, logits: torch.Tensor, tokens: list, i: int):

@@ -51,7 +51,6 @@ class EagleRecipe:
         return self.reg * reg + self.tok * ce, pred, {"reg": reg.item(), "ce": ce.item(), "top1": top1.item()}
 
     def loss(self, module: EagleHead, target_loaded, seqs):
-        module.train()
         target = model_of(target_loaded)
         head = lm_head(module, target)
         b = pad_batch(seqs, module.subset.device)

@@ -14,7 +14,7 @@ import torch
 
 from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, frequent_tokens, heads_config
 
-SUBSET = 4096  # rows of the LM head the drafters read (0 = the full vocabulary)
+SUBSET = 8192  # rows of the LM head the drafters read (0 = the full vocabulary)
 
 
 @dataclass
@@ -107,7 +107,6 @@ class MedusaRecipe:
         return heads_config(module)
 
     def loss(self, module: MedusaHeads, target_loaded, seqs):
-        module.train()
         target = model_of(target_loaded)
         head = lm_head(module, target)
         b = pad_batch(seqs, module.subset.device)
