@@ -196,6 +196,15 @@ def test_resume_continues_to_the_same_result(tiny, data, tmp_path):
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
+def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
+    corpus = load_data(tiny, data[1])
+    card = train(TINY_RECIPE, tiny, corpus, tmp_path, steps=50, batch=2, held_out=2, eval_tokens=4,
+                 progress=False, max_seconds=0.0)
+    assert card["training"]["steps"] == "1 of 50 (time cap)"
+    assert (tmp_path / "draft.safetensors").is_file()
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
+
+
 # --- the command line -------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", default=None, help="the target's dtype (default: fp32 on CPU, bf16 on CUDA)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="time cap for training: evaluate and save what there is then (--resume finishes)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     data = p.add_argument_group("data (self-distillation from the target)")
     data.add_argument("--data", default=None, help="data folder (default: $SPECVIZ_CACHE/train/<target fingerprint>)")
@@ -78,6 +80,8 @@ def main(args) -> int:
             raise SpecvizError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     steps = DEFAULT_STEPS[args.kind] if args.steps is None else args.steps
+    if args.minutes is not None and not args.minutes > 0:
+        raise SpecvizError(f"--minutes must be positive, got {args.minutes}")
     if args.data_minutes is not None and not args.data_minutes > 0:
         raise SpecvizError(f"--data-minutes must be positive, got {args.data_minutes}")
     recipe = None if args.data_only else recipe_for(args.kind)  # fail before the slow parts
@@ -98,7 +102,8 @@ def main(args) -> int:
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
     card = train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
                  checkpoint_every=args.checkpoint_every, resume=args.resume, held_out=args.held_out,
-                 eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say)
+                 eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say,
+                 max_seconds=None if args.minutes is None else 60 * args.minutes)
     say(f"saved {card['file']}; use it with --drafter {args.kind}:{out / (args.kind + '.safetensors')}")
     return 0
 

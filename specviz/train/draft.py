@@ -34,7 +34,14 @@ class DraftRecipe:
         config = {"vocab": vocab, "target_hidden": model.get_input_embeddings().weight.shape[1],
                   "subset": int(keep.numel()), "hidden": self.hidden, "layers": self.layers,
                   "heads": self.heads, "ffn": self.ffn}
-        return build(config, keep).to(target_loaded.device).attach(model)
+        module = build(config, keep)
+        with torch.no_grad():
+            # Start from the unigram distribution with small logits on top: the loss begins near
+            # the data's token entropy instead of wherever a random projection lands.
+            module.up.weight.mul_(0.1)
+            logf = torch.log(counts[keep].float() + 1)
+            module.bias.copy_(logf - torch.logsumexp(logf, 0))
+        return module.to(target_loaded.device).attach(model)
 
     def rebuild(self, config: dict, state_dict: dict, target_loaded) -> DistilledLM:
         module = build(config, state_dict["keep"])

@@ -67,10 +67,12 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
           batch: int = 8, seed: int = 0, checkpoint_every: int = 100, resume: bool = False,
           progress: bool = True, held_out: int = 20, window: int = 384, eval_prompts: int | None = None,
           eval_k: int = 4, eval_tokens: int = 64, stop_after: int | None = None,
-          log: Callable[[str], None] | None = None) -> dict:
+          max_seconds: float | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Train `recipe` on `corpus`; write <out_dir>/<kind>.safetensors and .md. Returns the card.
 
     stop_after: end (with a checkpoint, no saved drafter) after this step; for tests of resume.
+    max_seconds: a time cap for this call's training; when it is reached the drafter is
+        evaluated and saved as it is (the card says so) and --resume can finish the schedule.
     """
     from tqdm.auto import tqdm
 
@@ -112,7 +114,7 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
     bar = tqdm(total=steps, initial=start, desc=f"train {recipe.kind}", unit="step", disable=not progress)
     clock = time.perf_counter()
     running = None
-    step = start
+    done = start
     for step in range(start, steps):
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, steps, lr, warmup)
@@ -135,6 +137,12 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
         if done == stop_after:
             bar.close()
             return {"stopped_at": done}
+        if max_seconds is not None and time.perf_counter() - clock > max_seconds and done < steps:
+            _save_checkpoint(ckpt_path, recipe, module, opt, done, history, seconds + time.perf_counter() - clock)
+            say(f"time cap reached at step {done} of {steps}: saving what there is (--resume continues)")
+            break
+    else:
+        done = steps
     bar.close()
     seconds += time.perf_counter() - clock
     module.eval()
@@ -143,7 +151,8 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
     card = {
         "target": f"{target_loaded.name} (fingerprint {_fp(target_loaded)[:12]})",
         "data": _describe(corpus, train_c, held_c),
-        "training": {"steps": steps, "batch": batch, "window": window, "lr": lr, "seed": seed,
+        "training": {"steps": done if done == steps else f"{done} of {steps} (time cap)",
+                     "batch": batch, "window": window, "lr": lr, "seed": seed,
                      "seconds": round(seconds, 1),
                      "train loss (mean of last 10%)": _tail_mean(history),
                      "train loss (first 10 steps)": _head_mean(history)},
