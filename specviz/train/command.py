@@ -103,8 +103,11 @@ def main(args) -> int:
     card = train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
                  checkpoint_every=args.checkpoint_every, resume=args.resume, held_out=args.held_out,
                  eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say,
-                 max_seconds=None if args.minutes is None else 60 * args.minutes)
-    say(f"saved {card['file']}; use it with --drafter {args.kind}:{out / (args.kind + '.safetensors')}")
+                 max_seconds=None if args.minutes is None else 60 * args.minutes,
+                 note={"command": f"`python -m specviz train {args.kind} --target {args.target} --steps {steps} "
+                                  f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
+    path = out / f"{args.kind}.safetensors"
+    say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0
 
 

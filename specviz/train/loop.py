@@ -67,10 +67,12 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
           batch: int = 8, seed: int = 0, checkpoint_every: int = 100, resume: bool = False,
           progress: bool = True, held_out: int = 20, window: int = 384, eval_prompts: int | None = None,
           eval_k: int = 4, eval_tokens: int = 64, stop_after: int | None = None,
-          max_seconds: float | None = None, log: Callable[[str], None] | None = None) -> dict:
+          max_seconds: float | None = None, log: Callable[[str], None] | None = None,
+          note: dict | None = None) -> dict:
     """Train `recipe` on `corpus`; write <out_dir>/<kind>.safetensors and .md. Returns the card.
 
     stop_after: end (with a checkpoint, no saved drafter) after this step; for tests of resume.
+    note: extra card entries shown first (e.g. the command that reproduces the run).
     max_seconds: a time cap for this call's training; when it is reached the drafter is
         evaluated and saved as it is (the card says so) and --resume can finish the schedule.
     """
@@ -149,6 +151,7 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
 
     card = _evaluate(recipe, module, target_loaded, held_c, eval_prompts, eval_k, eval_tokens, batch, window, say)
     card = {
+        **(note or {}),
         "target": f"{target_loaded.name} (fingerprint {_fp(target_loaded)[:12]})",
         "data": _describe(corpus, train_c, held_c),
         "training": {"steps": done if done == steps else f"{done} of {steps} (time cap)",
@@ -163,7 +166,7 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, *, steps: int 
 
     path = save_drafter(out / f"{recipe.kind}.safetensors", recipe.kind, module, recipe.config(module),
                         target_loaded, card)
-    card["file"] = f"{path} ({path.stat().st_size / 1e6:.2f} MB)"
+    card["file"] = f"{path.name} ({path.stat().st_size / 1e6:.2f} MB, fp16)"
     path.with_suffix(".md").write_text(_card_text(recipe.kind, card))
     return card
 
