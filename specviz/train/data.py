@@ -59,7 +59,7 @@ class Corpus:
         return Corpus(train, self.meta), Corpus(held, self.meta)
 
     def token_counts(self, vocab: int | None = None) -> torch.Tensor:
-        """How often each token id occurs in responses (plus prompts, counted once each)."""
+        """How often each token id occurs in the sequences (prompts and responses)."""
         vocab = vocab or int(self.meta.get("vocab", 0)) or 1 + max(int(s.ids.max()) for s in self.sequences)
         counts = torch.zeros(vocab, dtype=torch.long)
         for s in self.sequences:
@@ -158,6 +158,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     meta.setdefault("settings", settings)
     meta.setdefault("seconds", 0.0)
     meta["vocab"] = target_loaded.vocab_size
+    meta["prompts"] = pathlib.Path(prompts).name if pathlib.Path(prompts) != PROMPTS else "assets/train/prompts.jsonl"
 
     # Same shuffled order in every pass, so a budget cut still covers every category.
     order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -218,10 +218,15 @@ def _evaluate(recipe, module, target_loaded, held: Corpus, eval_prompts, k, toke
 
 def _describe(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
     meta = corpus.meta
-    return {"source": "self-distillation: the target's own responses to assets/train/prompts.jsonl",
+    variants = {}
+    for s in corpus.sequences:
+        variants[s.variant] = variants.get(s.variant, 0) + 1
+    temperature = meta.get("settings", {}).get("temperature", "?")
+    return {"source": f"self-distillation: the target's own responses to {meta.get('prompts', 'a prompt set')} "
+                      f"(greedy, and sampled at T={temperature})",
             "sequences (train / held-out)": f"{len(train_c.sequences)} / {len(held_c.sequences)}",
+            "responses per pass": ", ".join(f"{k} {v}" for k, v in sorted(variants.items())),
             "tokens (all / target-written)": f"{corpus.tokens} / {corpus.response_tokens}",
-            "passes": "greedy, then sampled at T=" + str(meta.get("settings", {}).get("temperature", "?")),
             "generation seconds": round(float(meta.get("seconds", 0.0)), 1)}
 
 
