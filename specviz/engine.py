@@ -15,7 +15,9 @@ import torch
 from .draft_length import DraftLength
 from .drafters.base import Drafter, empty_draft
 from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent
+from .events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
+from .llama_fast import KVCache
+from .tree import verify_tree
 from .forward import context_length, forward, model_device, new_cache, output_vocab_size, rollback, synchronize
 from .sampling import Processor, Sampling, sample
 from .verify import one_hot_q, verify_greedy, verify_sampled
@@ -135,6 +137,9 @@ def speculative_generate(
 
     start = time.perf_counter()
     features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
+    if drafter is not None:
+        # Tree drafts are verified greedily over the position-indexed cache (tree.py).
+        drafter.tree_ok = greedy and cfg.sampling.repetition_penalty == 1.0 and isinstance(run.cache, KVCache)
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if features:
@@ -157,45 +162,14 @@ def speculative_generate(
             synchronize(dev)
             t1 = time.perf_counter()
 
-            # 2. Verify: one target forward over the pending token and the draft; row i is
-            # the target's distribution after draft[:i], row k the bonus position.
-            out = forward(run.target, torch.cat([run.pending, d]), run.cache, hidden=features)
-            logits, h = out if features else (out, None)
-            run.calls += 1
-            p = run.processor.probs(logits, d, start=0)
-            idx = torch.arange(n_draft, device=dev)
-            if greedy:
-                n, token = verify_greedy(p.argmax(-1), d)
-                a = (d == p[:n_draft].argmax(-1)).float()
-                draws = a.new_zeros(0)
+            # 2-4. Verify in one target forward, roll the caches back to what was kept.
+            if draft.parents is None:
+                v = _verify_chain(run, drafter, draft, features, greedy)
             else:
-                q = draft.q if draft.q is not None else one_hot_q(d, run.vocab)
-                draws = torch.rand(n_draft, generator=run.generator, device=dev)
-                n, dist, a = verify_sampled(p, q, d, draws)
-                token = sample(dist, run.generator)
-            q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
-            top_v, top_i = torch.topk(p[n], min(cfg.top, run.vocab)) if cfg.top else (a.new_zeros(0), a.new_zeros(0))
-
-            # 3. One host synchronisation: everything the step reports, in one transfer.
-            parts = [n.view(1), token.view(1), p[n, token].view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
-            flat = torch.cat([t.double().view(-1) for t in parts]).tolist()
-            n, token, token_p = int(flat[0]), int(flat[1]), flat[2]
-            o = 3
-            d_list = [int(x) for x in flat[o:o + n_draft]]; o += n_draft
-            p_list = tuple(flat[o:o + n_draft]); o += n_draft
-            q_list = tuple(flat[o:o + n_draft]) if draft.q is not None else None; o += len(q_d)
-            a_list = tuple(flat[o:o + n_draft]); o += n_draft
-            u_list = None if greedy else tuple(flat[o:o + n_draft]); o += len(draws)
-            top_n = len(top_v)
-            top = tuple(zip((int(x) for x in flat[o + top_n:o + 2 * top_n]), flat[o:o + top_n]))
-
-            # 4. Commit: roll both caches back to the accepted prefix, then append.
-            rollback(run.cache, len(run.ids) + n)  # the context, then the kept drafts
-            if features:
-                drafter.feedback(n, hidden=h[: n + 1])
-            elif drafter is not None:
-                drafter.feedback(n)
-            emitted = run.cut(d_list[:n] + [token])
+                v = _verify_tree(run, drafter, draft, features)
+            run.calls += 1
+            n, token = v.accepted, v.token
+            emitted = run.cut(list(v.draft[:n]) + [token])
             position = run.generated
             run.ids.extend(emitted)
             run.processor.update(emitted)
@@ -209,13 +183,91 @@ def speculative_generate(
         accepted += n
         steps += 1
         yield StepEvent(
-            step=steps - 1, position=position, draft=tuple(d_list), q=q_list, p=p_list,
-            accept_prob=a_list, draws=u_list, accepted=n, token=token, token_p=token_p,
-            kind="bonus" if n == n_draft else "corrected", emitted=tuple(emitted), top=top,
-            draft_time=t1 - t0, verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
+            step=steps - 1, position=position, draft=v.draft, q=v.q, p=v.p, accept_prob=v.accept_prob,
+            draws=v.draws, accepted=n, token=token, token_p=v.token_p, kind=v.kind, emitted=tuple(emitted),
+            top=v.top, draft_time=t1 - t0, verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy, tree=v.tree,
         )
         reason = run.stop_reason()
     yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What verification decided, on the host: the StepEvent's fields about the draft."""
+
+    accepted: int
+    token: int
+    token_p: float
+    draft: tuple[int, ...]
+    p: tuple[float, ...]
+    q: tuple[float, ...] | None
+    accept_prob: tuple[float, ...]
+    draws: tuple[float, ...] | None
+    top: tuple[tuple[int, float], ...]
+    kind: str
+    tree: TreeDraft | None = None
+
+
+def _verify_chain(run: _Run, drafter, draft, features: bool, greedy: bool) -> _Verdict:
+    dev, d, k = run.device, draft.tokens, draft.tokens.numel()
+    # 2. One target forward over the pending token and the draft; row i is the target's
+    # distribution after draft[:i], row k the bonus position.
+    out = forward(run.target, torch.cat([run.pending, d]), run.cache, hidden=features)
+    logits, h = out if features else (out, None)
+    p = run.processor.probs(logits, d, start=0)
+    idx = torch.arange(k, device=dev)
+    if greedy:
+        n, token = verify_greedy(p.argmax(-1), d)
+        a = (d == p[:k].argmax(-1)).float()
+        draws = a.new_zeros(0)
+    else:
+        q = draft.q if draft.q is not None else one_hot_q(d, run.vocab)
+        draws = torch.rand(k, generator=run.generator, device=dev)
+        n, dist, a = verify_sampled(p, q, d, draws)
+        token = sample(dist, run.generator)
+    q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
+    width = min(run.cfg.top, run.vocab)
+    top_v, top_i = torch.topk(p[n], width) if width else (a.new_zeros(0), a.new_zeros(0))
+
+    # 3. One host synchronisation: everything the step reports, in one transfer.
+    parts = [n.view(1), token.view(1), p[n, token].view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
+    flat = torch.cat([t.double().view(-1) for t in parts]).tolist()
+    n, token, token_p = int(flat[0]), int(flat[1]), flat[2]
+    o = 3
+    d_list = tuple(int(x) for x in flat[o:o + k]); o += k
+    p_list = tuple(flat[o:o + k]); o += k
+    q_list = tuple(flat[o:o + k]) if draft.q is not None else None; o += len(q_d)
+    a_list = tuple(flat[o:o + k]); o += k
+    u_list = None if greedy else tuple(flat[o:o + k]); o += len(draws)
+    top = tuple(zip((int(x) for x in flat[o + width:o + 2 * width]), flat[o:o + width]))
+
+    # 4. Roll both caches back to the context plus the kept drafts.
+    rollback(run.cache, len(run.ids) + n)
+    if features:
+        drafter.feedback(n, hidden=h[: n + 1])
+    elif drafter is not None:
+        drafter.feedback(n)
+    return _Verdict(n, token, token_p, d_list, p_list, q_list, a_list, u_list, top,
+                    "bonus" if n == k else "corrected")
+
+
+def _verify_tree(run: _Run, drafter, draft, features: bool) -> _Verdict:
+    """Greedy tree verification (tree.py). The event's chain view is the winning branch
+    plus the first child that missed, so chain renderers show a tree step like any other."""
+    v = verify_tree(run.target, run.cache, run.pending, draft.tokens, draft.parents, run.cfg.top, features)
+    tree = TreeDraft(v.tokens, tuple(draft.parents), tuple(v.path), v.node_p)
+    last = v.path[-1] if v.path else -1
+    missed = next((i for i, parent in enumerate(tree.parents) if parent == last), None)
+    shown = [*v.path, *([missed] if missed is not None else [])]
+    if features:
+        drafter.feedback(len(v.path), hidden=v.hidden, path=v.path)
+    else:
+        drafter.feedback(len(v.path), path=v.path)
+    n = len(v.path)
+    return _Verdict(
+        n, v.token, v.token_p, tuple(tree.tokens[i] for i in shown), tuple(tree.p[i] for i in shown), None,
+        (1.0,) * n + (0.0,) * (len(shown) - n), None, v.top, "bonus" if missed is None else "corrected", tree,
+    )
 
 
 def baseline_generate(

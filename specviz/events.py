@@ -38,11 +38,26 @@ class StepEvent:
     verify_time: float  # seconds in the target forward and the acceptance maths
     elapsed: float  # engine seconds since the run started (prefill included)
     greedy: bool  # greedy: p and q are the temperature-1 softmax, shown for information
+    tree: "TreeDraft | None" = None  # the whole tree when the drafter proposed one; `draft` is then its chain view
 
     @property
     def rejected(self) -> tuple[int, ...]:
         """Draft tokens thrown away (the first rejection and everything after it)."""
         return self.draft[self.accepted:]
+
+
+@dataclass(frozen=True)
+class TreeDraft:
+    """A tree step: every candidate, its parent (-1: the pending token), and the branch that won.
+
+    The step's `draft` shows the winning branch followed by the first child that missed (if
+    any), so chain renderers read a tree step like any other step.
+    """
+
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    path: tuple[int, ...]  # accepted node indices, root to leaf
+    p: tuple[float, ...]  # target prob of each node's token after its ancestors
 
 
 @dataclass(frozen=True)

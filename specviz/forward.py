@@ -9,8 +9,36 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from contextlib import contextmanager
+
 from . import llama_fast
 from .errors import SpecvizError
+
+# Observers of the fast path's forwards (the benchmark's clocks), by model identity. The
+# transformers path goes through model.forward, where hooks see it; the fast path does not.
+_observers: dict[int, object] = {}
+
+
+def observe(model, observer) -> None:
+    """Call observer._start(model, None) / observer._stop(model, None, None) around every
+    fast-path forward of `model`; observer=None detaches."""
+    if observer is None:
+        _observers.pop(id(model), None)
+    else:
+        _observers[id(model)] = observer
+
+
+@contextmanager
+def _observed(model):
+    observer = _observers.get(id(model)) if _observers else None
+    if observer is None:
+        yield
+        return
+    observer._start(model, None)
+    try:
+        yield
+    finally:
+        observer._stop(model, None, None)
 
 
 def new_cache(model):
@@ -33,14 +61,25 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
     (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
     """
     if isinstance(cache, llama_fast.KVCache):
-        h = llama_fast.hidden_states(model, ids, cache)
-    elif hidden:
+        with _observed(model):
+            h = llama_fast.hidden_states(model, ids, cache)
+            logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
+        return (logits, h.float()) if hidden else logits
+    if hidden:
         h = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True).last_hidden_state[0]
     else:
         out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
         return out.logits[0].float()
     logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
-    return (logits, h.float()) if hidden else logits
+    return logits, h.float()
+
+
+def forward_tree(model, ids: torch.Tensor, cache, mask: torch.Tensor, positions: torch.Tensor):
+    """A tree forward (fast path only): (logits, hidden) for every row of `ids`."""
+    with _observed(model):
+        h = llama_fast.hidden_states(model, ids, cache, mask=mask, positions=positions)
+        logits = model.get_output_embeddings()(h).float()
+    return logits, h
 
 
 def rollback(cache, length: int) -> None:

@@ -78,6 +78,15 @@ class KVCache:
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)
 
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """Keep positions start+rows[j] at start+j and drop everything after (a tree's
+        accepted path moves next to the context; rows are ascending, so moves go left)."""
+        src = torch.tensor(rows, device=self.device) + start
+        end = start + len(rows)
+        for t in (*self.k, *self.v):
+            t[:, start:end] = t[:, src]  # the gather copies first: overlapping is safe
+        self.length = end
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)

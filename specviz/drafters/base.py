@@ -19,11 +19,15 @@ import torch
 class Draft:
     tokens: torch.Tensor  # (k,) long, on the target's device
     q: torch.Tensor | None  # (k, vocab) processed drafter probabilities; None = deterministic
+    # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
+    # pending token (see tree.py). None: a chain. Trees only when the engine set `tree_ok`.
+    parents: tuple[int, ...] | None = None
 
 
 class Drafter:
     name = "drafter"
     needs_hidden = False  # True: begin/feedback receive the target's hidden states
+    tree_ok = False  # set by the engine before `begin`: may propose trees (greedy, fast cache)
 
     def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,
               hidden: torch.Tensor | None = None) -> None:
@@ -42,6 +46,7 @@ class Drafter:
 
         hidden (needs_hidden only): (accepted + 1, hidden_size), the target's states after the
         step's pending token (the context's last token before the step) and the kept drafts.
+        After a tree draft, the engine also passes `path=` (the kept node indices, in order).
         """
 
 

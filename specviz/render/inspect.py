@@ -11,6 +11,7 @@ from html import escape
 from ..events import StepEvent
 from .html import VISIBLE_WHITESPACE
 from .trace import Trace
+from .tree import tree_html
 
 
 def _tok(text: str) -> str:
@@ -68,5 +69,6 @@ def step_html(trace: Trace, index: int | None) -> str:
         f'<span class="tok tok-{e.kind} sv-swatch">{e.kind}</span></p>'
         f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
         f'<table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
-        f"<tbody>{top_rows}</tbody></table></div>"
+        f"<tbody>{top_rows}</tbody></table>"
+        f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -19,6 +19,7 @@ class Labels:
     draft: tuple[str, ...] = ()  # one per drafted token (StepEvent.draft)
     token: str = ""  # the target's own token (StepEvent.token / TokenEvent.token)
     top: tuple[str, ...] = ()  # one per StepEvent.top entry
+    tree: tuple[str, ...] = ()  # one per tree node (StepEvent.tree.tokens), when the step drafted a tree
 
 
 @dataclass

@@ -76,12 +76,24 @@ class Labeler:
             draft = tuple(self._tail(list(event.draft), len(event.draft)))
             token = self._tail(list(event.draft[: event.accepted]) + [event.token], 1)[0]
             top = tuple(self.models.token_strings(self.loaded, [t])[0] for t, _ in event.top)
+            tree = self._tree(event.tree) if event.tree is not None else ()
             emitted = event.emitted
         else:
-            draft, top, emitted = (), (), (event.token,)
+            draft, top, tree, emitted = (), (), (), (event.token,)
             token = self._tail([event.token], 1)[0]
         self.context = (self.context + list(emitted))[-self.WINDOW:]
-        return Labels(draft=draft, token=token, top=top)
+        return Labels(draft=draft, token=token, top=top, tree=tree)
+
+    def _tree(self, tree) -> tuple[str, ...]:
+        """Each node's text in the context of its own branch."""
+        out = []
+        for i in range(len(tree.tokens)):
+            branch, j = [], i
+            while j >= 0:
+                branch.insert(0, tree.tokens[j])
+                j = tree.parents[j]
+            out.append(self._tail(branch, 1)[0])
+        return tuple(out)
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop) -> Generator[Frame, None, object]:
