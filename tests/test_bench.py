@@ -236,6 +236,15 @@ def test_greedy_speculative_output_is_identical_to_the_baseline(tiny_result):
             assert row["agree_on_common_prefix"] == row["prompts"], row["arm"]
 
 
+def test_forward_clocks_see_every_engine_and_peer(tiny_result):
+    result, _ = tiny_result
+    for r in result.records:
+        if r.steps:  # specviz's fast path and transformers' generate are both timed
+            assert 0 < r.target_forward <= r.decode_time, r.arm
+        if r.arm.startswith("noisy") or r.arm.startswith("hf-assisted"):
+            assert r.draft_forward > 0, r.arm
+
+
 def test_json_document_schema(tiny_result, tmp_path):
     result, doc = tiny_result
     path = tmp_path / "bench.json"

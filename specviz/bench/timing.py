@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from ..forward import forward, model_device, new_cache, rollback, synchronize
+from ..forward import forward, model_device, new_cache, observe, rollback, synchronize
 from .metrics import median
 
 
@@ -32,12 +32,14 @@ class ForwardClock:
             self.model.register_forward_pre_hook(self._start),
             self.model.register_forward_hook(self._stop),
         ]
+        observe(self.model, self)  # specviz's fast path does not call model.forward
         return self
 
     def __exit__(self, *exc) -> None:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        observe(self.model, None)
 
     # A layer-skip drafter is a shallow copy of the target that shares its hook tables,
     # so hooks also fire for it: count only calls on this very module.
