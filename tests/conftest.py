@@ -8,6 +8,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# The tiny models' ops are far too small to split across threads; on a shared 2-core machine
+# two threads per op made tests 10-27x slower (contention). The embedded-model tests opt back in.
+torch.set_num_threads(1)
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
