@@ -30,6 +30,9 @@ DRAFTERS = (
     ("none (plain steps)", NO_DRAFTER),
     ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
     ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
+    ("EAGLE head (trained for the embedded model)", "eagle"),
+    ("Medusa heads (trained for the embedded model)", "medusa"),
+    ("distilled draft model (trained for the embedded model)", "draft"),
     ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
 )
 
@@ -43,7 +46,7 @@ class Policy:
     drafters: tuple = DRAFTERS
     default_target: str = "default"
     default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, LAYER_SKIP, "default")
+    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "medusa", "draft")
     max_new_tokens: int = 1024
     concurrency: int = 1  # runs at once; more than one would make the timings lie
 
