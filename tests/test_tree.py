@@ -136,3 +136,18 @@ def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():
     assert html.count('class="sv-tree-won"') == 2  # nodes 0 and 2
     assert html.count('class="sv-tree-missed"') == 1  # node 4, the child of node 2 that missed
     assert 'data-nodes="6"' in html
+
+
+@pytest.mark.parametrize("subset", [False, True])
+def test_medusa_proposes_trees_within_budget_and_stays_exact(target, prompts, subset):
+    from test_heads import make
+
+    cfg = GenerationConfig(max_new_tokens=30, k=6)
+    for prompt in prompts:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        steps, end = collect(speculative_generate(target, make("medusa-subset" if subset else "medusa", target),
+                                                  prompt, cfg))
+        assert end.token_ids == base.token_ids
+        trees = [s.tree for s in steps if s.tree is not None]
+        assert trees and all(1 < len(t.tokens) <= 6 for t in trees[:-1])
+        assert any(len(set(t.parents)) > 1 and t.parents.count(-1) > 1 for t in trees)  # branching

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..sampling import sample
+from ..tree import best_first
 from .base import Draft, Drafter, empty_draft
 
 
@@ -99,6 +100,7 @@ def heads_config(heads: MedusaHeads) -> dict:
 class Medusa(Drafter):
     name = "medusa"
     needs_hidden = True
+    tree_width = 3  # greedy trees: each head's top-3 candidates, best paths first (0/1 = chains)
 
     def __init__(self, target, heads: MedusaHeads, name: str | None = None):
         self.target, self.heads = target, heads.eval()
@@ -118,6 +120,8 @@ class Medusa(Drafter):
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         if k < 1 or self.last is None:
             return empty_draft(self.device)
+        if self.tree_ok and self.tree_width > 1:
+            return self._tree(k)
         k = min(k, len(self.heads.blocks))
         # One pass: head j's hidden, through the (shared) LM head, is draft j.
         logits = self.head.full(self.head.logits(self.heads(self.last)[:k, 0]))
@@ -130,7 +134,17 @@ class Medusa(Drafter):
             rows.append(q)
         return Draft(torch.stack(tokens), torch.stack(rows))
 
-    def feedback(self, accepted: int, hidden=None) -> None:
+    def _tree(self, budget: int) -> Draft:
+        """Greedy only: every head's top candidates, combined into the `budget` likeliest
+        paths (heads are treated as independent, as Medusa's own trees do)."""
+        logits = self.head.logits(self.heads(self.last)[:, 0])  # (heads, subset)
+        top_p, top_i = torch.softmax(logits.float(), -1).topk(self.tree_width, dim=-1)
+        ids = self.head.subset[top_i] if self.head.subset is not None else top_i
+        cands = [list(zip(i_row, p_row)) for i_row, p_row in zip(ids.tolist(), top_p.tolist())]
+        tokens, parents = best_first(cands, budget)
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, tuple(parents))
+
+    def feedback(self, accepted: int, hidden=None, path=None) -> None:
         self._keep(hidden)  # rows for the pending token and the kept drafts: keep the newest
 
 
