@@ -9,7 +9,7 @@ import sys
 from ..errors import SpecvizError
 from ..sampling import Sampling
 from . import suite as suites
-from .drafters import TINY_RANDOM, make_drafters
+from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
 from .peers import PEERS
 from .runner import BenchConfig, run_benchmark
 
@@ -19,8 +19,10 @@ QUICK = dict(limit=1, max_new_tokens=32)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="default", help="target model: 'default' (embedded SmolLM2-135M), "
                    "a folder or a Hub id (default: %(default)s)")
-    p.add_argument("--drafters", default="pld", help="comma-separated: none, pld, layerskip[:layers], "
-                   f"{TINY_RANDOM}, or draft model ids/folders sharing the target's tokenizer (default: %(default)s)")
+    p.add_argument("--drafters", default="pld", help="comma-separated: none, pld, layerskip[:layers], eagle, medusa, "
+                   f"draft (trained for the embedded target; eagle:PATH etc. for your own), {DRAFT_HF} (the distilled "
+                   f"draft as a transformers model, for --peers hf-assisted), {TINY_RANDOM}, or draft model "
+                   "ids/folders sharing the target's tokenizer (default: %(default)s)")
     p.add_argument("--k", default="4", help="draft length, or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--dynamic-k", type=int, default=0, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")

@@ -8,6 +8,10 @@ benchmark adds one of its own:
                  weights: it shares the tokenizer and accepts ~nothing, so it measures what
                  drafting with a model costs (specviz's and transformers' assisted loop)
                  rather than any gain. Nothing is downloaded.
+    draft-hf     the distilled draft model ("draft", or "draft-hf:PATH" for a trained file)
+                 exported as a transformers LlamaForCausalLM (drafters/export.py), run by
+                 specviz as a draft model, so `--peers hf-assisted` compares both libraries
+                 on the same pair.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from ..drafters import Drafter, DraftModel
 from ..drafters.choose import make_drafter, needs_model
 
 TINY_RANDOM = "tiny-random"
+DRAFT_HF = "draft-hf"
 
 
 @dataclass
@@ -53,6 +58,14 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
     for name in names:
         if name == TINY_RANDOM:
             model = tiny_random_model(target.model)
+            out.append(BenchDrafter(name, DraftModel(model, name=name), model))
+            continue
+        if name == DRAFT_HF or name.startswith(DRAFT_HF + ":"):
+            from ..drafters.export import to_transformers
+
+            _, _, path = name.partition(":")
+            distilled = make_drafter(f"draft:{path}" if path else "draft", target)
+            model = to_transformers(distilled, target.model).to(dtype=next(target.model.parameters()).dtype)
             out.append(BenchDrafter(name, DraftModel(model, name=name), model))
             continue
         drafter = make_drafter(name, target, trust_remote_code=trust_remote_code)
