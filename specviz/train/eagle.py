@@ -21,7 +21,7 @@ from .medusa import SUBSET, agreement, choose_subset, lm_head, masked_mean, mode
 class EagleRecipe:
     kind = "eagle"
 
-    def __init__(self, subset: int = SUBSET, reg: float = 1.0, tok: float = 0.2, noise: float = 0.05,
+    def __init__(self, subset: int = SUBSET, reg: float = 1.0, tok: float = 0.5, noise: float = 0.05,
                  rollout: float = 0.5):
         self.subset = subset
         self.reg, self.tok = reg, tok  # weights of the feature and token losses
