@@ -37,7 +37,27 @@ def make_app_models(root: pathlib.Path) -> dict[str, str]:
         for f in target.iterdir():  # the same tokenizer files
             if f.is_file() and not f.name.endswith((".safetensors", "config.json")):
                 shutil.copy(f, draft / f.name)
-    return {"target": str(target), "draft": str(draft)}
+    medusa = root / "tiny-medusa.safetensors"
+    if not medusa.is_file():
+        _save_random_medusa(target, medusa)
+    return {"target": str(target), "draft": str(draft), "medusa": f"medusa:{medusa}"}
+
+
+def _save_random_medusa(target_dir: pathlib.Path, path: pathlib.Path) -> None:
+    """Medusa heads with random weights for the tiny target: they draft trees (greedy)."""
+    import torch
+
+    from specviz.drafters.medusa import MedusaHeads, heads_config
+    from specviz.drafters.trained import save_drafter
+    from specviz.models import load
+
+    target = load(str(target_dir), device="cpu", dtype="fp32")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        heads = MedusaHeads(target.model.config.hidden_size, 3, None)
+        for block in heads.blocks:
+            torch.nn.init.normal_(block.weight, std=0.3)
+    save_drafter(path, "medusa", heads, heads_config(heads), target)
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +71,8 @@ def app_policy(folders: dict[str, str], **overrides):
 
     base = dict(
         targets=(("tiny target", folders["target"]),),
-        drafters=(("none", NO_DRAFTER), ("prompt lookup", PROMPT_LOOKUP), ("tiny draft model", folders["draft"])),
+        drafters=(("none", NO_DRAFTER), ("prompt lookup", PROMPT_LOOKUP), ("tiny draft model", folders["draft"]),
+                  ("tiny medusa", folders["medusa"])),
         default_target=folders["target"], default_drafter=folders["draft"],
         compare_drafters=(PROMPT_LOOKUP, folders["draft"]), max_new_tokens=400,
     )

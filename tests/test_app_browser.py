@@ -94,3 +94,23 @@ def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url)
     assert "prompt lookup" in page.locator("#sv-compare-table").inner_text()
     page.screenshot(path=str(OUT / "compare.png"), full_page=True)
     page.close()
+
+
+def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
+    with serve_app(app_policy(app_models, max_new_tokens=40, default_drafter=app_models["medusa"])) as address:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(address)
+        page.locator("#sv-prompt textarea").fill(PROMPT)
+        page.locator("#sv-generate").click()
+        page.wait_for_selector('#sv-status [data-state="done"]', timeout=60_000)
+        box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
+        box.fill("0")
+        box.press("Enter")
+        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=10_000)
+        tree = page.locator("#sv-inspector .sv-tree")
+        assert tree.count() == 1
+        assert int(tree.get_attribute("data-nodes")) > 1
+        assert tree.locator("li").count() == int(tree.get_attribute("data-nodes"))
+        assert "identical to baseline" in page.locator("#sv-check").inner_text()
+        page.locator("#sv-inspector").screenshot(path=str(OUT / "tree-inspector.png"))
+        page.close()

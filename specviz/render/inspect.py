@@ -53,6 +53,7 @@ def step_html(trace: Trace, index: int | None) -> str:
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
     where = "first rejection" if e.kind == "corrected" else "bonus position"
+    drafted = f"{len(e.tree.tokens)} (a tree; its winning branch below)" if e.tree is not None else len(e.draft)
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
@@ -60,7 +61,7 @@ def step_html(trace: Trace, index: int | None) -> str:
     own = "corrected token" if e.kind == "corrected" else "bonus token"
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
-        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {len(e.draft)} drafted, '
+        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted, '
         f"{e.accepted} accepted · {escape(rule)}</p>"
         '<table class="sv-table"><thead><tr><th>#</th><th>draft</th><th>q</th><th>p</th>'
         "<th>min(1, p/q)</th><th>draw u</th><th>verdict</th></tr></thead>"
