@@ -36,6 +36,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA)")
     p.add_argument("--device-map", default=None, help="'auto' spreads a large model over devices (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true", help="run model code from the Hub (off by default)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the target's decoder stack (Llama-layout models; compiling takes a while)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     p.add_argument("--no-baseline", action="store_true", help="skip the plain decoding run")
 
@@ -92,6 +94,10 @@ def generate(args) -> int:
     from .sampling import Sampling
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed).validate()
+    if args.compile:
+        from .llama_fast import enable_compile
+
+        enable_compile()
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,

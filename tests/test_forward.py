@@ -103,3 +103,19 @@ def test_feature_drafters_see_the_target_state_of_every_token_but_the_newest(mon
     with torch.no_grad():
         _, h = forward(target, torch.tensor(ids), new_cache(target), hidden=True)
     torch.testing.assert_close(seen, h[: seen.shape[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_decoder_stack_computes_the_same_logits():
+    """--compile: dynamo traces the stack with dynamic lengths (the eager backend keeps the
+    test quick; inductor only changes the kernels)."""
+    model = tiny_llama()
+    ids = torch.randint(0, 96, (30,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = forward(model, ids, new_cache(model))
+        llama_fast.enable_compile(backend="eager")
+        try:
+            cache = new_cache(model)
+            got = torch.cat([forward(model, ids[a:b], cache) for a, b in ((0, 9), (9, 10), (10, 14), (14, 30))])
+        finally:
+            llama_fast.enable_compile(False)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)

@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (default: auto)")
     p.add_argument("--dtype", default=None, help="auto, fp32, bf16, fp16 (default: auto)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the target's decoder stack for every specviz arm (peers stay eager)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", metavar="PATH", help="write the full record as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the summary rows as CSV")
@@ -92,6 +94,10 @@ def main(args: argparse.Namespace) -> int:
     cfg = bench_config(args)  # options are checked before minutes of loading
     prompts = suites.select(suites.load_suite(args.suite), split(args.category), args.limit)
 
+    if args.compile:
+        from ..llama_fast import enable_compile
+
+        enable_compile()  # the warm-up runs compile before anything is timed
     target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
     cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
 
