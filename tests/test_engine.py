@@ -182,3 +182,15 @@ def test_bad_prompts_are_refused(target):
         next(baseline_generate(target, list(range(90)) * 3, GenerationConfig()))
     with pytest.raises(SpecvizError, match="token ids"):
         next(baseline_generate(target, [5, 500], GenerationConfig()))
+
+
+def test_prompt_lookup_drafts_long_after_long_matches_and_one_token_after_a_1gram():
+    pld = PromptLookup()
+    pld.begin([0], None, None, "cpu")
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 20, 21, 3]  # tail "3" matches once, as a 1-gram
+    assert pld.propose(ids, 4).tokens.tolist() == [4]
+    ids += [4, 5]  # tail "3 4 5" matches as a 3-gram
+    assert pld.propose(ids, 4).tokens.tolist() == [6, 7, 8, 20]
+    uncapped = PromptLookup(weak_match_tokens=0)
+    uncapped.begin([0], None, None, "cpu")
+    assert uncapped.propose(ids[:11], 4).tokens.tolist() == [4, 5, 6, 7]

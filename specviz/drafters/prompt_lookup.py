@@ -3,6 +3,12 @@
 The drafter keeps a dictionary from each n-gram (n = max_ngram .. min_ngram) to the
 position right after its latest occurrence, updated only with the tokens added since the
 last call, so a step where nothing matches costs a few dictionary look-ups.
+
+A match of a single token is weak evidence: on the embedded model's own greedy answers to
+384 varied prompts, a 4-token draft after a 1-gram match kept 0.44 tokens on average (a
+3-gram match kept 2.58), which does not pay for verifying 5 tokens on a CPU; a 1-token
+draft does (+13% per step in that simulation). So a 1-gram match proposes at most
+`weak_match_tokens` tokens; longer matches propose up to k.
 """
 from __future__ import annotations
 
@@ -14,10 +20,11 @@ from .base import Draft, Drafter, empty_draft
 class PromptLookup(Drafter):
     name = "prompt lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.weak_match_tokens = weak_match_tokens  # draft cap after a 1-gram match (0 = no cap)
 
     def begin(self, prompt_ids, processor, generator, device) -> None:
         self.device = device
@@ -40,6 +47,8 @@ class PromptLookup(Drafter):
                 continue
             start = self.index.get(tuple(ids[-n:]))
             if start is not None:
+                if n == 1 and self.weak_match_tokens:
+                    k = min(k, self.weak_match_tokens)
                 tokens = ids[start:start + k]
                 return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
         return empty_draft(self.device)
