@@ -19,6 +19,7 @@ from specviz.drafters.eagle import drafter_from as eagle_from
 from specviz.drafters.medusa import Medusa, MedusaHeads
 from specviz.drafters.medusa import drafter_from as medusa_from
 from specviz.sampling import Processor
+from specviz.tree import check_parents
 from specviz.train.data import Corpus, Seq
 from specviz.train.eagle import EagleRecipe
 from specviz.train.medusa import MedusaRecipe
@@ -27,8 +28,15 @@ from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_j
 KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset"]
 
 
-def make(kind: str, target, seed: int = 0):
-    """A drafter of `kind` with random weights (the subset drops every third token)."""
+def make(kind: str, target, seed: int = 0, tree: int = 0):
+    """A drafter of `kind` with random weights (the subset drops every third token);
+    `tree` > 1: greedy tree drafts of that width where the engine allows them."""
+    d = _make(kind, target, seed)
+    d.tree_width = tree
+    return d
+
+
+def _make(kind: str, target, seed: int):
     torch.manual_seed(seed)
     vocab, hidden = target.lm_head.weight.shape
     subset = torch.tensor([t for t in range(vocab) if t % 3]) if kind.endswith("subset") else None
@@ -119,16 +127,45 @@ def baselines(target, small_vocab, prompts):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("k,dynamic", [(1, False), (3, False), (5, False), (2, True)])
-def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic):
+@pytest.mark.parametrize("k,dynamic,tree", [(1, False, 0), (3, False, 0), (5, False, 0), (2, True, 0),
+                                            (1, False, 3), (4, False, 3), (7, False, 2), (3, True, 3)])
+def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic, tree):
     cfg = GenerationConfig(max_new_tokens=24, k=k, dynamic_k=dynamic, draft_confidence=0.3 if dynamic else 0.0)
     accepted = rejected = 0
     for model, prompt, base in baselines:
-        steps, end = collect(speculative_generate(model, make(kind, model), prompt, cfg))
+        steps, end = collect(speculative_generate(model, make(kind, model, tree=tree), prompt, cfg))
         assert end.token_ids == base.token_ids
+        assert all((s.tree is not None) == (tree > 1 and bool(s.draft)) for s in steps)
         accepted += end.stats.accepted
         rejected += sum(s.kind == "corrected" for s in steps)
     assert accepted and rejected  # both paths ran
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle-subset"])
+def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
+    ids = list(range(30, 45))
+    with torch.inference_mode():
+        d = make(kind, target, tree=3)
+        d.tree_ok = True
+        d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"),
+                hidden=hidden_of(target, ids)[:-1])
+        draft = d.propose(ids, 6)
+        parents = list(draft.parents)
+        check_parents(parents)
+        assert 1 < len(parents) <= 6 and draft.tokens.numel() == len(parents)
+        # Keep the first branch root to leaf, then the target's token: the next proposal
+        # is what a drafter started on that context proposes.
+        path, node = [], -1
+        while node in parents:
+            node = parents.index(node)
+            path.append(node)
+        context = ids + [int(draft.tokens[n]) for n in path] + [5]
+        h = hidden_of(target, context)
+        d.feedback(len(path), hidden=h[len(ids) - 1:len(ids) + len(path)], path=path)
+        d.tree_ok = False
+        again = d.propose(context, 3)
+        fresh = started(kind, target, context).propose(context, 3)
+    assert torch.equal(again.tokens, fresh.tokens) and torch.allclose(again.q, fresh.q, atol=1e-5)
 
 
 def test_greedy_with_repetition_penalty_matches_too(target, prompts):

@@ -94,32 +94,34 @@ class EagleHead(nn.Module):
         self.register_buffer("inv_freq", inv, persistent=False)
         self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
 
-    def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        pos = torch.arange(start, start + x.shape[2], device=x.device, dtype=torch.float32)
-        angles = torch.outer(pos, self.inv_freq)
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = torch.outer(positions.float(), self.inv_freq)
         cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
         return x * cos + rotated * sin
 
-    def forward(self, h: torch.Tensor, e: torch.Tensor, cache: FeatureCache | None = None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, e: torch.Tensor, cache: FeatureCache | None = None,
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Features (B, T, H) and next-token embeddings (B, T, H) -> predicted next features.
 
         Without a cache the T positions are a whole sequence (training); with one they follow
-        what the cache holds (drafting, batch 1)."""
+        what the cache holds (drafting, batch 1), causally unless a tree passes its own
+        `positions` (T,) and `mask` (T, cached + T)."""
         x = self.fc(torch.cat([h, e], dim=-1))
         B, T, _ = x.shape
         start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + T, device=x.device)
         a = self.ln1(x)
-        q = self._rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), start)
-        k = self._rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), start)
+        q = self._rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), positions)
+        k = self._rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), positions)
         v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
         if cache is None:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
             k, v = cache.append(k, v)
-            mask = None
-            if T > 1:  # new position i sees the cache and new positions <= i
+            if mask is None and T > 1:  # new position i sees the cache and new positions <= i
                 mask = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(start)
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         x = x + self.o(att.transpose(1, 2).reshape(B, T, -1))
@@ -139,6 +141,7 @@ def init_from_target(head: EagleHead, target) -> None:
 class Eagle(Drafter):
     name = "eagle"
     needs_hidden = True
+    tree_width = 3  # greedy trees: expand the 3 likeliest nodes per depth, 3 children each (0/1 = chains)
 
     def __init__(self, target, head: EagleHead, name: str | None = None):
         self.target, self.head = target, head.eval()
@@ -165,9 +168,7 @@ class Eagle(Drafter):
         t = torch.as_tensor(tokens, dtype=torch.long, device=h.device).view(1, -1)
         return self.head(h.view(1, -1, h.shape[-1]), self.embed(t).to(self.dtype), self.cache)[0]
 
-    def propose(self, ids, k, min_confidence=0.0) -> Draft:
-        if k < 1:
-            return empty_draft(self.device)
+    def _catch_up(self, ids) -> None:
         if self.waiting:
             # The true pairs: feature of token i with token i+1, up to the last context token.
             h = torch.cat(self.waiting)
@@ -175,8 +176,15 @@ class Eagle(Drafter):
             self.last = self._step(h, ids[self.fed + 1:self.fed + 1 + n])[-1:]
             self.fed += n
             self.waiting = []
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1:
+            return empty_draft(self.device)
+        self._catch_up(ids)
         if self.last is None:
             return empty_draft(self.device)  # a one-token prompt: no feature yet
+        if self.tree_ok and self.tree_width > 1:
+            return self._tree(k)
         f, tokens, rows = self.last, [], []
         for i in range(k):
             logits = self.lm.full(self.lm.logits(f))[0]
@@ -189,7 +197,54 @@ class Eagle(Drafter):
                 f = self._step(f, t.view(1))  # predicted feature + drafted token: the next pair
         return Draft(torch.stack(tokens), torch.stack(rows))
 
-    def feedback(self, accepted: int, hidden=None) -> None:
+    def _tree(self, budget: int) -> Draft:
+        """Greedy only (EAGLE-2-like): grow the tree one depth per head forward, expanding the
+        `tree_width` nodes with the likeliest paths; then keep the `budget` likeliest nodes.
+
+        A node's pair is (its parent's predicted feature, its token), at the position its
+        depth gives it, attending to the context and its own ancestors only."""
+        w, dev = self.tree_width, self.last.device
+        base = self.cache.length
+        # Per node: token, parent, path probability, depth, feature that predicts its children.
+        tok, par, score, depth, feat, row = [], [], [], [], [], []
+
+        def add_children(parent: int, f: torch.Tensor, prob: float, d: int) -> None:
+            p, i = torch.softmax(self.lm.logits(f).float(), -1).topk(w)
+            ids = self.lm.subset[i] if self.lm.subset is not None else i
+            for t, pt in zip(ids.tolist(), p.tolist()):
+                tok.append(t)
+                par.append(parent)
+                score.append(prob * pt)
+                depth.append(d)
+                feat.append(None)  # set when the node is expanded
+                row.append(None)  # its pair's row in the head's cache, once expanded
+
+        add_children(-1, self.last[0], 1.0, 1)
+        for d in range(1, budget):
+            frontier = sorted((n for n in range(len(tok)) if depth[n] == d), key=lambda n: -score[n])[:w]
+            inputs = torch.stack([self.last[0] if par[n] < 0 else feat[par[n]] for n in frontier])
+            mask = torch.zeros(len(frontier), self.cache.length + len(frontier), dtype=torch.bool, device=dev)
+            mask[:, :base] = True
+            for r, n in enumerate(frontier):
+                a = n
+                while a >= 0:  # the node's own pair and its ancestors' pairs
+                    mask[r, row[a] if a != n else self.cache.length + r] = True
+                    a = par[a]
+            positions = torch.full((len(frontier),), base + d - 1, device=dev)
+            e = self.embed(torch.tensor([tok[n] for n in frontier], device=dev)).to(self.dtype)
+            out = self.head(inputs.view(1, -1, inputs.shape[-1]), e.view(1, -1, e.shape[-1]), self.cache,
+                            positions, mask.view(1, 1, *mask.shape))[0]
+            for r, n in enumerate(frontier):
+                feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
+                add_children(n, out[r], score[n], d + 1)
+        # The likeliest nodes; a child is never likelier than its parent, so parents come first.
+        keep = sorted(range(len(tok)), key=lambda n: (-score[n], depth[n]))[:budget]
+        keep.sort(key=lambda n: (depth[n], -score[n]))
+        index = {n: j for j, n in enumerate(keep)}
+        parents = tuple(-1 if par[n] < 0 else index[par[n]] for n in keep)
+        return Draft(torch.tensor([tok[n] for n in keep], dtype=torch.long, device=dev), None, parents)
+
+    def feedback(self, accepted: int, hidden=None, path=None) -> None:
         # Draft pairs were built on predicted features: drop them, queue the true ones.
         self.cache.crop(self.fed)
         self._add(hidden)
