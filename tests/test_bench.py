@@ -25,7 +25,7 @@ from specviz.theory import predicted_speedup
 
 def loaded(model, tokenizer=None):
     """What models.load returns, for an in-process model."""
-    return types.SimpleNamespace(model=model, tokenizer=tokenizer, eos_token_ids=(),
+    return types.SimpleNamespace(model=model, tokenizer=tokenizer, eos_token_ids=(), name="tiny",
                                  device=torch.device("cpu"), dtype=torch.float32)
 
 
@@ -320,3 +320,18 @@ def test_bad_options_are_clear_errors(target, monkeypatch):
         main(parser.parse_args(["--k", "four", "--no-progress"]))
     with pytest.raises(SpecvizError, match="no prompt suite"):
         main(parser.parse_args(["--suite", "nope", "--no-progress"]))
+
+
+def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, tmp_path):
+    from test_heads import make
+
+    from specviz.drafters.trained import save_drafter
+    from specviz.drafters.medusa import heads_config
+
+    heads = make("medusa", target).heads
+    path = tmp_path / "m.safetensors"
+    save_drafter(path, "medusa", heads, heads_config(heads), loaded(target))
+    tree, chain = make_drafters([f"medusa:{path}", f"medusa:{path}@chain"], loaded(target))
+    assert tree.drafter.tree_width > 1 and chain.drafter.tree_width == 0
+    with pytest.raises(SpecvizError, match="does not draft trees"):
+        make_drafters(["pld@chain"], loaded(target))

@@ -45,3 +45,23 @@ def test_greedy_speculative_equals_baseline_equals_transformers(smol, prompt):
     if prompt == PROMPTS[0]:  # a draft model (the target drafting for itself: every cache path)
         _, end = collect(speculative_generate(smol.model, DraftModel(smol.model), ids, cfg))
         assert end.token_ids == base.token_ids
+
+
+@pytest.mark.parametrize("name", ["eagle", "medusa", "draft"])
+def test_shipped_trained_drafters_are_exact_on_the_embedded_model(smol, name):
+    """The weights in assets/drafters load for the embedded target and change nothing in
+    greedy output (Medusa drafts trees here: greedy, no repetition penalty)."""
+    from specviz.drafters.choose import make_drafter
+    from specviz.models import encode_prompt
+
+    cfg = GenerationConfig(max_new_tokens=32, k=4, eos_token_ids=smol.eos_token_ids)
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = encode_prompt(smol, prompt)
+        _, base = collect(baseline_generate(smol.model, ids, cfg))
+        steps, end = collect(speculative_generate(smol.model, make_drafter(name, smol), ids, cfg))
+        assert end.token_ids == base.token_ids
+        accepted += end.stats.accepted
+        if name == "medusa":
+            assert any(s.tree is not None for s in steps)
+    assert accepted > 0  # trained: they do get drafts accepted

@@ -12,6 +12,7 @@ benchmark adds one of its own:
                  exported as a transformers LlamaForCausalLM (drafters/export.py), run by
                  specviz as a draft model, so `--peers hf-assisted` compares both libraries
                  on the same pair.
+    NAME@chain   a tree drafter (medusa) drafting chains only, to measure what trees buy.
 """
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ import torch
 
 from ..drafters import Drafter, DraftModel
 from ..drafters.choose import make_drafter, needs_model
+from ..errors import SpecvizError
 
 TINY_RANDOM = "tiny-random"
 DRAFT_HF = "draft-hf"
+CHAIN = "@chain"
 
 
 @dataclass
@@ -68,7 +71,12 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
             model = to_transformers(distilled, target.model).to(dtype=next(target.model.parameters()).dtype)
             out.append(BenchDrafter(name, DraftModel(model, name=name), model))
             continue
-        drafter = make_drafter(name, target, trust_remote_code=trust_remote_code)
-        model = drafter.model if needs_model(name) else None
+        spec = name.removesuffix(CHAIN)
+        drafter = make_drafter(spec, target, trust_remote_code=trust_remote_code)
+        if name.endswith(CHAIN):
+            if not hasattr(drafter, "tree_width"):
+                raise SpecvizError(f"{spec} does not draft trees: '{CHAIN}' applies to tree drafters (medusa)")
+            drafter.tree_width = 0
+        model = drafter.model if needs_model(spec) else None
         out.append(BenchDrafter(name, drafter, model))
     return out
