@@ -145,7 +145,7 @@ def test_medusa_proposes_trees_within_budget_and_stays_exact(target, prompts, su
     cfg = GenerationConfig(max_new_tokens=30, k=6)
     for prompt in prompts:
         _, base = collect(baseline_generate(target, prompt, cfg))
-        steps, end = collect(speculative_generate(target, make("medusa-subset" if subset else "medusa", target),
+        steps, end = collect(speculative_generate(target, make("medusa-subset" if subset else "medusa", target, tree=3),
                                                   prompt, cfg))
         assert end.token_ids == base.token_ids
         trees = [s.tree for s in steps if s.tree is not None]
