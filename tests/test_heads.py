@@ -62,15 +62,6 @@ def started(kind, target, ids, greedy=True):
     return d
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine lose ~10x to them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def small_vocab():
     """Eight tokens: random drafts are often right, so accept paths get exercised too."""

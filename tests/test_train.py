@@ -20,15 +20,6 @@ BENCH = PROMPTS.parents[1] / "bench" / "default.jsonl"
 TINY_RECIPE = DraftRecipe(subset=96, hidden=32, layers=1, heads=2, ffn=64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run no faster on more threads, and a shared CPU makes extra threads slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "tiny")

@@ -22,14 +22,6 @@ from tiny_folder import make_tiny_model_dir
 RECIPE = DraftRecipe(subset=200, hidden=32, layers=2, heads=2, ffn=64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return models.load(str(make_tiny_model_dir(tmp_path_factory.mktemp("t") / "tiny")), device="cpu")
