@@ -11,6 +11,7 @@ token except the newest, which the target has not run yet.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -48,6 +49,30 @@ class Drafter:
         step's pending token (the context's last token before the step) and the kept drafts.
         After a tree draft, the engine also passes `path=` (the kept node indices, in order).
         """
+
+
+def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min_confidence: float,
+                         advance: Callable[[torch.Tensor], torch.Tensor]) -> Draft:
+    """Draft up to k tokens one at a time, with q processed exactly like the target's rows.
+
+    `logits` (1, vocab) are the drafter's for the next token; `advance(token)` feeds a
+    drafted token to the drafter and returns its logits for the token after it.
+    """
+    from ..sampling import sample
+
+    tokens, rows = [], []
+    for i in range(k):
+        # Same processing as the target's row i: the context plus the drafts so far.
+        drafted = torch.stack(tokens) if tokens else None
+        q = processor.probs(logits, drafted, start=i)[0]
+        t = q.argmax() if processor.s.greedy else sample(q, generator)
+        if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+            break  # not sure enough: stop drafting this step
+        tokens.append(t.view(()))
+        rows.append(q)
+        if i + 1 < k:
+            logits = advance(t.view(1))
+    return Draft(torch.stack(tokens), torch.stack(rows))
 
 
 def empty_draft(device) -> Draft:

@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SpecvizError
-from ..sampling import sample
-from .base import Draft, Drafter, empty_draft
+from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
 @dataclass(frozen=True)
@@ -192,20 +191,9 @@ class DistilledDrafter(Drafter):
             return empty_draft(self.device)
         self.base = len(ids)
         new = torch.as_tensor(ids[self.cache.length:], dtype=torch.long, device=self.device)
-        logits = self.model.step(new, self.cache)[-1:]
-        tokens, rows = [], []
-        for i in range(k):
-            # Same processing as the target's row i: the context plus the drafts so far.
-            drafted = torch.stack(tokens) if tokens else None
-            q = self.processor.probs(self._full(logits), drafted, start=i)[0]
-            t = q.argmax() if self.processor.s.greedy else sample(q, self.generator)
-            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
-                break  # not sure enough: stop drafting this step
-            tokens.append(t.view(()))
-            rows.append(q)
-            if i + 1 < k:
-                logits = self.model.step(t.view(1), self.cache)
-        return Draft(torch.stack(tokens), torch.stack(rows))
+        logits = self._full(self.model.step(new, self.cache)[-1:])
+        return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence,
+                                    lambda t: self._full(self.model.step(t, self.cache)))
 
     def feedback(self, accepted: int, hidden=None) -> None:
         # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.

@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..forward import forward, new_cache, rollback
-from ..sampling import sample
-from .base import Draft, Drafter, empty_draft
+from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
 class DraftModel(Drafter):
@@ -41,19 +40,7 @@ class DraftModel(Drafter):
             return empty_draft(self.device)
         self.base = len(ids)
         logits = self._feed(ids[self.cached:])
-        tokens, rows = [], []
-        for i in range(k):
-            # Same processing as the target's row i: the context plus drafts so far.
-            drafted = torch.stack(tokens) if tokens else None
-            q = self.processor.probs(logits, drafted, start=i)[0]
-            t = q.argmax() if self.processor.s.greedy else sample(q, self.generator)
-            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
-                break  # not sure enough: stop drafting this step
-            tokens.append(t.view(()))
-            rows.append(q)
-            if i + 1 < k:
-                logits = self._feed(t.view(1))
-        return Draft(torch.stack(tokens), torch.stack(rows))
+        return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence, self._feed)
 
     def feedback(self, accepted: int) -> None:
         # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.

@@ -100,7 +100,7 @@ def main(args) -> int:
     if args.data_only:
         return 0
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
-    card = train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
+    train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
                  checkpoint_every=args.checkpoint_every, resume=args.resume, held_out=args.held_out,
                  eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say,
                  max_seconds=None if args.minutes is None else 60 * args.minutes,

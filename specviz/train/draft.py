@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..drafters.distilled import DistilledDrafter, DistilledLM, build, config_of
 from ..errors import SpecvizError
