@@ -142,10 +142,8 @@ def speculative_generate(
         drafter.tree_ok = greedy and cfg.sampling.repetition_penalty == 1.0 and isinstance(run.cache, KVCache)
     with torch.inference_mode():
         h = run.prefill(hidden=features)
-        if features:
+        if drafter is not None:
             drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h)
-        elif drafter is not None:
-            drafter.begin(run.ids, run.processor, run.generator, dev)
         synchronize(dev)
     prefill_time = run.elapsed = time.perf_counter() - start
     steps = drafted = accepted = 0
@@ -243,10 +241,8 @@ def _verify_chain(run: _Run, drafter, draft, features: bool, greedy: bool) -> _V
 
     # 4. Roll both caches back to the context plus the kept drafts.
     rollback(run.cache, len(run.ids) + n)
-    if features:
-        drafter.feedback(n, hidden=h[: n + 1])
-    elif drafter is not None:
-        drafter.feedback(n)
+    if drafter is not None:
+        drafter.feedback(n, hidden=h[: n + 1] if features else None)
     return _Verdict(n, token, token_p, d_list, p_list, q_list, a_list, u_list, top,
                     "bonus" if n == k else "corrected")
 
@@ -259,11 +255,8 @@ def _verify_tree(run: _Run, drafter, draft, features: bool) -> _Verdict:
     last = v.path[-1] if v.path else -1
     missed = next((i for i, parent in enumerate(tree.parents) if parent == last), None)
     shown = [*v.path, *([missed] if missed is not None else [])]
-    if features:
-        drafter.feedback(len(v.path), hidden=v.hidden, path=v.path)
-    else:
-        drafter.feedback(len(v.path), path=v.path)
     n = len(v.path)
+    drafter.feedback(n, hidden=v.hidden, path=v.path)
     return _Verdict(
         n, v.token, v.token_p, tuple(tree.tokens[i] for i in shown), tuple(tree.p[i] for i in shown), None,
         (1.0,) * n + (0.0,) * (len(shown) - n), None, v.top, "bonus" if missed is None else "corrected", tree,

@@ -34,8 +34,8 @@ class Drafter:
               hidden: torch.Tensor | None = None) -> None:
         """A new run starts with this prompt; reset any state.
 
-        hidden (needs_hidden only): (len(prompt_ids) - 1, hidden_size); row i is the target's
-        state after prompt_ids[i], the one its LM head turns into the next token's logits.
+        hidden (None unless needs_hidden): (len(prompt_ids) - 1, hidden_size); row i is the
+        target's state after prompt_ids[i], the one its LM head turns into the next token's logits.
         """
 
     def propose(self, ids: list[int], k: int, min_confidence: float = 0.0) -> Draft:
@@ -45,7 +45,7 @@ class Drafter:
     def feedback(self, accepted: int, hidden: torch.Tensor | None = None) -> None:
         """The target kept the first `accepted` tokens of the last draft.
 
-        hidden (needs_hidden only): (accepted + 1, hidden_size), the target's states after the
+        hidden (None unless needs_hidden): (accepted + 1, hidden_size), the target's states after the
         step's pending token (the context's last token before the step) and the kept drafts.
         After a tree draft, the engine also passes `path=` (the kept node indices, in order).
         """
