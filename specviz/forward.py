@@ -6,10 +6,10 @@ rejection crops the cache). Either way no position is ever recomputed.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from transformers import DynamicCache
-
-from contextlib import contextmanager
 
 from . import llama_fast
 from .errors import SpecvizError
@@ -53,16 +53,18 @@ def new_cache(model):
     return cache
 
 
-def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool = False):
+def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool = False,
+            mask: torch.Tensor | None = None, positions: torch.Tensor | None = None):
     """Run `ids` (1-D) after what `cache` holds; return logits (rows, vocab) in float32.
 
     logits_to_keep=0 keeps a row per input token; 1 keeps only the last (prefill).
     hidden=True also returns the final hidden states (the LM head's input), every row, as
     (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
+    mask and positions (fast path only) replace the causal chain: tree drafts (tree.py).
     """
     if isinstance(cache, llama_fast.KVCache):
         with _observed(model):
-            h = llama_fast.hidden_states(model, ids, cache)
+            h = llama_fast.hidden_states(model, ids, cache, mask=mask, positions=positions)
             logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
         return (logits, h.float()) if hidden else logits
     if hidden:
@@ -72,14 +74,6 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
         return out.logits[0].float()
     logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
     return logits, h.float()
-
-
-def forward_tree(model, ids: torch.Tensor, cache, mask: torch.Tensor, positions: torch.Tensor):
-    """A tree forward (fast path only): (logits, hidden) for every row of `ids`."""
-    with _observed(model):
-        h = llama_fast.hidden_states(model, ids, cache, mask=mask, positions=positions)
-        logits = model.get_output_embeddings()(h).float()
-    return logits, h
 
 
 def rollback(cache, length: int) -> None:

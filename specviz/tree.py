@@ -119,14 +119,14 @@ def verify_tree(target, cache, pending: torch.Tensor, tokens: torch.Tensor, pare
                 top: int = 5, hidden: bool = False) -> TreeVerdict:
     """One target forward over the root and every node with the tree mask; greedy walk;
     the cache keeps the root and the accepted path only (entries moved, nothing recomputed)."""
-    from .forward import forward_tree  # positions and masks: only the fast path has them
+    from .forward import forward  # positions and masks: only the fast path has them
 
     check_parents(parents)
     device = pending.device
     start, m = cache.length, len(parents)
     positions = torch.tensor([0] + depths(parents), device=device) + start
     mask = torch.cat([torch.ones(m + 1, start, dtype=torch.bool, device=device), tree_mask(parents, device)], 1)
-    logits, h = forward_tree(target, torch.cat([pending, tokens]), cache, mask, positions)
+    logits, h = forward(target, torch.cat([pending, tokens]), cache, hidden=True, mask=mask, positions=positions)
     p = torch.softmax(logits, -1)
     best, g = p.max(-1)
     parent_rows = torch.tensor([q + 1 for q in parents], device=device, dtype=torch.long)
