@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Draft, Drafter, empty_draft
-from .medusa import TargetHead, draw
+from .base import Draft, Drafter, autoregressive_draft, empty_draft
+from .medusa import TargetHead
 
 
 def eagle_config(target, subset: int = 0) -> dict:
@@ -185,17 +185,14 @@ class Eagle(Drafter):
             return empty_draft(self.device)  # a one-token prompt: no feature yet
         if self.tree_ok and self.tree_width > 1:
             return self._tree(k)
-        f, tokens, rows = self.last, [], []
-        for i in range(k):
-            logits = self.lm.full(self.lm.logits(f))[0]
-            q, t = draw(self.processor, self.generator, logits, tokens, i)
-            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
-                break  # not sure enough: stop drafting this step
-            tokens.append(t)
-            rows.append(q)
-            if i + 1 < k:
-                f = self._step(f, t.view(1))  # predicted feature + drafted token: the next pair
-        return Draft(torch.stack(tokens), torch.stack(rows))
+        feature = [self.last]
+
+        def advance(t):  # predicted feature + drafted token: the next pair
+            feature[0] = self._step(feature[0], t)
+            return self.lm.full(self.lm.logits(feature[0]))
+
+        return autoregressive_draft(self.processor, self.generator, self.lm.full(self.lm.logits(self.last)), k,
+                                    min_confidence, advance)
 
     def _tree(self, budget: int) -> Draft:
         """Greedy only (EAGLE-2-like): grow the tree one depth per head forward, expanding the

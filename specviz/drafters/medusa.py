@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import sample
 from ..tree import best_first
-from .base import Draft, Drafter, empty_draft
+from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
 class TargetHead:
@@ -71,14 +70,6 @@ def frequent_tokens(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
     return torch.topk(score, size).indices.sort().values
 
 
-def draw(processor, generator, logits: torch.Tensor, tokens: list, i: int):
-    """q for draft position i (processed like the target's row i) and the token drawn from it."""
-    drafted = torch.stack(tokens) if tokens else None
-    q = processor.probs(logits.view(1, -1), drafted, start=i)[0]
-    t = q.argmax() if processor.s.greedy else sample(q, generator)
-    return q, t.view(())
-
-
 class MedusaHeads(nn.Module):
     def __init__(self, hidden_size: int, heads: int = 3, subset: torch.Tensor | None = None):
         super().__init__()
@@ -125,14 +116,9 @@ class Medusa(Drafter):
         k = min(k, len(self.heads.blocks))
         # One pass: head j's hidden, through the (shared) LM head, is draft j.
         logits = self.head.full(self.head.logits(self.heads(self.last)[:k, 0]))
-        tokens, rows = [], []
-        for i in range(k):
-            q, t = draw(self.processor, self.generator, logits[i], tokens, i)
-            if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
-                break  # not sure enough: stop drafting this step
-            tokens.append(t)
-            rows.append(q)
-        return Draft(torch.stack(tokens), torch.stack(rows))
+        later = iter(logits[1:])  # heads do not read the drafts: the next row is already there
+        return autoregressive_draft(self.processor, self.generator, logits[:1], k, min_confidence,
+                                    lambda t: next(later)[None])
 
     def _tree(self, budget: int) -> Draft:
         """Greedy only: every head's top candidates, combined into the `budget` likeliest
