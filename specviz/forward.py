@@ -65,7 +65,7 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
     if isinstance(cache, llama_fast.KVCache):
         with _observed(model):
             h = llama_fast.hidden_states(model, ids, cache, mask=mask, positions=positions)
-            logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
+            logits = llama_fast.head(model, h[-logits_to_keep:] if logits_to_keep else h).float()
         return (logits, h.float()) if hidden else logits
     if hidden:
         h = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True).last_hidden_state[0]

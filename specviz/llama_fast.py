@@ -14,6 +14,7 @@ fall back to transformers' forward (see `supports`).
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +39,9 @@ def supports(model) -> bool:
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(base, "rotary_emb"):
         return False
-    attn = layers[0].self_attn
-    return all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and not hasattr(attn, "q_norm")
+    attn, mlp = layers[0].self_attn, layers[0].mlp
+    return (all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")) and not hasattr(attn, "q_norm")
+            and all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")))
 
 
 class KVCache:
@@ -88,16 +90,86 @@ class KVCache:
         self.length = end
 
 
+# --- Pre-packed weights for the CPU's few-row matrix multiplies -------------------------
+# A verify step multiplies 2-17 rows by every weight matrix. MKL's sgemm repacks the weight
+# on every such call; from 4 rows up that makes a step 1.5-2x the cost of a one-token step
+# on this project's CPUs. Packing each weight once (MKL's packed-GEMM API, the one inductor
+# uses when it freezes a CPU model) drops that to ~1.3x: the verify cost is what decides
+# whether a draft pays. The packed copy is ~3x the weight's size, so only models whose
+# packed copies fit PACK_BUDGET are packed; SPECVIZ_PACK=0 turns packing off.
+
+PACK_BUDGET = 4 << 30  # bytes of packed copies at most (SmolLM2-135M needs ~1.6 GB)
+_PACK_MIN = 4  # fewer rows take MKL's unpacked kernels, which are as fast there (measured)
+_PACK_ROWS = 16  # the row count MKL is told to pack for; any count works (checked below)
+_packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _pack_wanted(model) -> bool:
+    if os.environ.get("SPECVIZ_PACK", "1") == "0" or not torch.backends.mkl.is_available():
+        return False
+    p = model.get_output_embeddings().weight
+    return p.device.type == "cpu" and p.dtype == torch.float32 and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+def _pack_one(weight: torch.Tensor) -> torch.Tensor | None:
+    """MKL's packed form of `weight`, or None if it does not reproduce F.linear here."""
+    try:
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _PACK_ROWS)
+        for rows in (1, 5, 17):  # packed for one count, called with others: check it holds
+            x = torch.randn(rows, weight.shape[1], generator=torch.Generator().manual_seed(rows))
+            got = torch.ops.mkl._mkl_linear(x, packed, weight, None, rows)
+            if not torch.allclose(got, F.linear(x, weight), rtol=1e-4, atol=1e-4):
+                return None
+        return packed
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def pack(model) -> dict:
+    """Pack the decoder's and LM head's weights for few-row CPU multiplies, once per model;
+    returns {linear: packed entry}, empty when the model is not packed."""
+    if model in _packed:
+        return _packed[model]
+    table: dict = {}
+    if _pack_wanted(model):
+        linears = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
+        linears.append(model.get_output_embeddings())
+        if 3 * 4 * sum(m.weight.numel() for m in linears) <= PACK_BUDGET:
+            with torch.no_grad():
+                for m in linears:
+                    packed = _pack_one(m.weight.detach())
+                    if packed is None:  # this MKL packs differently: use none of it
+                        table = {}
+                        break
+                    table[m] = (packed, m.weight.data_ptr(), m.weight._version)
+    _packed[model] = table
+    return table
+
+
+def linear(module: nn.Linear, x: torch.Tensor, table: dict | None) -> torch.Tensor:
+    """module(x), through the packed weight when there is a current one."""
+    entry = table.get(module) if table else None
+    w = module.weight
+    if entry is None or x.shape[0] < _PACK_MIN or entry[1] != w.data_ptr() or entry[2] != w._version:
+        return module(x)  # not packed, or the weight changed since: the module's own path
+    return torch.ops.mkl._mkl_linear(x, entry[0], w, module.bias, x.shape[0])
+
+
+def head(model, h: torch.Tensor) -> torch.Tensor:
+    """The LM head over hidden states `h` (rows, hidden)."""
+    return linear(model.get_output_embeddings(), h, pack(model))
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
 
 
-def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale):
+def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale, table):
     t = x.shape[0]
-    q = attn.q_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (heads, t, d)
-    k = attn.k_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (kv_heads, t, d)
-    v = attn.v_proj(x).view(t, -1, k_cache.shape[-1]).transpose(0, 1)
+    q = linear(attn.q_proj, x, table).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (heads, t, d)
+    k = linear(attn.k_proj, x, table).view(t, -1, k_cache.shape[-1]).transpose(0, 1)  # (kv_heads, t, d)
+    v = linear(attn.v_proj, x, table).view(t, -1, k_cache.shape[-1]).transpose(0, 1)
     q = q * cos + _rotate_half(q) * sin
     k = k * cos + _rotate_half(k) * sin
     end = start + t
@@ -111,7 +183,11 @@ def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale):
         q, k_cache[:, :end], v_cache[:, :end], attn_mask=mask, scale=scale
     )  # (kv_heads, groups*t, d)
     out = out.view(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)
-    return attn.o_proj(out)
+    return linear(attn.o_proj, out, table)
+
+
+def _mlp(mlp, x, table):
+    return linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x, table)) * linear(mlp.up_proj, x, table), table)
 
 
 def causal_mask(t: int, start: int, device) -> torch.Tensor | None:
@@ -134,12 +210,12 @@ def enable_compile(on: bool = True, backend: str = "inductor") -> None:
     _compiled = torch.compile(_stack, dynamic=True, backend=backend) if on else None
 
 
-def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int):
+def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int, table):
     for layer, k_cache, v_cache in zip(layers, ks, vs):
         attn = layer.self_attn
         h = layer.input_layernorm(x)
-        x = x + _attention(attn, h, cos, sin, k_cache, v_cache, start, mask, groups, attn.scaling)
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + _attention(attn, h, cos, sin, k_cache, v_cache, start, mask, groups, attn.scaling, table)
+        x = x + _mlp(layer.mlp, layer.post_attention_layernorm(x), table)
     return x
 
 
@@ -165,6 +241,7 @@ def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor |
     cos, sin = base.rotary_emb(x[None], positions[None])
     cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
     run = _compiled or _stack
-    x = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups)
+    table = None if _compiled else pack(model)
+    x = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups, table)
     cache.length = start + t
     return base.norm(x)

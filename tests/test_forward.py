@@ -119,3 +119,36 @@ def test_compiled_decoder_stack_computes_the_same_logits():
         finally:
             llama_fast.enable_compile(False)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")
+def test_packed_weights_compute_what_the_modules_compute_for_every_draft_size(monkeypatch):
+    model = tiny_llama()
+    assert llama_fast.pack(model), "an fp32 CPU model within the budget is packed"
+    head = model.get_output_embeddings()
+    ids = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        for rows in range(1, 18):
+            h = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
+            torch.testing.assert_close(llama_fast.head(model, h), head(h), rtol=1e-4, atol=1e-4)
+        packed_logits = forward(model, ids, new_cache(model))
+        monkeypatch.setenv("SPECVIZ_PACK", "0")
+        plain = tiny_llama()
+        assert not llama_fast.pack(plain)
+        torch.testing.assert_close(packed_logits, forward(plain, ids, new_cache(plain)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")
+def test_a_weight_changed_after_packing_is_used_and_not_its_stale_packed_copy():
+    model = tiny_llama()
+    llama_fast.pack(model)
+    head = model.get_output_embeddings()
+    h = torch.randn(6, 64)
+    with torch.no_grad():
+        head.weight.mul_(2.0)  # e.g. a user fine-tuning the model in the same process
+        torch.testing.assert_close(llama_fast.head(model, h), head(h))
+
+
+def test_models_whose_packed_copies_exceed_the_budget_are_not_packed(monkeypatch):
+    monkeypatch.setattr(llama_fast, "PACK_BUDGET", 1000)
+    assert llama_fast.pack(tiny_llama()) == {}
