@@ -7,7 +7,9 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
 
 - alpha: discounted counts of accepted / rejected draft tokens (recent steps weigh
   more, and an idle estimate drifts back to the prior, so a drafter that was unlucky
-  gets tried again instead of being shut off for good);
+  gets tried again instead of being shut off for good). Drafts that say what kind of
+  guess they are (`Draft.kind`: prompt lookup's match length) get a rate per kind, whose
+  prior is the overall rate;
 - T(m): the measured verify time for each m seen, interpolated between them and
   extrapolated along the line through the nearest two (with one measurement, a gentle
   assumed slope, so that long drafts get tried when alpha is high);
@@ -18,6 +20,7 @@ from __future__ import annotations
 from .theory import expected_tokens
 
 DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
+IDLE_DISCOUNT = 0.9  # per step a kind of draft is not tried: a memory of ~10 such steps
 PRIOR = 1.0  # pseudo-counts: alpha starts at 0.5
 SLOPE = 0.05  # assumed extra cost per verified token, as a fraction of T(1), where unmeasured
 
@@ -26,12 +29,20 @@ class DraftLength:
     def __init__(self, k: int, k_max: int, dynamic: bool):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
         self.accepted = self.rejected = 0.0
+        self.by_kind: dict[object, list[float]] = {}  # kind -> [accepted, rejected], discounted
         self.verify: dict[int, float] = {}  # m tokens verified -> EMA seconds
         self.draft_per_token: float | None = None
 
     @property
     def alpha(self) -> float:
         return (self.accepted + PRIOR) / (self.accepted + self.rejected + 2 * PRIOR)
+
+    def alpha_of(self, kind=None) -> float:
+        """The acceptance rate of drafts of this kind (the overall rate for kind None)."""
+        if kind is None or kind not in self.by_kind:
+            return self.alpha
+        acc, rej = self.by_kind[kind]
+        return (acc + 2 * PRIOR * self.alpha) / (acc + rej + 2 * PRIOR)
 
     def verify_cost(self, m: int) -> float | None:
         if not self.verify:
@@ -54,13 +65,13 @@ class DraftLength:
         t1 = self.verify[only] / (1 + SLOPE * (only - 1))
         return t1 * (1 + SLOPE * (m - 1))
 
-    def next(self) -> int:
-        """The draft length for the coming step."""
+    def next(self, kind=None) -> int:
+        """The draft length for the coming step (for a draft of this kind, when known)."""
         if not self.dynamic:
             return self.k
         if not self.verify:
             return self.k  # nothing measured yet: start where the user said
-        alpha, c = self.alpha, self.draft_per_token or 0.0
+        alpha, c = self.alpha_of(kind), self.draft_per_token or 0.0
         best_j, best_rate = 0, 0.0
         for j in range(self.k_max + 1):
             rate = expected_tokens(alpha, j) / (self.verify_cost(j + 1) + c * j)
@@ -68,7 +79,7 @@ class DraftLength:
                 best_j, best_rate = j, rate
         return best_j
 
-    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float) -> None:
+    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float, kind=None) -> None:
         """What one step did: feeds the estimates behind `next`."""
         m = drafted + 1
         old = self.verify.get(m)
@@ -82,3 +93,9 @@ class DraftLength:
         else:
             self.accepted *= DISCOUNT
             self.rejected *= DISCOUNT
+        if kind is not None:
+            acc, rej = self.by_kind.get(kind, (0.0, 0.0))
+            if drafted:
+                self.by_kind[kind] = [DISCOUNT * acc + accepted, DISCOUNT * rej + (1 if accepted < drafted else 0)]
+            else:  # not tried this time: its memory fades slowly, so it is tried again now and then
+                self.by_kind[kind] = [IDLE_DISCOUNT * acc, IDLE_DISCOUNT * rej]

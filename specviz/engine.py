@@ -134,6 +134,7 @@ def speculative_generate(
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
     length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k)
     min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
+    free = cfg.dynamic_k and drafter is not None and drafter.free
 
     start = time.perf_counter()
     features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
@@ -152,9 +153,13 @@ def speculative_generate(
     while reason is None:
         t0 = time.perf_counter()
         with torch.inference_mode():
-            # 1. Draft: at most k tokens, never more than the run can still emit.
-            k_step = max(0, min(length.next(), run.room() - 1))
+            # 1. Draft: at most k tokens, never more than the run can still emit. A free
+            # drafter (prompt lookup) drafts the longest it may, then keeps what pays for
+            # the kind of match it found.
+            k_step = max(0, min(length.k_max if free else length.next(), run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
+            if free and draft.tokens.numel() and draft.parents is None:
+                draft = draft.cut(length.next(draft.kind))
             d = draft.tokens
             n_draft = d.numel()
             synchronize(dev)
@@ -173,7 +178,7 @@ def speculative_generate(
             run.processor.update(emitted)
             run.pending = torch.tensor([token], device=dev)
         t2 = time.perf_counter()
-        length.record(n_draft, n, t1 - t0, t2 - t1)
+        length.record(n_draft, n, t1 - t0, t2 - t1, draft.kind)
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1

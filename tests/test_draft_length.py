@@ -51,3 +51,22 @@ def test_expensive_drafting_shortens_drafts():
             length.record(4, 3, 4 * draft_cost, 0.05 * (1 + 0.05 * 4))
             length.record(2, 1, 2 * draft_cost, 0.05 * (1 + 0.05 * 2))
     assert costly.next() < cheap.next()
+
+
+def test_each_kind_of_draft_gets_its_own_length():
+    """Prompt lookup's long matches are copied verbatim, its 1-token matches are guesses:
+    with a rate per kind, the same run drafts long after one and not at all after the other."""
+    length = DraftLength(4, 16, dynamic=True)
+    cost = lambda m: 0.05 * (1 + 0.05 * (m - 1))  # noqa: E731
+    weak = []
+    for _ in range(40):
+        j = length.next("strong")
+        length.record(j, j, 0.0, cost(j + 1), "strong")  # every token kept
+        j = length.next("weak")
+        weak.append(j)
+        length.record(j, 0, 0.0, cost(j + 1), "weak")  # nothing kept
+    assert length.next("strong") == 16
+    assert max(weak[10:]) <= 3, weak  # short guesses: they are cheap to verify here
+    assert length.alpha_of("strong") > 0.8 > 0.5 > length.alpha_of("weak")
+    # A kind never seen starts from the overall rate.
+    assert length.alpha_of("unseen") == length.alpha

@@ -23,11 +23,22 @@ class Draft:
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
     # pending token (see tree.py). None: a chain. Trees only when the engine set `tree_ok`.
     parents: tuple[int, ...] | None = None
+    # What kind of guess this is, for drafters whose guesses differ in reliability (prompt
+    # lookup: the length of the n-gram that matched). Dynamic k keeps an acceptance rate per
+    # kind, so a strong match can draft long while a weak one drafts short.
+    kind: object = None
+
+    def cut(self, j: int) -> "Draft":
+        """The first j tokens (chains only)."""
+        return Draft(self.tokens[:j], None if self.q is None else self.q[:j], None, self.kind)
 
 
 class Drafter:
     name = "drafter"
     needs_hidden = False  # True: begin/feedback receive the target's hidden states
+    # True when drafting costs ~nothing whatever its length (prompt lookup): with dynamic k
+    # the engine asks for the longest draft and cuts it to the length that pays for its kind.
+    free = False
     tree_ok = False  # set by the engine before `begin`: may propose trees (greedy, fast cache)
 
     def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,

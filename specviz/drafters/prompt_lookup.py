@@ -9,6 +9,10 @@ A match of a single token is weak evidence: on the embedded model's own greedy a
 3-gram match kept 2.58), which does not pay for verifying 5 tokens on a CPU; a 1-token
 draft does (+13% per step in that simulation). So a 1-gram match proposes at most
 `weak_match_tokens` tokens; longer matches propose up to k.
+
+Each draft says which n matched (`Draft.kind`): with dynamic k the engine keeps an
+acceptance rate per n and drafts long only after the matches that earn it (in code
+editing, a 3-gram match is usually the start of a verbatim copy).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from .base import Draft, Drafter, empty_draft
 
 class PromptLookup(Drafter):
     name = "prompt lookup"
+    free = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1):
         if not 1 <= min_ngram <= max_ngram:
@@ -50,5 +55,5 @@ class PromptLookup(Drafter):
                 if n == 1 and self.weak_match_tokens:
                     k = min(k, self.weak_match_tokens)
                 tokens = ids[start:start + k]
-                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None)
+                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, kind=n)
         return empty_draft(self.device)
