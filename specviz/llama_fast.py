@@ -179,9 +179,11 @@ def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale, 
     # Grouped-query attention without copying keys: the `groups` query heads that share a
     # key/value head become extra query rows of that head.
     q = q.reshape(kv_heads, groups * t, d)
+    # A leading batch axis: with 4-D inputs the CPU takes its fused (flash) kernel, 2x
+    # faster at these sizes than the unfused maths it runs for 3-D ones.
     out = F.scaled_dot_product_attention(
-        q, k_cache[:, :end], v_cache[:, :end], attn_mask=mask, scale=scale
-    )  # (kv_heads, groups*t, d)
+        q[None], k_cache[None, :, :end], v_cache[None, :, :end], attn_mask=mask, scale=scale
+    )[0]  # (kv_heads, groups*t, d)
     out = out.view(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)
     return linear(attn.o_proj, out, table)
 
