@@ -335,3 +335,24 @@ def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, 
     assert tree.drafter.tree_width > 1 and chain.drafter.tree_width == 0
     with pytest.raises(SpecvizError, match="does not draft trees"):
         make_drafters(["pld@chain"], loaded(target))
+
+
+def test_each_forward_cost_is_timed_right_after_a_forward_of_the_same_size(monkeypatch):
+    """A size measured right after another reads a cold copy of the weights (the packed one
+    or the plain one) and would make v(n) = T(n) / T(1) wrong: every timed call follows an
+    untimed one of its own size, and sizes still interleave across repeats."""
+    from conftest import tiny_llama
+    from specviz.bench import timing
+
+    sizes_called = []
+    real = timing.forward
+
+    def spy(model, ids, cache, **kw):
+        sizes_called.append(ids.numel())
+        return real(model, ids, cache, **kw)
+
+    monkeypatch.setattr(timing, "forward", spy)
+    costs = timing.forward_costs(tiny_llama(), list(range(3, 20)), [4, 2], repeats=2)
+    assert set(costs) == {1, 2, 4} and all(t > 0 for t in costs.values())
+    measured = sizes_called[2:]  # after the prefill and the warm-up
+    assert measured == [1, 1, 2, 2, 4, 4] * 2

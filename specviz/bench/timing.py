@@ -68,7 +68,11 @@ def forward_costs(model, prompt_ids: list[int], sizes, repeats: int = 3) -> dict
 
     The cache holds the prompt (all but its last token, as the engine leaves it after
     prefill); each timed forward appends n tokens and is rolled back, so every size sees
-    the same context. Sizes are interleaved across repeats, so drift hits them all.
+    the same context. Sizes are interleaved across repeats, so drift hits them all, and
+    each timed forward follows an untimed one of its own size: on a CPU whose caches hold
+    a good part of the weights, a forward right after one of another size (which may read
+    another copy of them, llama_fast's packed one) runs slower than in a run of its own
+    size, as plain decoding's steps do.
     """
     device = model_device(model)
     sizes = sorted(set(sizes) | {1})
@@ -84,6 +88,8 @@ def forward_costs(model, prompt_ids: list[int], sizes, repeats: int = 3) -> dict
         rollback(cache, base)
         for _ in range(repeats):
             for n in sizes:
+                forward(model, tokens[:n], cache)
+                rollback(cache, base)
                 synchronize(device)
                 t0 = time.perf_counter()
                 forward(model, tokens[:n], cache)
