@@ -356,3 +356,18 @@ def test_each_forward_cost_is_timed_right_after_a_forward_of_the_same_size(monke
     assert set(costs) == {1, 2, 4} and all(t > 0 for t in costs.values())
     measured = sizes_called[2:]  # after the prefill and the warm-up
     assert measured == [1, 1, 2, 2, 4, 4] * 2
+
+
+def test_tree_steps_are_costed_by_every_node_the_target_verified(target, prompts):
+    """The cost model prices a step by the tokens the target ran: for a tree that is all its
+    nodes, not the chain the events show (else tree arms look cheaper than they are)."""
+    from test_heads import make
+
+    drafter = make("medusa", target, tree=3)
+    encoded = [(suite.BenchPrompt("p0", "code", (("user", "x"),)), prompts[1])]
+    cfg = BenchConfig(max_new_tokens=12, ks=(4,), warmup=False, cost_repeats=1)
+    result = run_benchmark(target, [BenchDrafter("medusa", drafter)], encoded, cfg)
+    rec = next(r for r in result.records if r.arm == "medusa k=4")
+    assert sum(n * c for n, c in rec.draft_lengths.items()) == rec.drafted  # nodes, as stats count them
+    shown = sum(n_shown for n_shown, _ in rec.step_outcomes)  # the chains the events show
+    assert shown < rec.drafted, "the trees had nodes off the shown chain"

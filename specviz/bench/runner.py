@@ -72,7 +72,7 @@ class RunRecord:
     verify_time: float = 0.0  # decode-phase seconds verifying and committing
     target_forward: float = 0.0  # decode-phase seconds inside target forwards
     draft_forward: float = 0.0  # decode-phase seconds inside draft-model forwards
-    draft_lengths: dict[int, int] = field(default_factory=dict)  # {n drafted: steps}
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # {n drafted (tree: nodes): steps}
     step_outcomes: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per step
     stop_reason: str = ""
 
@@ -161,7 +161,8 @@ class Runner:
                 draft_clock.reset()
             for ev in events:
                 if isinstance(ev, StepEvent):
-                    lengths[len(ev.draft)] += 1
+                    # The target verified every node of a tree, not only the chain shown.
+                    lengths[len(ev.tree.tokens) if ev.tree is not None else len(ev.draft)] += 1
                     rec.step_outcomes.append((len(ev.draft), ev.accepted))
                 elif isinstance(ev, RunEnd):
                     end = ev
