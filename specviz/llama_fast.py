@@ -96,12 +96,21 @@ class KVCache:
 # on this project's CPUs. Packing each weight once (MKL's packed-GEMM API, the one inductor
 # uses when it freezes a CPU model) drops that to ~1.3x: the verify cost is what decides
 # whether a draft pays. The packed copy is ~3x the weight's size, so only models whose
-# packed copies fit PACK_BUDGET are packed; SPECVIZ_PACK=0 turns packing off.
+# packed copies fit PACK_BUDGET (and a quarter of the RAM) are packed; SPECVIZ_PACK=0
+# turns packing off.
 
 PACK_BUDGET = 4 << 30  # bytes of packed copies at most (SmolLM2-135M needs ~1.6 GB)
 _PACK_MIN = 4  # fewer rows take MKL's unpacked kernels, which are as fast there (measured)
 _PACK_ROWS = 16  # the row count MKL is told to pack for; any count works (checked below)
 _packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _memory() -> int:
+    """Bytes of RAM on this machine (a large number where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 def _pack_wanted(model) -> bool:
@@ -134,7 +143,7 @@ def pack(model) -> dict:
     if _pack_wanted(model):
         linears = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
         linears.append(model.get_output_embeddings())
-        if 3 * 4 * sum(m.weight.numel() for m in linears) <= PACK_BUDGET:
+        if 3 * 4 * sum(m.weight.numel() for m in linears) <= min(PACK_BUDGET, _memory() // 4):
             with torch.no_grad():
                 for m in linears:
                     packed = _pack_one(m.weight.detach())

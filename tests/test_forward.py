@@ -152,3 +152,10 @@ def test_a_weight_changed_after_packing_is_used_and_not_its_stale_packed_copy():
 def test_models_whose_packed_copies_exceed_the_budget_are_not_packed(monkeypatch):
     monkeypatch.setattr(llama_fast, "PACK_BUDGET", 1000)
     assert llama_fast.pack(tiny_llama()) == {}
+
+
+def test_a_machine_with_little_memory_does_not_pack(monkeypatch):
+    model = tiny_llama()
+    need = 3 * 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    monkeypatch.setattr(llama_fast, "_memory", lambda: 2 * need)  # packed copies would take half of it
+    assert llama_fast.pack(model) == {}
