@@ -91,9 +91,9 @@ class KVCache:
 
 
 # --- Pre-packed weights for the CPU's few-row matrix multiplies -------------------------
-# A verify step multiplies 2-17 rows by every weight matrix. MKL's sgemm repacks the weight
-# on every such call; from 4 rows up that makes a step 1.5-2x the cost of a one-token step
-# on this project's CPUs. Packing each weight once (MKL's packed-GEMM API, the one inductor
+# A verify step multiplies 2-17 rows by every weight matrix. From 4 rows up MKL's sgemm
+# takes a kernel that, by all appearances, repacks the weight on every call: a step costs
+# 1.5-2x a one-token step on this project's CPUs. Packing each weight once (MKL's packed-GEMM API, the one inductor
 # uses when it freezes a CPU model) drops that to ~1.3x: the verify cost is what decides
 # whether a draft pays. The packed copy is ~3x the weight's size, so only models whose
 # packed copies fit PACK_BUDGET (and a quarter of the RAM) are packed; SPECVIZ_PACK=0
