@@ -159,3 +159,20 @@ def test_a_machine_with_little_memory_does_not_pack(monkeypatch):
     need = 3 * 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     monkeypatch.setattr(llama_fast, "_memory", lambda: 2 * need)  # packed copies would take half of it
     assert llama_fast.pack(model) == {}
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")
+def test_a_weight_changed_inside_a_packed_group_is_used(monkeypatch):
+    """q, k and v are packed as one multiply: changing one of them after packing must send
+    the whole group back to the modules."""
+    model = tiny_llama()
+    ids = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        forward(model, ids, new_cache(model))  # packs
+        model.model.layers[1].self_attn.k_proj.weight.mul_(-1.0)
+        got = forward(model, ids, new_cache(model))
+        monkeypatch.setenv("SPECVIZ_PACK", "0")
+        fresh = tiny_llama()
+        fresh.load_state_dict(model.state_dict())
+        want = forward(fresh, ids, new_cache(fresh))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
