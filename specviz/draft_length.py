@@ -20,8 +20,8 @@ from __future__ import annotations
 from .theory import expected_tokens
 
 DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
-IDLE_DISCOUNT = 0.9  # per step a kind of draft is not tried: a memory of ~10 such steps
-PRIOR = 1.0  # pseudo-counts: alpha starts at 0.5
+IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps
+PRIOR = 0.5  # pseudo-counts each way: alpha starts at 0.5, and evidence soon outweighs it
 SLOPE = 0.05  # assumed extra cost per verified token, as a fraction of T(1), where unmeasured
 
 
@@ -90,9 +90,9 @@ class DraftLength:
             # The tokens after the first rejection were never judged: count only up to it.
             self.accepted = DISCOUNT * self.accepted + accepted
             self.rejected = DISCOUNT * self.rejected + (1 if accepted < drafted else 0)
-        else:
-            self.accepted *= DISCOUNT
-            self.rejected *= DISCOUNT
+        else:  # not tried: the memory fades slowly, so a drafter that was unlucky is tried again
+            self.accepted *= IDLE_DISCOUNT
+            self.rejected *= IDLE_DISCOUNT
         if kind is not None:
             acc, rej = self.by_kind.get(kind, (0.0, 0.0))
             if drafted:

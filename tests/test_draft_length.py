@@ -70,3 +70,16 @@ def test_each_kind_of_draft_gets_its_own_length():
     assert length.alpha_of("strong") > 0.8 > 0.5 > length.alpha_of("weak")
     # A kind never seen starts from the overall rate.
     assert length.alpha_of("unseen") == length.alpha
+
+
+def test_a_drafter_that_is_never_right_drafts_on_few_steps_even_when_verifying_is_cheap():
+    """One rejected token costs little here (v(2) = 1.05, c = 0.1), so the prior must not
+    keep the estimate high enough to retry on every step."""
+    length = DraftLength(4, 16, dynamic=True)
+    t1 = 0.05
+    drafting_steps = 0
+    for _ in range(60):
+        j = length.next()
+        drafting_steps += j > 0
+        length.record(j, 0, 0.1 * t1 * j, t1 * (1 + 0.05 * j))
+    assert 0 < drafting_steps <= 30  # tried again now and then, not on every step
