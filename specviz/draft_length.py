@@ -12,7 +12,8 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
   prior is the overall rate;
 - T(m): the measured verify time for each m seen, interpolated between them and
   extrapolated along the line through the nearest two (with one measurement, a gentle
-  assumed slope, so that long drafts get tried when alpha is high);
+  assumed slope, so that long drafts get tried when alpha is high), and never above a
+  larger size's measurement;
 - c_draft: measured draft seconds per drafted token.
 """
 from __future__ import annotations
@@ -45,24 +46,32 @@ class DraftLength:
         return (acc + 2 * PRIOR * self.alpha) / (acc + rej + 2 * PRIOR)
 
     def verify_cost(self, m: int) -> float | None:
+        """Estimated seconds to verify m tokens, from the measurements made monotone first:
+        a forward over more tokens does not cost less, so a size measured once, early (the
+        first step after prefill runs slow) and never again cannot look dearer than a larger
+        size measured since, nor bend the extrapolation downwards."""
         if not self.verify:
             return None
-        if m in self.verify:
-            return self.verify[m]
         known = sorted(self.verify)
+        cost, floor = {}, float("inf")
+        for x in reversed(known):  # suffix minimum
+            floor = min(floor, self.verify[x])
+            cost[x] = floor
+        if m in cost:
+            return cost[m]
         lower = [x for x in known if x < m]
         upper = [x for x in known if x > m]
         if lower and upper:  # interpolate between the nearest measurements
             a, b = lower[-1], upper[0]
             w = (m - a) / (b - a)
-            return self.verify[a] * (1 - w) + self.verify[b] * w
+            return cost[a] * (1 - w) + cost[b] * w
         if len(known) >= 2:  # extend the line through the two nearest measurements
             a, b = (known[-2], known[-1]) if lower else (known[0], known[1])
-            slope = (self.verify[b] - self.verify[a]) / (b - a)
-            return max(self.verify[a] + slope * (m - a), 0.5 * self.verify[known[0]])
+            slope = (cost[b] - cost[a]) / (b - a)
+            return max(cost[a] + slope * (m - a), 0.5 * cost[known[0]])
         # One measurement: assume each extra verified token costs SLOPE of a 1-token step.
         only = known[0]
-        t1 = self.verify[only] / (1 + SLOPE * (only - 1))
+        t1 = cost[only] / (1 + SLOPE * (only - 1))
         return t1 * (1 + SLOPE * (m - 1))
 
     def next(self, kind=None) -> int:

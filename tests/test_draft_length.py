@@ -83,3 +83,15 @@ def test_a_drafter_that_is_never_right_drafts_on_few_steps_even_when_verifying_i
         drafting_steps += j > 0
         length.record(j, 0, 0.1 * t1 * j, t1 * (1 + 0.05 * j))
     assert 0 < drafting_steps <= 30  # tried again now and then, not on every step
+
+
+def test_a_slow_first_step_does_not_make_plain_steps_look_dear_for_the_rest_of_the_run():
+    """The first step after prefill runs slow. If it was the only plain (j = 0) step, its
+    time would stay the estimate of T(1) for good and a useless drafter would look free."""
+    length = DraftLength(2, 8, dynamic=True)
+    length.record(0, 0, 0.0, 0.100)  # first step: no draft, twice the real cost
+    for _ in range(20):  # a draft model (7.8 ms a token) whose 2 tokens are always rejected
+        length.record(2, 0, 2 * 0.0078, 0.052)  # verifying 3 tokens: 52 ms
+    assert length.verify_cost(1) <= 0.052
+    assert length.verify_cost(4) >= length.verify_cost(3)  # no downward extrapolation
+    assert length.next() == 0
