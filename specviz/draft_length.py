@@ -30,7 +30,7 @@ class DraftLength:
     def __init__(self, k: int, k_max: int, dynamic: bool):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
         self.accepted = self.rejected = 0.0
-        self.by_kind: dict[object, list[float]] = {}  # kind -> [accepted, rejected], discounted
+        self.by_kind: dict[object, tuple[float, float]] = {}  # kind -> (accepted, rejected), discounted
         self.verify: dict[int, float] = {}  # m tokens verified -> EMA seconds
         self.draft_per_token: float | None = None
 
@@ -96,15 +96,14 @@ class DraftLength:
         if drafted:
             per = draft_time / drafted
             self.draft_per_token = per if self.draft_per_token is None else 0.8 * self.draft_per_token + 0.2 * per
-            # The tokens after the first rejection were never judged: count only up to it.
-            self.accepted = DISCOUNT * self.accepted + accepted
-            self.rejected = DISCOUNT * self.rejected + (1 if accepted < drafted else 0)
-        else:  # not tried: the memory fades slowly, so a drafter that was unlucky is tried again
-            self.accepted *= IDLE_DISCOUNT
-            self.rejected *= IDLE_DISCOUNT
+        self.accepted, self.rejected = _counted(self.accepted, self.rejected, drafted, accepted)
         if kind is not None:
-            acc, rej = self.by_kind.get(kind, (0.0, 0.0))
-            if drafted:
-                self.by_kind[kind] = [DISCOUNT * acc + accepted, DISCOUNT * rej + (1 if accepted < drafted else 0)]
-            else:  # not tried this time: its memory fades slowly, so it is tried again now and then
-                self.by_kind[kind] = [IDLE_DISCOUNT * acc, IDLE_DISCOUNT * rej]
+            self.by_kind[kind] = _counted(*self.by_kind.get(kind, (0.0, 0.0)), drafted, accepted)
+
+
+def _counted(acc: float, rej: float, drafted: int, accepted: int) -> tuple[float, float]:
+    """Discounted (accepted, rejected) counts after a step that drafted `drafted` tokens."""
+    if not drafted:  # not tried: the memory fades slowly, so an unlucky drafter is tried again
+        return IDLE_DISCOUNT * acc, IDLE_DISCOUNT * rej
+    # The tokens after the first rejection were never judged: count only up to it.
+    return DISCOUNT * acc + accepted, DISCOUNT * rej + (1 if accepted < drafted else 0)
