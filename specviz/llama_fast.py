@@ -93,11 +93,11 @@ class KVCache:
 # --- Pre-packed weights for the CPU's few-row matrix multiplies -------------------------
 # A verify step multiplies 2-17 rows by every weight matrix. From 4 rows up MKL's sgemm
 # takes a kernel that, by all appearances, repacks the weight on every call: a step costs
-# 1.5-2x a one-token step on this project's CPUs. Packing each weight once (MKL's packed-GEMM API, the one inductor
-# uses when it freezes a CPU model) drops that to ~1.3x: the verify cost is what decides
-# whether a draft pays. The packed copy is ~3x the weight's size, so only models whose
-# packed copies fit PACK_BUDGET (and a quarter of the RAM) are packed; SPECVIZ_PACK=0
-# turns packing off.
+# 1.5-2x a one-token step on this project's CPUs. Packing each weight once (MKL's
+# packed-GEMM API, the one inductor uses when it freezes a CPU model) drops that to ~1.3x:
+# the verify cost is what decides whether a draft pays. The packed copy is ~3x the
+# weight's size, so only models whose packed copies fit PACK_BUDGET (and a quarter of the
+# RAM) are packed; SPECVIZ_PACK=0 turns packing off.
 
 PACK_BUDGET = 4 << 30  # bytes of packed copies at most (SmolLM2-135M needs ~1.6 GB)
 _PACK_MIN = 4  # fewer rows take MKL's unpacked kernels, which are as fast there (measured)
@@ -157,7 +157,7 @@ class _Packed:
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         y = torch.ops.mkl._mkl_linear(x, self.packed, self.shape, self.bias, x.shape[0])
-        return list(y.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [y]
+        return list(y.split(self.sizes, dim=-1))
 
 
 def _groups(model) -> list[tuple]:
@@ -260,15 +260,15 @@ def enable_compile(on: bool = True, backend: str = "inductor") -> None:
     _compiled = torch.compile(_stack, dynamic=True, backend=backend) if on else None
 
 
+_FUSABLE_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")  # weight * x / sqrt(mean(x^2) + eps), nothing else
+
+
 def _norm(norm, x):
     """The model's RMSNorm; for float32 PyTorch's fused op (the same maths in one kernel
     instead of six: ~10 us a call here instead of ~21)."""
     if x.dtype == torch.float32 and type(norm).__name__ in _FUSABLE_NORMS:
         return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
     return norm(x)
-
-
-_FUSABLE_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")  # weight * x / sqrt(mean(x^2) + eps), nothing else
 
 
 def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int, table):
