@@ -76,9 +76,17 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
         # Same processing as the target's row i: the context plus the drafts so far.
         drafted = torch.stack(tokens) if tokens else None
         q = processor.probs(logits, drafted, start=i)[0]
-        t = q.argmax() if processor.s.greedy else sample(q, generator)
-        if min_confidence > 0 and i > 0 and q[t].item() < min_confidence:
+        # The confidence stop looks at q before a token is drawn from it. Verification
+        # accepts draft i with min(1, p/q) and resamples from norm(max(p - q, 0)), which
+        # gives p exactly only if draft i was drawn from q itself. Whether position i is
+        # drafted at all may depend on the context and on the drafts before i (those are
+        # the target's own tokens by the time i is verified: a stopping rule), never on the
+        # token drawn at i: drawing t and discarding it when q(t) is small would draw the
+        # kept tokens from q restricted to {q >= c} while they are judged against q.
+        # Greedy drafts the argmax, whose q is max(q): the same stop as judging the token.
+        if min_confidence > 0 and i > 0 and q.max().item() < min_confidence:
             break  # not sure enough: stop drafting this step
+        t = q.argmax() if processor.s.greedy else sample(q, generator)
         tokens.append(t.view(()))
         rows.append(q)
         if i + 1 < k:
