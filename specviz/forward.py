@@ -7,6 +7,7 @@ rejection crops the cache). Either way no position is ever recomputed.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
@@ -14,14 +15,23 @@ from transformers import DynamicCache
 from . import llama_fast
 from .errors import SpecvizError
 
-# Observers of the fast path's forwards (the benchmark's clocks), by model identity. The
-# transformers path goes through model.forward, where hooks see it; the fast path does not.
-_observers: dict[int, object] = {}
+
+class ForwardObserver(Protocol):
+    """Told around every fast-path forward of the model it observes (the benchmark's clocks)."""
+
+    def start(self, model) -> None: ...
+
+    def stop(self, model) -> None: ...
 
 
-def observe(model, observer) -> None:
-    """Call observer._start(model, None) / observer._stop(model, None, None) around every
-    fast-path forward of `model`; observer=None detaches."""
+# Observers by model identity. The transformers path goes through model.forward, where
+# module hooks see it; the fast path does not, so it tells its observer itself.
+_observers: dict[int, ForwardObserver] = {}
+
+
+def observe(model, observer: ForwardObserver | None) -> None:
+    """Call observer.start(model) / observer.stop(model) around every fast-path forward of
+    `model`; observer=None detaches."""
     if observer is None:
         _observers.pop(id(model), None)
     else:
@@ -34,11 +44,11 @@ def _observed(model):
     if observer is None:
         yield
         return
-    observer._start(model, None)
+    observer.start(model)
     try:
         yield
     finally:
-        observer._stop(model, None, None)
+        observer.stop(model)
 
 
 def new_cache(model):

@@ -1,7 +1,7 @@
 """Timing what the models themselves cost, apart from the engine around them.
 
-`ForwardClock` adds up the seconds spent inside a model's forward (module hooks, so the
-engine needs no changes); `forward_costs` times target forwards over n new tokens on one
+`ForwardClock` adds up the seconds spent inside a model's forward (module hooks for
+transformers' forward, forward.observe for specviz's fast path, so the engine needs no changes); `forward_costs` times target forwards over n new tokens on one
 fixed cache state, the denominator of every cost ratio the benchmark reports.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ class ForwardClock:
 
     def __enter__(self) -> "ForwardClock":
         self._hooks = [
-            self.model.register_forward_pre_hook(self._start),
-            self.model.register_forward_hook(self._stop),
+            self.model.register_forward_pre_hook(lambda module, args: self.start(module)),
+            self.model.register_forward_hook(lambda module, args, output: self.stop(module)),
         ]
         observe(self.model, self)  # specviz's fast path does not call model.forward
         return self
@@ -41,15 +41,16 @@ class ForwardClock:
         self._hooks = []
         observe(self.model, None)
 
-    # A layer-skip drafter is a shallow copy of the target that shares its hook tables,
-    # so hooks also fire for it: count only calls on this very module.
-    def _start(self, module, args) -> None:
+    # forward.ForwardObserver, also called by the module hooks. A layer-skip drafter is a
+    # shallow copy of the target that shares its hook tables, so hooks also fire for it:
+    # count only calls on this very module.
+    def start(self, module) -> None:
         if module is not self.model:
             return
         synchronize(self.device)
         self._t0 = time.perf_counter()
 
-    def _stop(self, module, args, output) -> None:
+    def stop(self, module) -> None:
         if module is not self.model:
             return
         synchronize(self.device)
