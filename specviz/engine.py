@@ -138,13 +138,12 @@ def speculative_generate(
 
     start = time.perf_counter()
     features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
-    if drafter is not None:
-        # Tree drafts are verified greedily over the position-indexed cache (tree.py).
-        drafter.tree_ok = greedy and cfg.sampling.repetition_penalty == 1.0 and isinstance(run.cache, KVCache)
+    # Tree drafts are verified greedily over the position-indexed cache (tree.py).
+    trees = greedy and cfg.sampling.repetition_penalty == 1.0 and isinstance(run.cache, KVCache)
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None:
-            drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h)
+            drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h, trees=trees)
         synchronize(dev)
     prefill_time = run.elapsed = time.perf_counter() - start
     steps = drafted = accepted = 0

@@ -31,12 +31,6 @@ KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset"]
 def make(kind: str, target, seed: int = 0, tree: int = 0):
     """A drafter of `kind` with random weights (the subset drops every third token);
     `tree` > 1: greedy tree drafts of that width where the engine allows them."""
-    d = _make(kind, target, seed)
-    d.tree_width = tree
-    return d
-
-
-def _make(kind: str, target, seed: int):
     torch.manual_seed(seed)
     vocab, hidden = target.lm_head.weight.shape
     subset = torch.tensor([t for t in range(vocab) if t % 3]) if kind.endswith("subset") else None
@@ -44,9 +38,9 @@ def _make(kind: str, target, seed: int):
         heads = MedusaHeads(hidden, 3, subset)
         for block in heads.blocks:
             torch.nn.init.normal_(block.weight, std=0.3)
-        return Medusa(target, heads.requires_grad_(False))
+        return Medusa(target, heads.requires_grad_(False), tree_width=tree)
     head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
-    return Eagle(target, head.requires_grad_(False))
+    return Eagle(target, head.requires_grad_(False), tree_width=tree)
 
 
 def hidden_of(model, ids) -> torch.Tensor:
@@ -140,9 +134,8 @@ def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
     ids = list(range(30, 45))
     with torch.inference_mode():
         d = make(kind, target, tree=3)
-        d.tree_ok = True
         d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"),
-                hidden=hidden_of(target, ids)[:-1])
+                hidden=hidden_of(target, ids)[:-1], trees=True)
         draft = d.propose(ids, 6)
         parents = list(draft.parents)
         check_parents(parents)
@@ -156,7 +149,7 @@ def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
         context = ids + [int(draft.tokens[n]) for n in path] + [5]
         h = hidden_of(target, context)
         d.feedback(len(path), hidden=h[len(ids) - 1:len(ids) + len(path)], path=path)
-        d.tree_ok = False
+        d.tree_width = 0  # chains from here on: their q can be compared with a fresh drafter's
         again = d.propose(context, 3)
         fresh = started(kind, target, context).propose(context, 3)
     assert torch.equal(again.tokens, fresh.tokens) and torch.allclose(again.q, fresh.q, atol=1e-5)

@@ -9,7 +9,7 @@ import torch
 
 from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
-from specviz.drafters.base import Draft, Drafter
+from specviz.drafters.base import Draft, Drafter, empty_draft
 from specviz.forward import forward, new_cache
 from specviz.llama_fast import hidden_states
 from specviz.tree import best_first, depths, greedy_walk, tree_mask
@@ -71,11 +71,11 @@ class OracleTree(Drafter):
         self.answer, self.prompt_len, self.rng = answer, prompt_len, random.Random(seed)
         self.paths = []
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None):
-        self.device = device
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False):
+        self.device, self.trees = device, trees
 
     def propose(self, ids, k, min_confidence=0.0):
-        assert self.tree_ok
+        assert self.trees, "proposing a tree where the engine did not allow one"
         done = len(ids) - self.prompt_len
         truth = self.answer[done: done + self.rng.randint(0, 4)]  # what greedy decoding says next
         tokens, parents = [], []
@@ -112,11 +112,25 @@ def test_greedy_loop_with_tree_drafts_is_greedy_decoding(target, prompts, seed):
             assert [s.tree.tokens[i] for i in s.tree.path] == list(s.draft[: s.accepted])
 
 
-def test_sampling_never_gets_a_tree(target):
-    drafter = OracleTree([1] * 50, 5)
-    cfg = GenerationConfig(max_new_tokens=5, sampling=Sampling(temperature=1.0))
-    with pytest.raises(AssertionError):
-        collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], cfg))
+class Listener(Drafter):
+    """Records whether `begin` allowed trees; drafts nothing."""
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False):
+        self.device, self.trees = device, trees
+
+    def propose(self, ids, k, min_confidence=0.0):
+        return empty_draft(self.device)
+
+
+@pytest.mark.parametrize("sampling, trees", [
+    (Sampling(), True),
+    (Sampling(temperature=1.0), False),  # trees are verified greedily only
+    (Sampling(repetition_penalty=1.3), False),  # the penalty would differ from branch to branch
+])
+def test_trees_are_allowed_only_for_greedy_decoding_without_a_penalty(target, sampling, trees):
+    drafter = Listener()
+    collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=2, sampling=sampling)))
+    assert drafter.trees is trees
 
 
 def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():

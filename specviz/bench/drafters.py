@@ -12,7 +12,8 @@ benchmark adds one of its own:
                  exported as a transformers LlamaForCausalLM (drafters/export.py), run by
                  specviz as a draft model, so `--peers hf-assisted` compares both libraries
                  on the same pair.
-    NAME@chain   a tree drafter (medusa) drafting chains only, to measure what trees buy.
+    NAME@chain   a tree drafter (medusa, eagle) drafting chains only (its `tree_width` set
+                 to 0), to measure what trees buy.
 """
 from __future__ import annotations
 
@@ -74,8 +75,8 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
         spec = name.removesuffix(CHAIN)
         drafter = make_drafter(spec, target, trust_remote_code=trust_remote_code)
         if name.endswith(CHAIN):
-            if not hasattr(drafter, "tree_width"):
-                raise SpecvizError(f"{spec} does not draft trees: '{CHAIN}' applies to tree drafters (medusa)")
+            if drafter is None or drafter.tree_width < 2:
+                raise SpecvizError(f"{spec} does not draft trees: '{CHAIN}' applies to tree drafters (medusa, eagle)")
             drafter.tree_width = 0
         model = drafter.model if needs_model(spec) else None
         out.append(BenchDrafter(name, drafter, model))

@@ -2,7 +2,8 @@
 
 A drafter is told the run is starting (`begin`), is asked for up to k tokens after the
 current context (`propose`), and is told how many of them the target kept (`feedback`),
-so it can roll back its own state. The verifier never asks what kind of drafter it is.
+so it can roll back its own state. Everything the engine tells a drafter goes through
+`begin` and `feedback`; the verifier never asks what kind of drafter it is.
 
 Drafters that read the target's features (Medusa, EAGLE) set `needs_hidden`; the engine
 then hands them the target's final hidden states (the LM head's input) for every context
@@ -11,7 +12,7 @@ token except the newest, which the target has not run yet.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -21,7 +22,7 @@ class Draft:
     tokens: torch.Tensor  # (k,) long, on the target's device
     q: torch.Tensor | None  # (k, vocab) processed drafter probabilities; None = deterministic
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
-    # pending token (see tree.py). None: a chain. Trees only when the engine set `tree_ok`.
+    # pending token (see tree.py). None: a chain. Trees only when `begin` said trees=True.
     parents: tuple[int, ...] | None = None
     # What kind of guess this is, for drafters whose guesses differ in reliability (prompt
     # lookup: the length of the n-gram that matched). Dynamic k keeps an acceptance rate per
@@ -39,26 +40,31 @@ class Drafter:
     # True when drafting costs ~nothing whatever its length (prompt lookup): with dynamic k
     # the engine asks for the longest draft and cuts it to the length that pays for its kind.
     free = False
-    tree_ok = False  # set by the engine before `begin`: may propose trees (greedy, fast cache)
+    # Tree drafters (Medusa, EAGLE): candidates expanded per node when trees are allowed;
+    # 0 or 1 drafts chains only (the benchmark's NAME@chain arm). Read at every propose.
+    tree_width = 0
 
     def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,
-              hidden: torch.Tensor | None = None) -> None:
+              hidden: torch.Tensor | None = None, trees: bool = False) -> None:
         """A new run starts with this prompt; reset any state.
 
         hidden (None unless needs_hidden): (len(prompt_ids) - 1, hidden_size); row i is the
         target's state after prompt_ids[i], the one its LM head turns into the next token's logits.
+        trees: the engine can verify tree drafts this run (greedy decoding without a repetition
+        penalty, over the fast path's cache); otherwise every draft must be a chain.
         """
 
     def propose(self, ids: list[int], k: int, min_confidence: float = 0.0) -> Draft:
         """Up to k tokens to follow `ids` (prompt and generated text so far)."""
         raise NotImplementedError
 
-    def feedback(self, accepted: int, hidden: torch.Tensor | None = None) -> None:
+    def feedback(self, accepted: int, hidden: torch.Tensor | None = None,
+                 path: Sequence[int] | None = None) -> None:
         """The target kept the first `accepted` tokens of the last draft.
 
         hidden (None unless needs_hidden): (accepted + 1, hidden_size), the target's states after the
         step's pending token (the context's last token before the step) and the kept drafts.
-        After a tree draft, the engine also passes `path=` (the kept node indices, in order).
+        path (tree drafts only, else None): the kept node indices, root to leaf.
         """
 
 

@@ -172,7 +172,7 @@ class DistilledDrafter(Drafter):
         if name:
             self.name = name
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.processor, self.generator, self.device = processor, generator, device
         self.cache = Cache(self.model, device)
         self.base = 0  # context length at the last propose
@@ -195,7 +195,7 @@ class DistilledDrafter(Drafter):
         return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence,
                                     lambda t: self._full(self.model.step(t, self.cache)))
 
-    def feedback(self, accepted: int, hidden=None) -> None:
+    def feedback(self, accepted: int, hidden=None, path=None) -> None:
         # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
         self.cache.length = min(self.cache.length, self.base + accepted)
 

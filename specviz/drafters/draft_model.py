@@ -20,7 +20,7 @@ class DraftModel(Drafter):
         if name:
             self.name = name
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.processor, self.generator, self.device = processor, generator, device
         self.cache = new_cache(self.model)
         self.cached = 0  # tokens of the context held in the cache
@@ -42,7 +42,7 @@ class DraftModel(Drafter):
         logits = self._feed(ids[self.cached:])
         return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence, self._feed)
 
-    def feedback(self, accepted: int, hidden=None) -> None:
+    def feedback(self, accepted: int, hidden=None, path=None) -> None:
         # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
         keep = min(self.cached, self.base + accepted)
         rollback(self.cache, keep)

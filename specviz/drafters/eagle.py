@@ -141,18 +141,18 @@ def init_from_target(head: EagleHead, target) -> None:
 class Eagle(Drafter):
     name = "eagle"
     needs_hidden = True
-    tree_width = 3  # greedy trees: expand the 3 likeliest nodes per depth, 3 children each (0/1 = chains)
 
-    def __init__(self, target, head: EagleHead, name: str | None = None):
+    def __init__(self, target, head: EagleHead, name: str | None = None, tree_width: int = 3):
         self.target, self.head = target, head.eval()
+        self.tree_width = tree_width  # greedy trees: expand the w likeliest nodes per depth, w children each
         self.embed = target.get_input_embeddings()
         self.lm = TargetHead(target, head.subset)
         self.dtype = head.fc.weight.dtype
         if name:
             self.name = name
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
-        self.processor, self.generator, self.device = processor, generator, device
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
+        self.processor, self.generator, self.device, self.trees = processor, generator, device, trees
         self.cache = FeatureCache()
         self.fed = 0  # pairs in the cache with the target's true features
         self.waiting = []  # true feature rows not fed yet (they continue the fed ones)
@@ -183,7 +183,7 @@ class Eagle(Drafter):
         self._catch_up(ids)
         if self.last is None:
             return empty_draft(self.device)  # a one-token prompt: no feature yet
-        if self.tree_ok and self.tree_width > 1:
+        if self.trees and self.tree_width > 1:
             return self._tree(k)
         feature = [self.last]
 

@@ -91,16 +91,16 @@ def heads_config(heads: MedusaHeads) -> dict:
 class Medusa(Drafter):
     name = "medusa"
     needs_hidden = True
-    tree_width = 3  # greedy trees: each head's top-3 candidates, best paths first (0/1 = chains)
 
-    def __init__(self, target, heads: MedusaHeads, name: str | None = None):
+    def __init__(self, target, heads: MedusaHeads, name: str | None = None, tree_width: int = 3):
         self.target, self.heads = target, heads.eval()
+        self.tree_width = tree_width  # greedy trees: each head's top candidates, best paths first
         self.head = TargetHead(target, heads.subset)
         if name:
             self.name = name
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
-        self.processor, self.generator, self.device = processor, generator, device
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
+        self.processor, self.generator, self.device, self.trees = processor, generator, device, trees
         self.last = None  # the newest target hidden row: it predicts the pending token
         self._keep(hidden)
 
@@ -111,7 +111,7 @@ class Medusa(Drafter):
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         if k < 1 or self.last is None:
             return empty_draft(self.device)
-        if self.tree_ok and self.tree_width > 1:
+        if self.trees and self.tree_width > 1:
             return self._tree(k)
         k = min(k, len(self.heads.blocks))
         # One pass: head j's hidden, through the (shared) LM head, is draft j.

@@ -31,7 +31,7 @@ class PromptLookup(Drafter):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.weak_match_tokens = weak_match_tokens  # draft cap after a 1-gram match (0 = no cap)
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None) -> None:
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.device = device
         self.index: dict[tuple[int, ...], int] = {}
         self.indexed = 0  # continuation positions < this one are in the index
