@@ -76,7 +76,7 @@ class Recorder(Drafter):
 
     needs_hidden = True
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None):
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False):
         self.rows = [hidden]
         self.checks = []
         self.device = device
@@ -85,7 +85,7 @@ class Recorder(Drafter):
         self.checks.append((len(ids) - 1, sum(r.shape[0] for r in self.rows)))
         return Draft(torch.tensor([(t * 7 + 3) % 96 for t in ids[-k:]], device=self.device), None)
 
-    def feedback(self, accepted, hidden=None):
+    def feedback(self, accepted, hidden=None, path=None):
         assert hidden.shape[0] == accepted + 1
         self.rows.append(hidden)
 
