@@ -7,11 +7,12 @@ import os
 import sys
 
 from .errors import SpecvizError
+from .render.kinds import shown_tokens
 
 # Terminal colours per token kind; rejected drafts are struck through.
 ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
 RESET = "\033[0m"
-# Without colour, the same information in brackets: [+rejected] ~corrected~ {bonus}.
+# Without colour, the same information in brackets: [-rejected] ~corrected~ {bonus}.
 PLAIN = {"accepted": "{}", "rejected": "[-{}]", "corrected": "~{}~", "bonus": "{{{}}}"}
 
 
@@ -161,13 +162,9 @@ def _print_coloured(target, steps, out) -> None:
 
     colour = _use_colour(out)
     for s in steps:
-        n, shown = s.accepted, len(s.emitted)  # `emitted` may be cut at EOS or the limit
         texts = models.token_strings(target, list(s.draft) + [s.token])
-        kinds = ["accepted"] * n + ["rejected"] * (len(s.draft) - n) + [s.kind]
-        for i, (text, kind) in enumerate(zip(texts, kinds)):
-            if kind == "accepted" and i >= shown or kind in ("corrected", "bonus") and shown <= n:
-                continue
-            out.write(f"{ANSI[kind]}{text}{RESET}" if colour else PLAIN[kind].format(text))
+        for kind, i in shown_tokens(s):
+            out.write(f"{ANSI[kind]}{texts[i]}{RESET}" if colour else PLAIN[kind].format(texts[i]))
     out.write("\n\n")
 
 

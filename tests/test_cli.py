@@ -1,13 +1,16 @@
 """`python -m specviz generate`: the flags scripts rely on, JSON output, and clear errors."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
 
+from specviz import cli, models
 from specviz.cli import main
+from specviz.events import StepEvent
 from tiny_folder import make_tiny_model_dir
 
 
@@ -60,6 +63,21 @@ def test_coloured_text_and_summary(capsys, folders):
     assert main(["generate", "--prompt", "the cat sat", "--target", str(folders["target"]), "--max-new-tokens", "12"]) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and "identical to baseline: yes" in out and "legend" in out
+
+
+def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):
+    def step(draft, accepted, token, emitted):
+        n = len(draft)
+        return StepEvent(step=0, position=0, draft=draft, q=None, p=(0.5,) * n, accept_prob=(1.0,) * n, draws=None,
+                         accepted=accepted, token=token, token_p=0.9, kind="bonus" if accepted == n else "corrected",
+                         emitted=emitted, top=(), draft_time=0.0, verify_time=0.0, elapsed=0.0, greedy=True)
+
+    monkeypatch.setattr(models, "token_strings", lambda target, ids: [chr(ord("a") + i) for i in ids])
+    out = io.StringIO()  # not a terminal: brackets instead of colours
+    cli._print_coloured(None, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
+                               step((4, 5), 2, 6, (4, 5, 6)),  # e f kept, g bonus
+                               step((7, 8), 2, 9, (7,))], out)  # cut at EOS after h: i and j never shown
+    assert out.getvalue() == "a[-b][-c]~d~ef{g}h\n\n"
 
 
 @pytest.mark.parametrize(

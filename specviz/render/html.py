@@ -1,7 +1,8 @@
 """HTML for the text panels: every token a <span> coloured by what happened to it.
 
 Colours come from the event that produced a token (accepted draft, rejected draft, the
-target's corrected token, the bonus token, a baseline token), never from searching the
+target's corrected token, the bonus token, a baseline token; which tokens show, and as
+what, is kinds.shown_tokens, shared with the terminal), never from searching the
 decoded text. All model text is HTML-escaped; whitespace is kept by `white-space:
 pre-wrap` in the stylesheet (assets/style.css), so code keeps its layout.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from html import escape
 
 from ..events import StepEvent, TokenEvent
+from .kinds import shown_tokens
 from .trace import Labels, Trace
 
 # Shown in the legend and in the README; the stylesheet gives each kind its colour
@@ -83,17 +85,16 @@ def _own_tip(e: StepEvent) -> str:
 
 def step_spans(e: StepEvent, labels: Labels) -> list[str]:
     """A speculative step in reading order: accepted drafts, rejected drafts, the target's token."""
+    texts = labels.draft + (labels.token,)
     spans = []
-    n_out = len(e.emitted)  # may be shorter than accepted + 1: cut at EOS or the token limit
-    for i, tok_text in enumerate(labels.draft):
-        if i < e.accepted:
-            if i < n_out:
-                spans.append(token_span("accepted", tok_text, _draft_tip(e, i, "accepted"), e.step))
+    for kind, i in shown_tokens(e):
+        if kind == "accepted":
+            spans.append(token_span(kind, texts[i], _draft_tip(e, i, "accepted"), e.step))
+        elif kind == "rejected":
+            text = texts[i].translate(VISIBLE_WHITESPACE)
+            spans.append(token_span(kind, text, _draft_tip(e, i, _draft_verdict(e, i)), e.step))
         else:
-            text = tok_text.translate(VISIBLE_WHITESPACE)
-            spans.append(token_span("rejected", text, _draft_tip(e, i, _draft_verdict(e, i)), e.step))
-    if n_out > e.accepted:
-        spans.append(token_span(e.kind, labels.token, _own_tip(e), e.step, "" if e.draft else "undrafted"))
+            spans.append(token_span(kind, texts[i], _own_tip(e), e.step, "" if e.draft else "undrafted"))
     return spans
 
 

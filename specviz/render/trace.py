@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..events import RunEnd, RunStats, StepEvent, TokenEvent
+from .kinds import shown_tokens
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,8 @@ class Trace:
         """The output so far as display text (the emitted tokens' labels, joined)."""
         parts: list[str] = []
         for e, labels in zip(self.events, self.labels):
-            if isinstance(e, StepEvent):
-                own = labels.draft[: e.accepted] + (labels.token,)
-                parts.extend(own[: len(e.emitted)])
-            else:
-                parts.append(labels.token)
+            texts = labels.draft + (labels.token,)
+            parts.extend(texts[i] for kind, i in shown_tokens(e) if kind != "rejected")
         return "".join(parts)
 
     @property
