@@ -15,12 +15,10 @@ import torch
 from .draft_length import DraftLength
 from .drafters.base import Drafter, empty_draft
 from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
-from .llama_fast import KVCache
-from .tree import verify_tree
-from .forward import context_length, forward, model_device, new_cache, output_vocab_size, rollback, synchronize
+from .events import RunEnd, RunStats, StepEvent, TokenEvent
+from .forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
 from .sampling import Processor, Sampling, sample
-from .verify import one_hot_q, verify_greedy, verify_sampled
+from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
 
@@ -138,8 +136,7 @@ def speculative_generate(
 
     start = time.perf_counter()
     features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
-    # Tree drafts are verified greedily over the position-indexed cache (tree.py).
-    trees = greedy and cfg.sampling.repetition_penalty == 1.0 and isinstance(run.cache, KVCache)
+    trees = trees_verifiable(run.cache, cfg.sampling)  # may the drafter propose trees?
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None:
@@ -159,17 +156,22 @@ def speculative_generate(
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
             if free and draft.tokens.numel() and draft.parents is None:
                 draft = draft.cut(length.next(draft.kind))
-            d = draft.tokens
-            n_draft = d.numel()
+            n_draft = draft.tokens.numel()
             synchronize(dev)
             t1 = time.perf_counter()
 
-            # 2-4. Verify in one target forward, roll the caches back to what was kept.
+            # 2. Verify in one target forward, which leaves the target's cache holding the
+            # context plus the kept drafts (verify_step.py).
             if draft.parents is None:
-                v = _verify_chain(run, drafter, draft, features, greedy)
+                v = verify_chain(run.target, run.cache, len(run.ids), run.pending, draft, run.processor,
+                                 run.generator, greedy=greedy, top=cfg.top, hidden=features)
             else:
-                v = _verify_tree(run, drafter, draft, features)
+                v = verify_tree(run.target, run.cache, run.pending, draft, top=cfg.top, hidden=features)
             run.calls += 1
+            # 3. Tell the drafter what was kept, so it rolls its own state back to match.
+            if drafter is not None:
+                drafter.feedback(v.accepted, hidden=v.hidden, path=None if v.tree is None else v.tree.path)
+            # 4. Emit the kept drafts and the target's token, cut at EOS and the room left.
             n, token = v.accepted, v.token
             emitted = run.cut(list(v.draft[:n]) + [token])
             position = run.generated
@@ -184,87 +186,10 @@ def speculative_generate(
         drafted += n_draft
         accepted += n
         steps += 1
-        yield StepEvent(
-            step=steps - 1, position=position, draft=v.draft, q=v.q, p=v.p, accept_prob=v.accept_prob,
-            draws=v.draws, accepted=n, token=token, token_p=v.token_p, kind=v.kind, emitted=tuple(emitted),
-            top=v.top, draft_time=t1 - t0, verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy, tree=v.tree,
-        )
+        yield v.event(step=steps - 1, position=position, emitted=tuple(emitted), draft_time=t1 - t0,
+                      verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy)
         reason = run.stop_reason()
     yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    """What verification decided, on the host: the StepEvent's fields about the draft."""
-
-    accepted: int
-    token: int
-    token_p: float
-    draft: tuple[int, ...]
-    p: tuple[float, ...]
-    q: tuple[float, ...] | None
-    accept_prob: tuple[float, ...]
-    draws: tuple[float, ...] | None
-    top: tuple[tuple[int, float], ...]
-    kind: str
-    tree: TreeDraft | None = None
-
-
-def _verify_chain(run: _Run, drafter, draft, features: bool, greedy: bool) -> _Verdict:
-    dev, d, k = run.device, draft.tokens, draft.tokens.numel()
-    # 2. One target forward over the pending token and the draft; row i is the target's
-    # distribution after draft[:i], row k the bonus position.
-    out = forward(run.target, torch.cat([run.pending, d]), run.cache, hidden=features)
-    logits, h = out if features else (out, None)
-    p = run.processor.probs(logits, d, start=0)
-    idx = torch.arange(k, device=dev)
-    if greedy:
-        n, token = verify_greedy(p.argmax(-1), d)
-        a = (d == p[:k].argmax(-1)).float()
-        draws = a.new_zeros(0)
-    else:
-        q = draft.q if draft.q is not None else one_hot_q(d, run.vocab)
-        draws = torch.rand(k, generator=run.generator, device=dev)
-        n, dist, a = verify_sampled(p, q, d, draws)
-        token = sample(dist, run.generator)
-    q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
-    width = min(run.cfg.top, run.vocab)
-    top_v, top_i = torch.topk(p[n], width) if width else (a.new_zeros(0), a.new_zeros(0))
-
-    # 3. One host synchronisation: everything the step reports, in one transfer.
-    parts = [n.view(1), token.view(1), p[n, token].view(1), d, p[idx, d], q_d, a, draws, top_v, top_i]
-    flat = torch.cat([t.double().view(-1) for t in parts]).tolist()
-    n, token, token_p = int(flat[0]), int(flat[1]), flat[2]
-    o = 3
-    d_list = tuple(int(x) for x in flat[o:o + k]); o += k
-    p_list = tuple(flat[o:o + k]); o += k
-    q_list = tuple(flat[o:o + k]) if draft.q is not None else None; o += len(q_d)
-    a_list = tuple(flat[o:o + k]); o += k
-    u_list = None if greedy else tuple(flat[o:o + k]); o += len(draws)
-    top = tuple(zip((int(x) for x in flat[o + width:o + 2 * width]), flat[o:o + width]))
-
-    # 4. Roll both caches back to the context plus the kept drafts.
-    rollback(run.cache, len(run.ids) + n)
-    if drafter is not None:
-        drafter.feedback(n, hidden=h[: n + 1] if features else None)
-    return _Verdict(n, token, token_p, d_list, p_list, q_list, a_list, u_list, top,
-                    "bonus" if n == k else "corrected")
-
-
-def _verify_tree(run: _Run, drafter, draft, features: bool) -> _Verdict:
-    """Greedy tree verification (tree.py). The event's chain view is the winning branch
-    plus the first child that missed, so chain renderers show a tree step like any other."""
-    v = verify_tree(run.target, run.cache, run.pending, draft.tokens, draft.parents, run.cfg.top, features)
-    tree = TreeDraft(v.tokens, tuple(draft.parents), tuple(v.path), v.node_p)
-    last = v.path[-1] if v.path else -1
-    missed = next((i for i, parent in enumerate(tree.parents) if parent == last), None)
-    shown = [*v.path, *([missed] if missed is not None else [])]
-    n = len(v.path)
-    drafter.feedback(n, hidden=v.hidden, path=v.path)
-    return _Verdict(
-        n, v.token, v.token_p, tuple(tree.tokens[i] for i in shown), tuple(tree.p[i] for i in shown), None,
-        (1.0,) * n + (0.0,) * (len(shown) - n), None, v.top, "bonus" if missed is None else "corrected", tree,
-    )
 
 
 def baseline_generate(
@@ -288,7 +213,7 @@ def baseline_generate(
             run.calls += 1
             p = run.processor.probs(logits)[0]
             token = p.argmax() if greedy else sample(p, run.generator)
-            tok, prob = torch.stack([token.double(), p[token].double()]).tolist()  # the one sync
+            (tok,), (prob,) = to_host(token, p[token])  # the one sync
             token_id = int(tok)
             run.ids.append(token_id)
             run.processor.update([token_id])

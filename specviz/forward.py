@@ -96,6 +96,17 @@ def rollback(cache, length: int) -> None:
         cache.crop(-extra)  # transformers 5 takes a negative count: tokens to drop
 
 
+def to_host(*tensors: torch.Tensor) -> list[list[float]]:
+    """Several device tensors in one host transfer (one synchronisation): each comes back
+    flattened, as a list of floats (float64: token ids up to 2^53 stay exact)."""
+    flat = torch.cat([t.double().reshape(-1) for t in tensors]).tolist()
+    out, start = [], 0
+    for t in tensors:
+        out.append(flat[start:start + t.numel()])
+        start += t.numel()
+    return out
+
+
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
 

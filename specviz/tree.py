@@ -7,12 +7,12 @@ the position its depth gives it (Medusa, Cai et al. 2024; SpecInfer, Miao et al.
 Greedy acceptance walks down from the root, following the child whose token is the
 target's argmax, so the output is the chain plain greedy decoding would produce.
 
-Pure functions on small tensors and lists; the engine owns the cache and the forward.
+Pure functions on small tensors and lists; verify_step.py runs the forward and moves the
+cache's rows.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -100,50 +100,3 @@ def best_first(candidates: Sequence[Sequence[tuple[int, float]]], budget: int) -
             heapq.heappush(heap, (-prob * candidates[depth + 1][0][1], tie, depth + 1, 0, node))
             tie += 1
     return tokens, parents
-
-
-@dataclass(frozen=True)
-class TreeVerdict:
-    """What one tree verification decided, already on the host."""
-
-    tokens: tuple[int, ...]  # the draft's tokens
-    path: list[int]  # accepted node indices, root to leaf
-    token: int  # the target's token after the path (corrected or bonus)
-    token_p: float
-    node_p: tuple[float, ...]  # target prob of each node's token given its ancestors
-    top: tuple[tuple[int, float], ...]  # the target's top (token, prob) where `token` was chosen
-    hidden: torch.Tensor | None  # target hidden rows of the root and the path (feature drafters)
-
-
-def verify_tree(target, cache, pending: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int],
-                top: int = 5, hidden: bool = False) -> TreeVerdict:
-    """One target forward over the root and every node with the tree mask; greedy walk;
-    the cache keeps the root and the accepted path only (entries moved, nothing recomputed)."""
-    from .forward import forward  # positions and masks: only the fast path has them
-
-    check_parents(parents)
-    device = pending.device
-    start, m = cache.length, len(parents)
-    positions = torch.tensor([0] + depths(parents), device=device) + start
-    mask = torch.cat([torch.ones(m + 1, start, dtype=torch.bool, device=device), tree_mask(parents, device)], 1)
-    logits, h = forward(target, torch.cat([pending, tokens]), cache, hidden=True, mask=mask, positions=positions)
-    p = torch.softmax(logits, -1)
-    best, g = p.max(-1)
-    parent_rows = torch.tensor([q + 1 for q in parents], device=device, dtype=torch.long)
-    node_p = p[parent_rows, tokens]
-    width = min(top, p.shape[-1])
-    top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), g.new_zeros(m + 1, 0))
-    # the one host transfer of the step
-    flat = torch.cat([t.double().view(-1) for t in (g, best, tokens, node_p, top_v, top_i)]).tolist()
-    argmax = [int(x) for x in flat[: m + 1]]
-    best_p = flat[m + 1: 2 * m + 2]
-    toks = [int(x) for x in flat[2 * m + 2: 3 * m + 2]]
-    node_probs = tuple(flat[3 * m + 2: 4 * m + 2])
-    o = 4 * m + 2
-    vals, ids = flat[o: o + (m + 1) * width], flat[o + (m + 1) * width:]
-    path, token = greedy_walk(toks, parents, argmax)
-    row = path[-1] + 1 if path else 0
-    top_pairs = tuple((int(ids[row * width + j]), vals[row * width + j]) for j in range(width))
-    keep = [0] + [i + 1 for i in path]
-    cache.keep_rows(start, keep)
-    return TreeVerdict(tuple(toks), path, token, best_p[row], node_probs, top_pairs, h[keep].float() if hidden else None)

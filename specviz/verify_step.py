@@ -1,0 +1,134 @@
+"""One verify step: a single target forward over the pending token and the draft, the
+acceptance decision, the target's cache cut back to what was kept, and everything the
+step reports brought to the host in one transfer.
+
+Chains follow verify.py's rule (greedy, or rejection sampling against q); trees are
+verified greedily (tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
+q, maybe parents. The engine owns the run; this module is told all it uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .drafters.base import Draft
+from .events import StepEvent, TreeDraft
+from .forward import forward, rollback, to_host
+from .llama_fast import KVCache
+from .sampling import Processor, Sampling, sample
+from .tree import check_parents, depths, greedy_walk, tree_mask
+from .verify import one_hot_q, verify_greedy, verify_sampled
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What verification decided, on the host: the StepEvent's fields about the draft (same
+    names and meanings; a tree step's `draft` is its chain view), and the target's hidden
+    rows that a feature drafter's feedback needs."""
+
+    draft: tuple[int, ...]
+    q: tuple[float, ...] | None
+    p: tuple[float, ...]
+    accept_prob: tuple[float, ...]
+    draws: tuple[float, ...] | None
+    accepted: int
+    token: int
+    token_p: float
+    top: tuple[tuple[int, float], ...]
+    tree: TreeDraft | None = None
+    hidden: torch.Tensor | None = None  # rows of the pending token and the kept drafts
+
+    @property
+    def kind(self) -> str:
+        return "bonus" if self.accepted == len(self.draft) else "corrected"
+
+    def event(self, **step) -> StepEvent:
+        """The StepEvent of this verdict; `step` gives the engine's fields (step, position,
+        emitted, times, greedy)."""
+        return StepEvent(draft=self.draft, q=self.q, p=self.p, accept_prob=self.accept_prob, draws=self.draws,
+                         accepted=self.accepted, token=self.token, token_p=self.token_p, kind=self.kind,
+                         top=self.top, tree=self.tree, **step)
+
+
+def trees_verifiable(cache, sampling: Sampling) -> bool:
+    """Tree drafts are verified greedily, without a repetition penalty (it would differ from
+    branch to branch), over a position-indexed cache (only it keeps scattered rows)."""
+    return sampling.greedy and sampling.repetition_penalty == 1.0 and isinstance(cache, KVCache)
+
+
+def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draft, processor: Processor,
+                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool = False) -> Verdict:
+    """Verify a chain draft after `context` tokens (the pending one included; the cache holds
+    all but it) and cut the cache back to the context plus the kept drafts."""
+    d, k = draft.tokens, draft.tokens.numel()
+    # One target forward over the pending token and the draft; row i is the target's
+    # distribution after draft[:i], row k the bonus position.
+    out = forward(target, torch.cat([pending, d]), cache, hidden=hidden)
+    logits, h = out if hidden else (out, None)
+    p = processor.probs(logits, d, start=0)
+    idx = torch.arange(k, device=pending.device)
+    if greedy:
+        n, token = verify_greedy(p.argmax(-1), d)
+        a = (d == p[:k].argmax(-1)).float()
+        draws = a.new_zeros(0)
+    else:
+        q = draft.q if draft.q is not None else one_hot_q(d, processor.vocab_size)
+        draws = torch.rand(k, generator=generator, device=pending.device)
+        n, dist, a = verify_sampled(p, q, d, draws)
+        token = sample(dist, generator)
+    q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
+    width = min(top, processor.vocab_size)
+    top_v, top_i = torch.topk(p[n], width) if width else (a.new_zeros(0), a.new_zeros(0))
+
+    # One host synchronisation: everything the step reports, in one transfer.
+    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i) = to_host(
+        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i)
+    n = int(n[0])
+    rollback(cache, context + n)
+    return Verdict(
+        draft=tuple(int(x) for x in d_host), q=tuple(q_d) if draft.q is not None else None, p=tuple(p_d),
+        accept_prob=tuple(a), draws=None if greedy else tuple(draws), accepted=n, token=int(token[0]),
+        token_p=token_p[0], top=tuple(zip((int(x) for x in top_i), top_v)), hidden=h[: n + 1] if hidden else None,
+    )
+
+
+def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, top: int,
+                hidden: bool = False) -> Verdict:
+    """Verify a tree draft greedily: one forward over the root and every node with the tree
+    mask, a walk down the target's argmax; the cache keeps the root and the accepted path
+    only (entries moved, nothing recomputed).
+
+    The verdict's chain view is the winning branch plus the first child that missed, so
+    chain renderers show a tree step like any other."""
+    parents = tuple(draft.parents)
+    check_parents(parents)
+    device = pending.device
+    start, m = cache.length, len(parents)
+    positions = torch.tensor([0] + depths(parents), device=device) + start
+    mask = torch.cat([torch.ones(m + 1, start, dtype=torch.bool, device=device), tree_mask(parents, device)], 1)
+    logits, h = forward(target, torch.cat([pending, draft.tokens]), cache, hidden=True, mask=mask, positions=positions)
+    p = torch.softmax(logits, -1)
+    best, g = p.max(-1)
+    parent_rows = torch.tensor([q + 1 for q in parents], device=device, dtype=torch.long)
+    node_p = p[parent_rows, draft.tokens]
+    width = min(top, p.shape[-1])
+    top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), g.new_zeros(m + 1, 0))
+    # the one host transfer of the step
+    argmax, best_p, tokens, node_p, top_v, top_i = to_host(g, best, draft.tokens, node_p, top_v, top_i)
+    tokens = [int(x) for x in tokens]
+    path, token = greedy_walk(tokens, parents, [int(x) for x in argmax])
+    row = path[-1] + 1 if path else 0
+    keep = [0] + [i + 1 for i in path]
+    cache.keep_rows(start, keep)
+
+    last = path[-1] if path else -1
+    missed = next((i for i, parent in enumerate(parents) if parent == last), None)
+    shown = [*path, *([missed] if missed is not None else [])]
+    n = len(path)
+    return Verdict(
+        draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
+        accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n), draws=None, accepted=n, token=token,
+        token_p=best_p[row], top=tuple((int(top_i[row * width + j]), top_v[row * width + j]) for j in range(width)),
+        tree=TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p)), hidden=h[keep].float() if hidden else None,
+    )
