@@ -5,9 +5,12 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import fields
 
+from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
+from .sampling import Sampling
 
 # Terminal colours per token kind; rejected drafts are struck through.
 ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
@@ -17,20 +20,22 @@ PLAIN = {"accepted": "{}", "rejected": "[-{}]", "corrected": "~{}~", "bonus": "{
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    cfg, sampling = GenerationConfig(), Sampling()  # the defaults live there
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
     p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup), 'layerskip[:0-9,20-29]', 'eagle', "
                    "'medusa', 'draft' (trained for the embedded target; 'eagle:FILE' etc. for your own) or a draft model id/folder")
-    p.add_argument("--k", type=int, default=4, help="draft length (the starting length with --dynamic-k)")
+    p.add_argument("--k", type=int, default=cfg.k,
+                   help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
-    p.add_argument("--draft-confidence", type=float, default=0.0,
+    p.add_argument("--draft-confidence", type=float, default=cfg.draft_confidence,
                    help="with --dynamic-k: stop a draft when the drafter's probability falls below this")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 = off")
+    p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 = off")
+    p.add_argument("--repetition-penalty", type=float, default=sampling.repetition_penalty, help="1 = off")
+    p.add_argument("--seed", type=int, default=sampling.seed)
+    p.add_argument("--max-new-tokens", type=int, default=cfg.max_new_tokens, help="(default %(default)s)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the prompt in the chat template (default: when the model has one)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
@@ -89,12 +94,11 @@ def _progress(message: str, fraction: float) -> None:
 def generate(args) -> int:
     from . import models
     from .drafters.choose import make_drafter
-    from .engine import GenerationConfig, baseline_generate, speculative_generate
+    from .engine import baseline_generate, speculative_generate
     from .events import RunEnd, event_to_dict
     from .interleave import interleave
-    from .sampling import Sampling
 
-    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed).validate()
+    sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
     if args.compile:
         from .llama_fast import enable_compile
 

@@ -5,12 +5,15 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 
 from specviz import cli, models
 from specviz.cli import main
+from specviz.engine import GenerationConfig
 from specviz.events import StepEvent
+from specviz.sampling import Sampling
 from tiny_folder import make_tiny_model_dir
 
 
@@ -63,6 +66,14 @@ def test_coloured_text_and_summary(capsys, folders):
     assert main(["generate", "--prompt", "the cat sat", "--target", str(folders["target"]), "--max-new-tokens", "12"]) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and "identical to baseline: yes" in out and "legend" in out
+
+
+def test_flags_start_from_the_engines_defaults():
+    args = cli.build_parser().parse_args(["generate", "--prompt", "x"])
+    cfg = GenerationConfig()
+    assert (args.k, args.dynamic_k, args.draft_confidence, args.max_new_tokens) == (
+        cfg.k, cfg.dynamic_k, cfg.draft_confidence, cfg.max_new_tokens)
+    assert Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}) == Sampling()
 
 
 def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):

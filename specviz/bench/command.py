@@ -6,6 +6,7 @@ import dataclasses
 import shlex
 import sys
 
+from ..engine import K_MAX
 from ..errors import SpecvizError
 from ..sampling import Sampling
 from . import suite as suites
@@ -17,27 +18,31 @@ QUICK = dict(limit=1, max_new_tokens=32)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BenchConfig()  # the defaults live there (and, through it, in GenerationConfig and Sampling)
     p.add_argument("--target", default="default", help="target model: 'default' (embedded SmolLM2-135M), "
                    "a folder or a Hub id (default: %(default)s)")
     p.add_argument("--drafters", default="pld", help="comma-separated: none, pld, layerskip[:layers], eagle, medusa, "
                    f"draft (trained for the embedded target; eagle:PATH etc. for your own), {DRAFT_HF} (the distilled "
                    f"draft as a transformers model, for --peers hf-assisted), {TINY_RANDOM}, or draft model "
                    "ids/folders sharing the target's tokenizer (default: %(default)s)")
-    p.add_argument("--k", default="4", help="draft length, or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
-    p.add_argument("--dynamic-k", type=int, default=0, metavar="START",
+    p.add_argument("--k", default=",".join(map(str, d.ks)),
+                   help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
+    p.add_argument("--dynamic-k", type=int, default=d.dynamic_k, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")
     p.add_argument("--peers", default="", help=f"comma-separated transformers peers: {', '.join(PEERS)}")
     p.add_argument("--suite", default="default", help="built-in suite name or a JSONL path (default: %(default)s)")
     p.add_argument("--category", action="append", help="only this category (repeat or comma-separate)")
     p.add_argument("--limit", type=int, help="at most this many prompts per category")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="(default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=1, help="interleaved repeats per prompt; medians are "
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                   help="(default: %(default)s, shorter than generate's to keep a full run short)")
+    p.add_argument("--repeats", type=int, default=d.repeats, help="interleaved repeats per prompt; medians are "
                    "reported (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 1 prompt per category, 32 new tokens")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="a smoke run: {limit} prompt per category, "
+                   "{max_new_tokens} new tokens".format(**QUICK))
+    p.add_argument("--temperature", type=float, default=d.sampling.temperature, help="0 = greedy (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=d.sampling.top_k, help="0 = off")
+    p.add_argument("--top-p", type=float, default=d.sampling.top_p, help="1 = off")
+    p.add_argument("--seed", type=int, default=d.sampling.seed)
     p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (default: auto)")
     p.add_argument("--dtype", default=None, help="auto, fp32, bf16, fp16 (default: auto)")
     p.add_argument("--compile", action="store_true",

@@ -38,10 +38,18 @@ class Arm:
     dynamic: bool = False
 
 
+# Half of generate's default on purpose: the bench runs every arm on every prompt, repeat
+# after repeat, so a default run on a CPU stays within minutes. Pass --max-new-tokens to
+# time the lengths `generate` and the app produce (GenerationConfig.max_new_tokens).
+BENCH_MAX_NEW_TOKENS = 64
+
+
 @dataclass(frozen=True)
 class BenchConfig:
-    max_new_tokens: int = 128
-    ks: tuple[int, ...] = (4,)
+    """What the bench runs; its defaults are `python -m specviz bench`'s."""
+
+    max_new_tokens: int = BENCH_MAX_NEW_TOKENS
+    ks: tuple[int, ...] = (GenerationConfig().k,)
     dynamic_k: int = 0  # > 0: also run each drafter with dynamic k starting here
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
