@@ -9,10 +9,13 @@ import torch
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
 from specviz import models as real_models
+from specviz.engine import GenerationConfig
 from specviz.errors import SpecvizError
+from specviz.sampling import Sampling
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
 from specviz.ui.runner import Frame, throttle
+from specviz.ui.settings import SAMPLING_TEMPERATURE
 from specviz.render import Trace
 
 
@@ -69,16 +72,43 @@ def test_a_refused_request_loads_nothing():
 
 # ---- controls to settings ---------------------------------------------------------------
 
+CONTROLS = dict(prompt=PROMPT, target="default", drafter="none", k=4, dynamic_k=False, mode="greedy",
+                temperature=0.8, top_k=0, top_p=1.0, repetition_penalty=1.0, seed=0, max_new_tokens=8, chat=True)
+
+
 def test_controls_become_engine_settings():
-    s = Settings.from_controls(PROMPT, "default", "prompt lookup", 4.0, True, "sampling", 0.8, 50.0, 0.9, 1.1,
-                               7.0, 32.0, False)
-    assert (s.k, s.top_k, s.seed, s.max_new_tokens) == (4, 50, 7, 32) and s.sampling and not s.chat
+    s = Settings.from_controls(**dict(CONTROLS, drafter="prompt lookup", k=4.0, dynamic_k=True, mode="sampling",
+                                      top_k=50.0, top_p=0.9, repetition_penalty=1.1, seed=7.0, max_new_tokens=32.0,
+                                      chat=False))
+    assert (s.k, s.top_k, s.seed, s.max_new_tokens) == (4, 50, 7, 32) and not s.greedy and not s.chat
     cfg = s.config(eos_token_ids=(2,))
     assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
-    greedy = Settings.from_controls(PROMPT, "default", "none", 4, False, "greedy", 0.8, 0, 1.0, 1.0, 0, 8, True)
-    assert greedy.config().sampling.temperature == 0.0
     with pytest.raises(SpecvizError, match="whole number"):
-        Settings.from_controls(PROMPT, "default", "none", 2.5, False, "greedy", 0.8, 0, 1.0, 1.0, 0, 8, True)
+        Settings.from_controls(**dict(CONTROLS, k=2.5))
+
+
+def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
+    radio = Settings.from_controls(**CONTROLS)  # the radio says greedy; the hidden slider says 0.8
+    assert radio.greedy and radio.temperature == 0 and radio.config().sampling.greedy
+    assert Settings(prompt="hi").greedy and not Settings(prompt="hi", temperature=0.5).greedy
+    script = dict(CONTROLS)
+    del script["mode"]  # no radio: the temperature alone decides
+    assert not Settings.from_controls(**script).greedy
+    with pytest.raises(SpecvizError, match="sampling needs a temperature above 0"):
+        Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=0))
+
+
+def test_the_page_starts_from_the_engines_defaults():
+    cfg, sampling = GenerationConfig(), Sampling()
+    s = Settings(prompt="hi")
+    assert (s.k, s.dynamic_k, s.max_new_tokens) == (cfg.k, cfg.dynamic_k, cfg.max_new_tokens)
+    assert s.sampling == sampling
+    demo = build_app(Policy(), examples=[])
+    props = {c["props"].get("label"): c["props"] for c in demo.config["components"]}
+    assert props["k: draft tokens per step"]["value"] == cfg.k
+    assert props["max new tokens"]["value"] == cfg.max_new_tokens
+    assert props["Decoding"]["value"] == "greedy"
+    assert props["temperature"]["value"] == SAMPLING_TEMPERATURE  # offered once sampling is chosen
 
 
 # ---- runs: progress, failures, throttling --------------------------------------------------
@@ -109,8 +139,8 @@ def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):
 
 
 def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):
-    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], sampling=True,
-                 temperature=1.0, seed=3, max_new_tokens=12)
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], temperature=1.0, seed=3,
+                 max_new_tokens=12)
     frame = final(runner.playground(s, Policy(), real_models, never))
     assert frame.state == "done" and not frame.greedy
     assert len(frame.spec.token_ids) == len(frame.base.token_ids) == 12

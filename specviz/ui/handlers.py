@@ -64,28 +64,22 @@ class Handlers:
             session.stop = True
         return session
 
-    def generate(self, session: Session, prompt, target, drafter, k, dynamic_k, mode, temperature, top_k, top_p,
-                 repetition_penalty, seed, max_new_tokens, chat):
+    def generate(self, session: Session, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
-        controls = (prompt, target, drafter, k, dynamic_k, mode, temperature, top_k, top_p,
-                    repetition_penalty, seed, max_new_tokens, chat)
         yield from self._stream(session, controls, runner.playground, playground_values, remember=True)
 
-    def compare(self, session: Session, drafters, prompt, target, k, dynamic_k, mode, temperature, top_k,
-                top_p, repetition_penalty, seed, max_new_tokens, chat):
+    def compare(self, session: Session, drafters, **controls):
         """Run the baseline, then each drafter in `drafters`, one after another (API: /compare)."""
         if isinstance(drafters, str):  # a script may pass "a, b" instead of a list
             drafters = drafters.split(",")
-        controls = (prompt, target, NO_DRAFTER, k, dynamic_k, mode, temperature, top_k, top_p,
-                    repetition_penalty, seed, max_new_tokens, chat)
         run = functools.partial(runner.compare, drafters=list(drafters or []))
-        yield from self._stream(session, controls, run, compare_values, remember=False)
+        yield from self._stream(session, {**controls, "drafter": NO_DRAFTER}, run, compare_values, remember=False)
 
-    def _stream(self, session: Session, controls, run, values, remember: bool):
+    def _stream(self, session: Session, controls: dict, run, values, remember: bool):
         session.busy = True
         try:
             try:
-                settings = Settings.from_controls(*controls)
+                settings = Settings.from_controls(**controls)
             except SpecvizError as e:
                 yield [*values(error_frame(str(e))), session]
                 return

@@ -9,7 +9,8 @@ import gradio as gr
 from ..render import empty_figures, legend_html
 from ..render.compare import HEADERS
 from .handlers import Handlers, Session, on_gpu, zero_gpu
-from .settings import Policy, policy_from_env
+from .settings import (GREEDY, K_SLIDER_MAX, SAMPLING, SAMPLING_TEMPERATURE, Policy, Settings,
+                       policy_from_env)
 
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
 INTRO = (
@@ -38,9 +39,10 @@ def launch_options() -> dict:
     return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8")}
 
 
-def _controls(policy: Policy, examples: list[dict]):
-    prompt = gr.Textbox(label="Prompt", lines=7, max_lines=24, value=examples[0]["prompt"] if examples else "",
-                        elem_id="sv-prompt")
+def _controls(policy: Policy, examples: list[dict]) -> dict:
+    """The shared prompt and settings, keyed by the Settings field (and API parameter) each fills."""
+    d = Settings(prompt=examples[0]["prompt"] if examples else "")  # the defaults, from the engine's
+    prompt = gr.Textbox(label="Prompt", lines=7, max_lines=24, value=d.prompt, elem_id="sv-prompt")
     if examples:
         gr.Examples(examples=[[e["prompt"]] for e in examples], inputs=[prompt], cache_examples=False,
                     example_labels=[e["name"] for e in examples], label="Examples")
@@ -49,22 +51,26 @@ def _controls(policy: Policy, examples: list[dict]):
                          info="the model whose output we want" + ("" if policy.hosted else
                                                                  "; or type a Hub id or a local folder"))
     with gr.Accordion("Decoding settings", open=True):
-        k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
-        dynamic_k = gr.Checkbox(False, label="dynamic k (longer after full accepts, shorter after rejections)")
-        mode = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding")
-        with gr.Group(visible=False) as sampling_group:
-            temperature = gr.Slider(0.05, 2.0, value=0.7, step=0.05, label="temperature")
-            top_k = gr.Slider(0, 200, value=0, step=1, label="top-k (0 = off)")
-            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top-p (1 = off)")
-        repetition_penalty = gr.Slider(0.8, 2.0, value=1.0, step=0.05, label="repetition penalty (1 = off)")
+        k = gr.Slider(1, K_SLIDER_MAX, value=d.k, step=1, label="k: draft tokens per step")
+        dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k (longer after full accepts, shorter after rejections)")
+        mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
+        with gr.Group(visible=not d.greedy) as sampling_group:
+            temperature = gr.Slider(0.05, 2.0, value=d.temperature or SAMPLING_TEMPERATURE, step=0.05,
+                                    label="temperature")
+            top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
+            top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
+        repetition_penalty = gr.Slider(0.8, 2.0, value=d.repetition_penalty, step=0.05,
+                                       label="repetition penalty (1 = off)")
         with gr.Row():
-            seed = gr.Number(0, precision=0, label="seed", min_width=100)
-            max_new = gr.Slider(1, policy.max_new_tokens, value=min(128, policy.max_new_tokens), step=1,
-                                label="max new tokens", min_width=160)
-        chat = gr.Checkbox(True, label="wrap the prompt in the chat template")
-    mode.change(lambda m: gr.Group(visible=m == "sampling"), mode, sampling_group, queue=False,
+            seed = gr.Number(d.seed, precision=0, label="seed", min_width=100)
+            max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
+                                       step=1, label="max new tokens", min_width=160)
+        chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template")
+    mode.change(lambda m: gr.Group(visible=m == SAMPLING), mode, sampling_group, queue=False,
                 api_visibility="private")
-    return prompt, [target, k, dynamic_k, mode, temperature, top_k, top_p, repetition_penalty, seed, max_new, chat]
+    return dict(prompt=prompt, target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,
+                top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, seed=seed,
+                max_new_tokens=max_new_tokens, chat=chat)
 
 
 def _playground_tab(policy: Policy):
@@ -130,19 +136,20 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p>{legend_html()}</div>')
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
-                prompt, controls = _controls(policy, examples)
+                controls = _controls(policy, examples)
             with gr.Column(scale=3, min_width=320):
                 with gr.Tabs():
                     with gr.Tab("Playground", id="playground"):
                         drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
-        inputs = [session, prompt, controls[0], drafter, *controls[1:]]
+        # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
+        play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(
-            on_gpu(handlers.generate), inputs, [*outputs, session], api_name="generate", **queued)
-        cmp_inputs = [session, drafters, prompt, *controls]
+            on_gpu(handlers.generate), session, [*outputs, session], inputs_kwargs=play,
+            api_name="generate", **queued)
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
-            on_gpu(handlers.compare), cmp_inputs, [*cmp_outputs, session],
+            on_gpu(handlers.compare), [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)
         # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
         cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}

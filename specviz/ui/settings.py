@@ -8,7 +8,7 @@ same rules as the page.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
 from ..engine import GenerationConfig
@@ -18,6 +18,11 @@ from ..sampling import Sampling
 NO_DRAFTER = "none"
 PROMPT_LOOKUP = "prompt lookup"
 LAYER_SKIP = "layerskip"
+GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
+SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
+# The page's k slider stops here so each of its steps is easy to hit; the engine and the
+# CLI accept up to engine.K_MAX.
+K_SLIDER_MAX = 16
 
 # (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
 # the one model that needs no Hugging Face Hub; the others share its tokenizer.
@@ -98,48 +103,65 @@ def _float(value, name: str) -> float:
         raise SpecvizError(f"{name} must be a number, got {value!r}") from None
 
 
+# How a control's value becomes a Settings field, by the field's type.
+_CONVERT = {"str": lambda v, name: "" if v is None else str(v), "int": _int, "float": _float,
+            "bool": lambda v, name: bool(v)}
+_ENGINE, _SAMPLING = GenerationConfig(), Sampling()  # the engine's defaults are the app's
+
+
 @dataclass(frozen=True)
 class Settings:
-    """One visitor's request, as the controls deliver it (sliders send floats, so we convert)."""
+    """One visitor's request: a field per control, named as the control's API parameter.
+
+    Every field of `Sampling` is a field here too, so a new sampling setting needs only a
+    field here and a control in the layout (named the same).
+    """
 
     prompt: str
     target: str = "default"
     drafter: str = PROMPT_LOOKUP
-    k: int = 4
-    dynamic_k: bool = False
-    sampling: bool = False  # False: greedy
-    temperature: float = 0.7
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 128
+    k: int = _ENGINE.k
+    dynamic_k: bool = _ENGINE.dynamic_k
+    temperature: float = _SAMPLING.temperature  # 0 = greedy: the one greedy switch
+    top_k: int = _SAMPLING.top_k
+    top_p: float = _SAMPLING.top_p
+    repetition_penalty: float = _SAMPLING.repetition_penalty
+    seed: int = _SAMPLING.seed
+    max_new_tokens: int = _ENGINE.max_new_tokens
     chat: bool = True
 
     @classmethod
-    def from_controls(cls, prompt, target, drafter, k, dynamic_k, mode, temperature, top_k, top_p,
-                      repetition_penalty, seed, max_new_tokens, chat) -> "Settings":
-        return cls(
-            prompt=prompt or "", target=(target or "").strip(), drafter=(drafter or NO_DRAFTER).strip(),
-            k=_int(k, "k"), dynamic_k=bool(dynamic_k), sampling=str(mode).lower().startswith("sampl"),
-            temperature=_float(temperature, "temperature"), top_k=_int(top_k, "top-k"),
-            top_p=_float(top_p, "top-p"), repetition_penalty=_float(repetition_penalty, "repetition penalty"),
-            seed=_int(seed, "seed"), max_new_tokens=_int(max_new_tokens, "max new tokens"), chat=bool(chat),
-        )
+    def from_controls(cls, mode: str | None = None, **values) -> "Settings":
+        """Settings from the page's control values, by field name (sliders send floats).
+
+        `mode` is the page's greedy/sampling radio: greedy sends temperature 0 whatever the
+        (hidden) temperature slider says; without a mode the temperature alone decides.
+        """
+        types = {f.name: f.type for f in fields(cls)}
+        unknown = set(values) - set(types)
+        if unknown:
+            raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
+        s = cls(**{name: _CONVERT[types[name]](v, name.replace("_", " ")) for name, v in values.items()})
+        s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NO_DRAFTER)
+        if mode is None:
+            return s
+        if str(mode).lower().startswith(SAMPLING):
+            if s.temperature <= 0:
+                raise SpecvizError("sampling needs a temperature above 0 (choose greedy for temperature 0)")
+            return s
+        return replace(s, temperature=0.0)
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(**{f.name: getattr(self, f.name) for f in fields(Sampling)})
 
     @property
     def greedy(self) -> bool:
-        return not self.sampling
+        return self.sampling.greedy
 
     def config(self, eos_token_ids=()) -> GenerationConfig:
         """The engine's config; raises SpecvizError for values it would not accept."""
-        if self.sampling and self.temperature <= 0:
-            raise SpecvizError("sampling needs a temperature above 0 (choose greedy for temperature 0)")
-        sampling = Sampling(
-            temperature=self.temperature if self.sampling else 0.0, top_k=self.top_k, top_p=self.top_p,
-            repetition_penalty=self.repetition_penalty, seed=self.seed,
-        )
         return GenerationConfig(
-            max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=sampling,
+            max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
             eos_token_ids=tuple(eos_token_ids),
         ).validate()
