@@ -7,10 +7,12 @@ import os
 import sys
 from dataclasses import fields
 
+from . import bench
 from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
 from .sampling import Sampling
+from .train import command as train_command
 
 # Terminal colours per token kind; rejected drafts are struck through.
 ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
@@ -52,13 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz", description="See speculative decoding happen.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_generate_arguments(sub.add_parser("generate", help="run one prompt, speculative vs baseline"))
-    try:
-        from . import bench
-    except ImportError:  # the benchmark is optional for the engine to work
-        bench = None
-    if bench is not None and hasattr(bench, "add_arguments"):
-        bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
-    from .train import command as train_command
+    bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
     train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
     return parser
 
@@ -69,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return generate(args)
         if args.command == "train":
-            from .train import command as train_command
             return train_command.main(args)
-        from . import bench
         return bench.main(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)

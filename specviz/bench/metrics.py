@@ -63,19 +63,10 @@ def predicted_cost(draft_lengths: Mapping[int, int], c: float, verify_ratio: Map
     """Cost of the observed steps in target forwards: sum over steps of c * n + v(n + 1).
 
     draft_lengths: {n: how many steps drafted n tokens}; verify_ratio: {n: v(n)} for every
-    n + 1 that occurs.
+    n + 1 that occurs. Plain decoding costs 1 per token, so tokens / this cost is the
+    step-model speedup (summary.Costs.predicted).
     """
     return sum(count * (c * n + verify_ratio[n + 1]) for n, count in draft_lengths.items())
-
-
-def step_model_speedup(tokens: int, draft_lengths: Mapping[int, int], c: float,
-                       verify_ratio: Mapping[int, float]) -> float:
-    """The Leviathan cost model evaluated on the observed steps: tokens / predicted_cost.
-
-    A plain decoding step costs 1 (one target forward) per token, so this is the speedup.
-    """
-    cost = predicted_cost(draft_lengths, c, verify_ratio)
-    return tokens / cost if cost > 0 else 0.0
 
 
 def cost_ratio(draft_time: float, drafted: int, target_step: float) -> float:
