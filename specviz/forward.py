@@ -53,7 +53,7 @@ def _observed(model):
 
 def new_cache(model):
     if llama_fast.supports(model):
-        return llama_fast.KVCache(model)
+        return llama_fast.new_cache(model)
     cache = DynamicCache(config=model.config)
     if not cache.is_croppable:
         raise SpecvizError(

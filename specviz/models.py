@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
+from specviz import llama_fast
 from specviz.errors import SpecvizError
 
 if TYPE_CHECKING:
@@ -135,12 +136,14 @@ _GUARD = threading.Lock()  # protects _KEY_LOCKS; each key's lock protects its l
 
 
 def load(name: str, device: str | None = None, dtype: str | None = None, *,
-         trust_remote_code: bool = False, device_map: str | None = None,
+         trust_remote_code: bool = False, device_map: str | None = None, compile: bool = False,
          progress: Callable[[str, float], None] | None = None) -> Loaded:
     """Load a causal LM by name: "default", a local folder (or .gguf file), or a Hub id.
 
     Cached per (source, device, dtype, device_map, trust_remote_code): a second call, from
     any thread, returns the same model and tokenizer without loading again.
+    compile: run the decoder stack through torch.compile (llama_fast.compile_stack; Llama-
+    layout models only, others ignore it). The model is shared, so every caller gets it so.
     """
     source = _resolve(name, progress)
     dev = pick_device(device)
@@ -153,6 +156,8 @@ def load(name: str, device: str | None = None, dtype: str | None = None, *,
         if loaded is None:
             loaded = _LOADED[key] = _load_uncached(name, source, dev, dt, device_map,
                                                    trust_remote_code, progress)
+        if compile and llama_fast.supports(loaded.model):
+            llama_fast.compile_stack(loaded.model)
     return loaded if loaded.name == name else replace(loaded, name=name)
 
 

@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from conftest import noisy_copy, tiny_llama
-from specviz import DraftModel, GenerationConfig, PromptLookup, collect, llama_fast
+from specviz import DraftModel, GenerationConfig, PromptLookup, collect, llama_fast, packing
 from specviz import baseline_generate, speculative_generate
 from specviz.drafters.base import Draft, Drafter
 from specviz.forward import forward, new_cache, rollback
@@ -112,19 +112,16 @@ def test_compiled_decoder_stack_computes_the_same_logits():
     ids = torch.randint(0, 96, (30,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = forward(model, ids, new_cache(model))
-        llama_fast.enable_compile(backend="eager")
-        try:
-            cache = new_cache(model)
-            got = torch.cat([forward(model, ids[a:b], cache) for a, b in ((0, 9), (9, 10), (10, 14), (14, 30))])
-        finally:
-            llama_fast.enable_compile(False)
+        llama_fast.compile_stack(model, backend="eager")
+        cache = new_cache(model)
+        got = torch.cat([forward(model, ids[a:b], cache) for a, b in ((0, 9), (9, 10), (10, 14), (14, 30))])
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")
 def test_packed_weights_compute_what_the_modules_compute_for_every_draft_size(monkeypatch):
     model = tiny_llama()
-    assert llama_fast.pack(model), "an fp32 CPU model within the budget is packed"
+    assert packing.pack(model), "an fp32 CPU model within the budget is packed"
     head = model.get_output_embeddings()
     ids = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -134,14 +131,14 @@ def test_packed_weights_compute_what_the_modules_compute_for_every_draft_size(mo
         packed_logits = forward(model, ids, new_cache(model))
         monkeypatch.setenv("SPECVIZ_PACK", "0")
         plain = tiny_llama()
-        assert not llama_fast.pack(plain)
+        assert not packing.pack(plain)
         torch.testing.assert_close(packed_logits, forward(plain, ids, new_cache(plain)), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")
 def test_a_weight_changed_after_packing_is_used_and_not_its_stale_packed_copy():
     model = tiny_llama()
-    llama_fast.pack(model)
+    packing.pack(model)
     head = model.get_output_embeddings()
     h = torch.randn(6, 64)
     with torch.no_grad():
@@ -150,15 +147,15 @@ def test_a_weight_changed_after_packing_is_used_and_not_its_stale_packed_copy():
 
 
 def test_models_whose_packed_copies_exceed_the_budget_are_not_packed(monkeypatch):
-    monkeypatch.setattr(llama_fast, "PACK_BUDGET", 1000)
-    assert llama_fast.pack(tiny_llama()) == {}
+    monkeypatch.setattr(packing, "PACK_BUDGET", 1000)
+    assert packing.pack(tiny_llama()) == {}
 
 
 def test_a_machine_with_little_memory_does_not_pack(monkeypatch):
     model = tiny_llama()
     need = 3 * 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    monkeypatch.setattr(llama_fast, "_memory", lambda: 2 * need)  # packed copies would take half of it
-    assert llama_fast.pack(model) == {}
+    monkeypatch.setattr(packing, "_memory", lambda: 2 * need)  # packed copies would take half of it
+    assert packing.pack(model) == {}
 
 
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="packing uses MKL")

@@ -8,7 +8,7 @@ from transformers import LlamaForCausalLM
 
 from specviz import models
 from specviz.drafters import choose
-from specviz.drafters.distilled import Cache, DistilledDrafter
+from specviz.drafters.distilled import DistilledDrafter
 from specviz.drafters.trained import fingerprint, load_drafter, read_drafter, save_drafter
 from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
 from specviz.errors import SpecvizError
@@ -124,10 +124,10 @@ def test_cached_steps_match_the_training_forward(tiny, trained):
     with torch.no_grad():
         full = module(ids[None])[0]
     module.fused = None
-    cache = Cache(module, "cpu")
+    cache = module.new_cache("cpu")
     a = module.step(ids[:12], cache)
     module.step(torch.tensor([5, 6, 7]), cache)  # a draft that gets rejected
-    cache.length = 12
+    cache.crop(12)
     b = torch.cat([module.step(ids[i:i + 1], cache) for i in range(12, 20)])
     assert torch.allclose(torch.cat([a, b]), full, atol=1e-4)
 
@@ -186,7 +186,7 @@ def test_choose_names_trained_drafters(tiny, other, trained, tmp_path, monkeypat
 def test_export_to_transformers_computes_the_distilled_logits(target):
     """The same pair for transformers' assisted generation: the export's logits on the
     subset are the distilled model's (minus its subset bias), with and without a cache."""
-    from specviz.drafters.distilled import Cache, DistilledConfig, DistilledDrafter, DistilledLM
+    from specviz.drafters.distilled import DistilledConfig, DistilledDrafter, DistilledLM
     from specviz.drafters.export import to_transformers
 
     torch.manual_seed(0)
@@ -200,5 +200,5 @@ def test_export_to_transformers_computes_the_distilled_logits(target):
         hf = to_transformers(DistilledDrafter(lm), target)
         got = hf(input_ids=ids).logits[0][:, keep]
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
-        stepped = lm.step(ids[0], Cache(lm, "cpu")) - lm.bias
+        stepped = lm.step(ids[0], lm.new_cache("cpu")) - lm.bias
         torch.testing.assert_close(stepped, ref, rtol=1e-4, atol=1e-4)

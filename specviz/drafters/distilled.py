@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SpecvizError
+from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
@@ -36,10 +37,10 @@ class Block(nn.Module):
     def __init__(self, c: DistilledConfig):
         super().__init__()
         self.heads, self.head_dim = c.heads, c.hidden // c.heads
-        self.norm1 = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.norm1 = RMSNorm(c.hidden, 1e-6)
         self.qkv = nn.Linear(c.hidden, 3 * c.hidden, bias=False)
         self.out = nn.Linear(c.hidden, c.hidden, bias=False)
-        self.norm2 = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.norm2 = RMSNorm(c.hidden, 1e-6)
         self.gate_up = nn.Linear(c.hidden, 2 * c.ffn, bias=False)
         self.down = nn.Linear(c.ffn, c.hidden, bias=False)
 
@@ -47,24 +48,15 @@ class Block(nn.Module):
         """x (B, T, hidden). With `cache` (B = 1), keys/values are written at its length."""
         b, t, _ = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         if cache is None:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            start = cache.length
-            cache.k[layer][:, :, start:start + t] = k
-            cache.v[layer][:, :, start:start + t] = v
-            end = start + t
-            a = F.scaled_dot_product_attention(q, cache.k[layer][:, :, :end], cache.v[layer][:, :, :end],
-                                               attn_mask=mask)
+            keys, values = write(cache.k[layer], cache.v[layer], cache.length, k[0], v[0])
+            a = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask)
         x = x + self.out(a.transpose(1, 2).reshape(b, t, -1))
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
-
-
-def _rope(x, cos, sin):
-    a, b = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-b, a), dim=-1) * sin
 
 
 class DistilledLM(nn.Module):
@@ -81,13 +73,11 @@ class DistilledLM(nn.Module):
             raise SpecvizError("hidden size must split into an even head size per head")
         self.inp = nn.Linear(c.target_hidden, c.hidden, bias=False)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
-        self.norm = nn.RMSNorm(c.hidden, eps=1e-6)
+        self.norm = RMSNorm(c.hidden, 1e-6)
         self.up = nn.Linear(c.hidden, c.target_hidden, bias=False)
         self.bias = nn.Parameter(torch.zeros(c.subset))
         self.register_buffer("keep", keep.long().clone())  # saved: which tokens the head covers
-        d = c.hidden // c.heads
-        self.register_buffer("inv_freq", 1.0 / c.rope_theta ** (torch.arange(0, d, 2).float() / d),
-                             persistent=False)
+        self.register_buffer("inv_freq", inverse_frequencies(c.hidden // c.heads, c.rope_theta), persistent=False)
         self.embed = self.head_rows = self.fused = None
 
     def attach(self, target_model) -> "DistilledLM":
@@ -101,65 +91,33 @@ class DistilledLM(nn.Module):
         self.fused = None
         return self
 
-    def _rotary(self, positions):
-        angles = positions.float()[:, None] * self.inv_freq[None]
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos(), angles.sin()  # (T, head_dim), broadcast over batch and heads
+    def new_cache(self, device) -> KVCache:
+        c = self.config
+        return KVCache(c.layers, c.heads, c.hidden // c.heads, device=device)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Training: ids (B, T) -> subset logits (B, T, subset), causal, no cache."""
         x = self.inp(F.embedding(ids, self.embed).float())
-        cos, sin = self._rotary(torch.arange(ids.shape[1], device=ids.device))
+        cos, sin = rotary(self.inv_freq, torch.arange(ids.shape[1], device=ids.device), x.dtype)
         for block in self.blocks:
             x = block(x, cos, sin)
         head = self.head_rows @ self.up.weight  # (subset, hidden): cheaper than per-token up-projection
         return self.norm(x) @ head.T + self.bias
 
     @torch.no_grad()
-    def step(self, ids: torch.Tensor, cache: "Cache") -> torch.Tensor:
+    def step(self, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Inference: ids (t,) after what `cache` holds -> subset logits (t, subset)."""
         if self.fused is None:
             self.fused = self.head_rows @ self.up.weight
         t, start = ids.numel(), cache.length
         cache.reserve(start + t)
         x = self.inp(F.embedding(ids, self.embed).float())[None]
-        cos, sin = self._rotary(torch.arange(start, start + t, device=ids.device))
-        mask = None
-        if t > 1:  # row i (position start+i) sees positions 0..start+i
-            cols = torch.arange(start + t, device=ids.device)
-            mask = cols[None, :] <= torch.arange(start, start + t, device=ids.device)[:, None]
+        cos, sin = rotary(self.inv_freq, torch.arange(start, start + t, device=ids.device), x.dtype)
+        mask = causal_mask(t, start, ids.device)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, cache, i, mask)
         cache.length = start + t
         return self.norm(x[0]) @ self.fused.T + self.bias
-
-
-class Cache:
-    """Keys and values per layer, (1, heads, capacity, head_dim), valid up to `length`."""
-
-    def __init__(self, model: DistilledLM, device):
-        c = model.config
-        self.shape = (1, c.heads, 0, c.hidden // c.heads)
-        self.layers, self.device = c.layers, device
-        self.length = self.capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def reserve(self, needed: int) -> None:
-        if needed <= self.capacity:
-            return
-        cap = max(256, self.capacity)
-        while cap < needed:
-            cap *= 2  # doubling: copies stay rare
-        b, h, _, d = self.shape
-
-        def grow(old):
-            new = [torch.zeros(b, h, cap, d, device=self.device) for _ in range(self.layers)]
-            for o, n in zip(old, new):
-                n[:, :, :self.length] = o[:, :, :self.length]
-            return new
-
-        self.k, self.v, self.capacity = grow(self.k), grow(self.v), cap
 
 
 class DistilledDrafter(Drafter):
@@ -174,7 +132,7 @@ class DistilledDrafter(Drafter):
 
     def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.processor, self.generator, self.device = processor, generator, device
-        self.cache = Cache(self.model, device)
+        self.cache = self.model.new_cache(device)
         self.base = 0  # context length at the last propose
         self.keep = self.model.keep.to(device)
         if len(prompt_ids) > 1:  # prefill all but the last prompt token; propose feeds the rest
@@ -197,7 +155,7 @@ class DistilledDrafter(Drafter):
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
         # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
-        self.cache.length = min(self.cache.length, self.base + accepted)
+        self.cache.crop(self.base + accepted)
 
 
 def build(config: dict, keep: torch.Tensor) -> DistilledLM:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 from .medusa import TargetHead
 
@@ -38,42 +39,6 @@ def eagle_config(target, subset: int = 0) -> dict:
     }
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(size)), eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
-class FeatureCache:
-    """The head's keys and values, (1, kv_heads, capacity, head_dim), valid up to `length`.
-
-    Indexed by position: appending is a slice write, a rollback a length reset."""
-
-    def __init__(self):
-        self.k = self.v = None
-        self.length = 0
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        end = self.length + k.shape[2]
-        if self.k is None or end > self.k.shape[2]:
-            self.k, self.v = self._grown(self.k, k, end), self._grown(self.v, v, end)
-        self.k[:, :, self.length:end], self.v[:, :, self.length:end] = k, v
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
-
-    def _grown(self, old: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
-        room = new.new_zeros(*new.shape[:2], max(256, 2 * end), new.shape[3])  # doubling: rare copies
-        if old is not None:
-            room[:, :, :self.length] = old[:, :, :self.length]
-        return room
-
-    def crop(self, length: int) -> None:
-        self.length = min(self.length, length)
-
-
 class EagleHead(nn.Module):
     """fc(feature, embedding) -> one pre-norm Llama-style decoder layer -> final norm."""
 
@@ -90,18 +55,14 @@ class EagleHead(nn.Module):
         self.o = nn.Linear(self.heads * d, h, bias=False)
         m = config["intermediate_size"]
         self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
-        inv = 1.0 / config["rope_theta"] ** (torch.arange(0, d, 2).float() / d)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("inv_freq", inverse_frequencies(d, config["rope_theta"]), persistent=False)
         self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
 
-    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        angles = torch.outer(positions.float(), self.inv_freq)
-        cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-        return x * cos + rotated * sin
+    def new_cache(self) -> KVCache:
+        w = self.fc.weight
+        return KVCache(1, self.kv_heads, self.head_dim, dtype=w.dtype, device=w.device)
 
-    def forward(self, h: torch.Tensor, e: torch.Tensor, cache: FeatureCache | None = None,
+    def forward(self, h: torch.Tensor, e: torch.Tensor, cache: KVCache | None = None,
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Features (B, T, H) and next-token embeddings (B, T, H) -> predicted next features.
 
@@ -114,16 +75,19 @@ class EagleHead(nn.Module):
         if positions is None:
             positions = torch.arange(start, start + T, device=x.device)
         a = self.ln1(x)
-        q = self._rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), positions)
-        k = self._rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), positions)
+        cos, sin = rotary(self.inv_freq, positions, x.dtype)
+        q = rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
+        k = rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
         v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
         if cache is None:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            k, v = cache.append(k, v)
-            if mask is None and T > 1:  # new position i sees the cache and new positions <= i
-                mask = torch.ones(T, start + T, dtype=torch.bool, device=x.device).tril(start)
-            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            cache.reserve(start + T)
+            keys, values = write(cache.k[0], cache.v[0], start, k[0], v[0])
+            cache.length = start + T
+            if mask is None:
+                mask = causal_mask(T, start, x.device)
+            att = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, enable_gqa=True)
         x = x + self.o(att.transpose(1, 2).reshape(B, T, -1))
         b = self.ln2(x)
         x = x + self.down(F.silu(self.gate(b)) * self.up(b))
@@ -153,7 +117,7 @@ class Eagle(Drafter):
 
     def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.processor, self.generator, self.device, self.trees = processor, generator, device, trees
-        self.cache = FeatureCache()
+        self.cache = self.head.new_cache()
         self.fed = 0  # pairs in the cache with the target's true features
         self.waiting = []  # true feature rows not fed yet (they continue the fed ones)
         self.last = None  # the head's output at the newest true pair: predicts the pending token's successor
