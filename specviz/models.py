@@ -305,9 +305,13 @@ def encode_prompt(loaded: Loaded, prompt: str, chat: bool | None = None) -> list
         return list(tokenizer(prompt)["input_ids"])
     if not loaded.is_chat:
         raise SpecvizError(f"{loaded.name!r} has no chat template: turn chat formatting off")
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
+    return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation ({"role", "content"} dicts) in the tokenizer's chat
+    template, with the assistant's turn opened for the model to write."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     # The template already writes every special token the model expects.
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 

@@ -18,6 +18,7 @@ import pathlib
 from dataclasses import dataclass
 
 from ..errors import SpecvizError
+from ..models import encode_chat
 
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets" / "bench"
 ROLES = ("system", "user", "assistant")
@@ -135,9 +136,7 @@ def select(prompts: list[BenchPrompt], categories: list[str] | None = None,
 def encode(tokenizer, prompt: BenchPrompt) -> list[int]:
     """Token ids of a prompt: the chat template with the assistant turn opened, or raw text."""
     if prompt.chat and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": r, "content": c} for r, c in prompt.messages]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(tokenizer(text, add_special_tokens=False).input_ids)
+        return encode_chat(tokenizer, [{"role": r, "content": c} for r, c in prompt.messages])
     if prompt.chat and len(prompt.messages) > 1:
         raise SpecvizError(f"prompt {prompt.id!r} is a conversation, but this tokenizer has no chat template")
     return list(tokenizer(prompt.text).input_ids)
