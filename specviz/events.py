@@ -11,11 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# What a token shown to the user can be. `rejected` drafts are shown struck through
-# where they were proposed; `corrected` is the target's resample after a rejection;
-# `bonus` is the target's free token when every draft was accepted.
-KINDS = ("accepted", "rejected", "corrected", "bonus", "baseline")
-
 
 @dataclass(frozen=True)
 class StepEvent:
@@ -31,7 +26,7 @@ class StepEvent:
     accepted: int  # how many leading draft tokens were kept
     token: int  # the target's own token this step: corrected (rejection) or bonus
     token_p: float  # the target's probability of `token` at its position (before the residual)
-    kind: str  # "corrected" or "bonus"
+    kind: str  # "corrected" (the target's resample after a rejection) or "bonus" (all drafts accepted)
     emitted: tuple[int, ...]  # appended to the output: draft[:accepted] + (token,), cut at EOS/limit
     top: tuple[tuple[int, float], ...]  # target's top tokens where `token` was chosen
     draft_time: float  # seconds spent drafting

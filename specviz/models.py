@@ -23,7 +23,6 @@ from specviz.errors import SpecvizError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-DEFAULT_TARGET = "default"
 EMBEDDED_NAMES = ("default", "smollm2-135m")  # compared case-insensitively
 EMBEDDED_HINT = "use 'default' for the embedded SmolLM2-135M-Instruct"
 
@@ -61,16 +60,6 @@ class Loaded:
         if self.tokenizer.eos_token_id is not None:
             ids.append(self.tokenizer.eos_token_id)
         return tuple(dict.fromkeys(int(i) for i in ids))
-
-    @property
-    def context_length(self) -> int | None:
-        config = self.model.config.get_text_config()
-        for field in ("max_position_embeddings", "n_positions", "max_sequence_length",
-                      "seq_length", "n_ctx"):
-            value = getattr(config, field, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
 
     @property
     def is_chat(self) -> bool:
