@@ -151,11 +151,11 @@ def speculative_generate(
         with torch.inference_mode():
             # 1. Draft: at most k tokens, never more than the run can still emit. A free
             # drafter (prompt lookup) drafts the longest it may, then keeps what pays for
-            # the kind of match it found.
+            # the n-gram length it matched.
             k_step = max(0, min(length.k_max if free else length.next(), run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
             if free and draft.tokens.numel() and draft.parents is None:
-                draft = draft.cut(length.next(draft.kind))
+                draft = draft.cut(length.next(draft.match))
             n_draft = draft.tokens.numel()
             synchronize(dev)
             t1 = time.perf_counter()
@@ -179,7 +179,7 @@ def speculative_generate(
             run.processor.update(emitted)
             run.pending = torch.tensor([token], device=dev)
         t2 = time.perf_counter()
-        length.record(n_draft, n, t1 - t0, t2 - t1, draft.kind)
+        length.record(n_draft, n, t1 - t0, t2 - t1, draft.match)
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1

@@ -53,36 +53,43 @@ def test_expensive_drafting_shortens_drafts():
     assert costly.next() < cheap.next()
 
 
-def test_each_kind_of_draft_gets_its_own_length():
-    """Prompt lookup's long matches are copied verbatim, its 1-token matches are guesses:
-    with a rate per kind, the same run drafts long after one and not at all after the other."""
+def test_each_match_length_earns_its_own_draft_length():
+    """Prompt lookup's 3-gram matches are copied verbatim, its 1-gram matches are guesses:
+    with a rate per match length, the same run drafts the longest it may after one and
+    ever shorter drafts after the other."""
     length = DraftLength(4, 16, dynamic=True)
     cost = lambda m: 0.05 * (1 + 0.05 * (m - 1))  # noqa: E731
-    weak = []
+    prior = length.alpha_of(1)
+    strong, weak = [], []
     for _ in range(40):
-        j = length.next("strong")
-        length.record(j, j, 0.0, cost(j + 1), "strong")  # every token kept
-        j = length.next("weak")
+        j = length.next(3)
+        strong.append(j)
+        length.record(j, j, 0.0, cost(j + 1), 3)  # every token kept
+        j = length.next(1)
         weak.append(j)
-        length.record(j, 0, 0.0, cost(j + 1), "weak")  # nothing kept
-    assert length.next("strong") == 16
-    assert max(weak[10:]) <= 3, weak  # short guesses: they are cheap to verify here
-    assert length.alpha_of("strong") > 0.8 > 0.5 > length.alpha_of("weak")
-    # A kind never seen starts from the overall rate.
-    assert length.alpha_of("unseen") == length.alpha
+        length.record(j, 0, 0.0, cost(j + 1), 1)  # nothing kept
+    assert length.next(3) == 16
+    assert max(weak[10:]) < min(strong[10:]), (strong, weak)
+    assert weak[-1] < weak[0], weak  # rejections shorten the weak match's drafts
+    assert length.alpha_of(3) > length.alpha > prior > length.alpha_of(1)
+    # A match length never seen starts from the overall rate.
+    assert length.alpha_of(2) == length.alpha
 
 
-def test_a_drafter_that_is_never_right_drafts_on_few_steps_even_when_verifying_is_cheap():
+def test_a_drafter_that_is_never_right_is_not_retried_right_after_a_rejection():
     """One rejected token costs little here (v(2) = 1.05, c = 0.1), so the prior must not
-    keep the estimate high enough to retry on every step."""
+    keep the estimate high enough to retry on every step: once the estimate has settled,
+    a rejected draft is followed by a plain step, and drafting is still tried now and then."""
     length = DraftLength(4, 16, dynamic=True)
     t1 = 0.05
-    drafting_steps = 0
+    chosen = []
     for _ in range(60):
         j = length.next()
-        drafting_steps += j > 0
+        chosen.append(j)
         length.record(j, 0, 0.1 * t1 * j, t1 * (1 + 0.05 * j))
-    assert 0 < drafting_steps <= 30  # tried again now and then, not on every step
+    settled = chosen[10:]
+    assert not any(a and b for a, b in zip(settled, settled[1:])), chosen
+    assert any(settled[-10:]), chosen
 
 
 def test_a_slow_first_step_does_not_make_plain_steps_look_dear_for_the_rest_of_the_run():

@@ -24,21 +24,22 @@ class Draft:
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
     # pending token (see tree.py). None: a chain. Trees only when `begin` said trees=True.
     parents: tuple[int, ...] | None = None
-    # What kind of guess this is, for drafters whose guesses differ in reliability (prompt
-    # lookup: the length of the n-gram that matched). Dynamic k keeps an acceptance rate per
-    # kind, so a strong match can draft long while a weak one drafts short.
-    kind: object = None
+    # How strong a match the draft comes from, for drafters whose guesses differ in
+    # reliability: prompt lookup's n, the length of the n-gram that matched (None: all of a
+    # drafter's guesses are alike). Dynamic k keeps an acceptance rate per match length, so
+    # a strong match can draft long while a weak one drafts short.
+    match: int | None = None
 
     def cut(self, j: int) -> "Draft":
         """The first j tokens (chains only)."""
-        return Draft(self.tokens[:j], None if self.q is None else self.q[:j], None, self.kind)
+        return Draft(self.tokens[:j], None if self.q is None else self.q[:j], None, self.match)
 
 
 class Drafter:
     name = "drafter"
     needs_hidden = False  # True: begin/feedback receive the target's hidden states
     # True when drafting costs ~nothing whatever its length (prompt lookup): with dynamic k
-    # the engine asks for the longest draft and cuts it to the length that pays for its kind.
+    # the engine asks for the longest draft and cuts it to the length its match has earned.
     free = False
     # Tree drafters (Medusa, EAGLE): candidates expanded per node when trees are allowed;
     # 0 or 1 drafts chains only (the benchmark's NAME@chain arm). Read at every propose.

@@ -10,7 +10,7 @@ A match of a single token is weak evidence: on the embedded model's own greedy a
 draft does (+13% per step in that simulation). So a 1-gram match proposes at most
 `weak_match_tokens` tokens; longer matches propose up to k.
 
-Each draft says which n matched (`Draft.kind`): with dynamic k the engine keeps an
+Each draft says which n matched (`Draft.match`): with dynamic k the engine keeps an
 acceptance rate per n and drafts long only after the matches that earn it (in code
 editing, a 3-gram match is usually the start of a verbatim copy).
 """
@@ -55,5 +55,5 @@ class PromptLookup(Drafter):
                 if n == 1 and self.weak_match_tokens:
                     k = min(k, self.weak_match_tokens)
                 tokens = ids[start:start + k]
-                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, kind=n)
+                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, match=n)
         return empty_draft(self.device)
