@@ -77,7 +77,9 @@ def test_events_describe_each_step(target, prompts):
         assert s.kind == ("bonus" if s.accepted == len(s.draft) else "corrected")
         assert len(s.p) == len(s.accept_prob) == len(s.draft)
         assert s.q is not None and len(s.q) == len(s.draft) or not s.draft  # a draft model has q
-        assert all(a == (1.0 if i < s.accepted else a) for i, a in enumerate(s.accept_prob))
+        # Greedy: a draft token is accepted (1.0) exactly when it is the target's argmax.
+        assert set(s.accept_prob) <= {0.0, 1.0}
+        assert s.accept_prob[: s.accepted] == (1.0,) * s.accepted
         if s.accepted < len(s.draft):
             assert s.accept_prob[s.accepted] == 0.0
         assert s.top[0][0] == s.token  # greedy: the chosen token is the target's top-1
