@@ -12,11 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Sequence
 
-import torch
 from torch import nn
 
 from ..errors import SpecvizError
-from ..forward import forward, new_cache
 from .draft_model import DraftModel
 
 
@@ -70,39 +68,3 @@ class LayerSkip(DraftModel):
         keep = default_layers(n) if keep is None else keep
         view = skip_layers(target, keep)
         super().__init__(view, name=f"layer skip ({len(view.kept_layers)}/{n} layers)")
-
-
-@torch.inference_mode()
-def agreement(target, keep: Sequence[int], ids: torch.Tensor) -> float:
-    """How often the shallow view's argmax equals the full target's, teacher-forced on `ids`."""
-    full = forward(target, ids, new_cache(target)).argmax(-1)
-    view = skip_layers(target, keep)
-    return (forward(view, ids, new_cache(view)).argmax(-1) == full).float().mean().item()
-
-
-def subset_score(target, keep: Sequence[int], ids: torch.Tensor, k: int = 4) -> float:
-    """Predicted speedup of self-speculation with `keep`: E(k) / (k * c + 1), c = kept / total."""
-    from ..theory import expected_tokens
-
-    n = len(decoder_layers(target))
-    return expected_tokens(agreement(target, keep, ids), k) / (k * len(set(keep)) / n + 1)
-
-
-def choose_layers(target, ids: torch.Tensor, k: int = 4) -> tuple[list[int], float]:
-    """Pick layers to keep for self-speculation on sample text `ids` (target-generated is best).
-
-    One pass measures how much dropping each layer alone hurts agreement; layers are then
-    dropped in that order, and the subset with the best predicted speedup wins:
-    E(k) / (k * c + 1), with c = kept / total layers and E from the measured agreement.
-    """
-    n = len(decoder_layers(target))
-    harm = {i: agreement(target, [j for j in range(n) if j != i], ids) for i in range(1, n)}
-    order = sorted(harm, key=harm.get, reverse=True)  # least harmful first
-    best, best_score = list(range(n)), 0.0
-    keep = list(range(n))
-    for layer in order[: n - 2]:
-        keep.remove(layer)
-        score = subset_score(target, keep, ids, k)
-        if score > best_score:
-            best, best_score = list(keep), score
-    return best, best_score
