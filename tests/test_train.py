@@ -10,8 +10,8 @@ import torch
 from specviz import models
 from specviz.cli import main as cli_main
 from specviz.errors import SpecvizError
-from specviz.train.data import PROMPTS, build_data, load_data, read_prompts
-from specviz.train.draft import DraftRecipe, choose_subset
+from specviz.train.data import PROMPTS, build_data, choose_subset, load_data, read_prompts
+from specviz.train.draft import DraftRecipe
 from specviz.train.loop import learning_rate, sample_batch, train
 
 from tiny_folder import make_tiny_model_dir
@@ -144,7 +144,8 @@ def test_missing_data_is_a_readable_error(tiny, tmp_path):
 def test_subset_keeps_the_most_frequent_tokens_and_eos():
     counts = torch.tensor([0, 5, 1, 9, 0, 3])
     assert choose_subset(counts, 2, always=(4,)).tolist() == [1, 3, 4]
-    assert choose_subset(counts, 10).tolist() == [1, 2, 3, 5]  # never-seen tokens are left out
+    assert choose_subset(counts, 5).tolist() == [0, 1, 2, 3, 5]  # a tie goes to the lower id
+    assert choose_subset(counts, 10, unseen=False).tolist() == [1, 2, 3, 5]  # never-seen tokens left out
 
 
 def test_schedule_and_batches_are_pure_functions_of_the_step(tiny, data):

@@ -75,6 +75,23 @@ class Corpus:
         return sum(len(s.ids) - s.response_start for s in self.sequences)
 
 
+def choose_subset(counts: torch.Tensor, size: int, always=(), unseen: bool = True) -> torch.Tensor:
+    """The `size` most frequent token ids (by `counts`), plus `always` (e.g. EOS), sorted.
+
+    Ties go to lower ids: BPE vocabularies number their tokens in merge order, so a low id
+    is a rough prior for a common token. unseen=False leaves out tokens the data never
+    showed, even if fewer than `size` remain."""
+    if size < 1:
+        raise SpecvizError(f"the token subset must hold at least one token, got {size}")
+    n = counts.numel()
+    if not unseen:
+        size = min(size, max(1, int((counts > 0).sum())))
+    score = counts.double() + 0.5 * (1 - torch.arange(n, dtype=torch.double) / n)  # the tie-break stays < 1
+    top = torch.topk(score, min(size, n)).indices
+    extra = torch.tensor([t for t in always if 0 <= t < n], dtype=torch.long)
+    return torch.unique(torch.cat([top, extra]))  # sorted ascending
+
+
 def _stable_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 

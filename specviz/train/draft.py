@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..drafters.distilled import DistilledDrafter, DistilledLM, build, config_of
-from ..errors import SpecvizError
-from .data import Corpus, Seq
+from .data import Corpus, Seq, choose_subset
 
 
 @dataclass
@@ -29,7 +28,8 @@ class DraftRecipe:
         model = target_loaded.model
         vocab = model.get_output_embeddings().weight.shape[0]
         counts = corpus.token_counts(vocab)
-        keep = choose_subset(counts, self.subset, target_loaded.eos_token_ids)
+        # Only tokens the data shows: the head's bias starts at their frequencies.
+        keep = choose_subset(counts, self.subset, target_loaded.eos_token_ids, unseen=False)
         config = {"vocab": vocab, "target_hidden": model.get_input_embeddings().weight.shape[1],
                   "subset": int(keep.numel()), "hidden": self.hidden, "layers": self.layers,
                   "heads": self.heads, "ffn": self.ffn}
@@ -72,16 +72,6 @@ class DraftRecipe:
 
 
 DRAFT = DraftRecipe()
-
-
-def choose_subset(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
-    """The `size` most frequent token ids (those seen at least once), plus `always`, sorted."""
-    if size < 1:
-        raise SpecvizError(f"the token subset must hold at least one token, got {size}")
-    seen = int((counts > 0).sum())
-    top = torch.topk(counts, min(size, max(1, seen))).indices
-    extra = torch.tensor([t for t in always if 0 <= t < counts.numel()], dtype=torch.long)
-    return torch.unique(torch.cat([top, extra]))  # sorted ascending
 
 
 def _subset_index(module: DistilledLM) -> torch.Tensor:

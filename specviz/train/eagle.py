@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..drafters.eagle import Eagle, EagleHead, eagle_config, init_from_target
-from .medusa import SUBSET, agreement, choose_subset, lm_head, masked_mean, model_of, pad_batch, soft_ce
+from .medusa import SUBSET, agreement, head_subset, lm_head, masked_mean, model_of, pad_batch, soft_ce
 
 
 class EagleRecipe:
@@ -30,7 +30,7 @@ class EagleRecipe:
 
     def build(self, target_loaded, corpus) -> EagleHead:
         target = model_of(target_loaded)
-        subset = choose_subset(target_loaded, corpus, self.subset)
+        subset = head_subset(target_loaded, corpus, self.subset)
         head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
         init_from_target(head, target)
         return head.to(target.get_output_embeddings().weight.device)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, frequent_tokens, heads_config
+from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, heads_config
+from .data import choose_subset
 
 SUBSET = 8192  # rows of the LM head the drafters read (0 = the full vocabulary)
 
@@ -78,13 +79,13 @@ def agreement(logits: torch.Tensor, head: TargetHead, top_ids: torch.Tensor) -> 
     return (best == top_ids[..., 0]).float()
 
 
-def choose_subset(target_loaded, corpus, size: int) -> torch.Tensor | None:
-    """The most frequent response tokens (plus every EOS), or None for the full vocabulary."""
+def head_subset(target_loaded, corpus, size: int) -> torch.Tensor | None:
+    """The rows of the target's LM head to draft from: the most frequent tokens (plus every
+    EOS), or None for the full vocabulary."""
     vocab = TargetHead(model_of(target_loaded)).vocab
     if not size or size >= vocab or corpus is None:
         return None
-    eos = [t for t in getattr(target_loaded, "eos_token_ids", ()) if t < vocab]
-    return frequent_tokens(corpus.token_counts(vocab)[:vocab], size, always=eos)
+    return choose_subset(corpus.token_counts(vocab)[:vocab], size, always=getattr(target_loaded, "eos_token_ids", ()))
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -100,7 +101,7 @@ class MedusaRecipe:
     def build(self, target_loaded, corpus) -> MedusaHeads:
         target = model_of(target_loaded)
         h = target.get_output_embeddings().weight
-        module = MedusaHeads(h.shape[1], self.heads, choose_subset(target_loaded, corpus, self.subset))
+        module = MedusaHeads(h.shape[1], self.heads, head_subset(target_loaded, corpus, self.subset))
         return module.to(h.device)
 
     def config(self, module: MedusaHeads) -> dict:
