@@ -167,7 +167,10 @@ def test_training_lowers_the_loss_and_writes_weights_and_card(tiny, data, tmp_pa
     # The floor is the target's own entropy (high for a random tiny target), so ask for a clear drop.
     assert t["train loss (mean of last 10%)"] < t["train loss (first 10 steps)"] - 0.4
     held = card["held-out"]
-    assert held["prompts"] == 4 and 0.0 <= held["alpha (greedy, k=4)"] <= 1.0 and held["tau (greedy, k=4)"] >= 1.0
+    assert held["prompts"] == 4
+    assert held["loss"] < t["train loss (first 10 steps)"]  # what it learned carries to prompts it never saw
+    # Each step emits the target's token plus at most k = 4 drafts, accepted at rate alpha (rounded on the card).
+    assert 1.0 <= held["tau (greedy, k=4)"] <= 1.0 + 4 * held["alpha (greedy, k=4)"] + 1e-3
     assert (tmp_path / "draft.safetensors").is_file() and (tmp_path / "checkpoint.pt").is_file()
     text = (tmp_path / "draft.md").read_text()
     assert "held-out" in text and "alpha" in text and "steps: 40" in text
