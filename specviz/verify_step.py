@@ -15,7 +15,7 @@ import torch
 from .drafters.base import Draft
 from .events import StepEvent, TreeDraft
 from .forward import forward, rollback, to_host
-from .llama_fast import KVCache
+from .layers import KVCache
 from .sampling import Processor, Sampling, sample
 from .tree import check_parents, depths, greedy_walk, tree_mask
 from .verify import one_hot_q, verify_greedy, verify_sampled
