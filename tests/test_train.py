@@ -12,7 +12,7 @@ from specviz.cli import main as cli_main
 from specviz.errors import SpecvizError
 from specviz.train.data import PROMPTS, build_data, choose_subset, load_data, read_prompts
 from specviz.train.draft import DraftRecipe
-from specviz.train.loop import learning_rate, sample_batch, train
+from specviz.train.loop import TrainConfig, learning_rate, sample_batch, train
 
 from tiny_folder import make_tiny_model_dir
 
@@ -161,8 +161,8 @@ def test_schedule_and_batches_are_pure_functions_of_the_step(tiny, data):
 
 def test_training_lowers_the_loss_and_writes_weights_and_card(tiny, data, tmp_path):
     corpus = load_data(tiny, data[1])
-    card = train(TINY_RECIPE, tiny, corpus, tmp_path, steps=40, batch=4, lr=1e-2, held_out=4,
-                 eval_tokens=12, progress=False)
+    cfg = TrainConfig(steps=40, batch=4, lr=1e-2, held_out=4, eval_tokens=12)
+    card = train(TINY_RECIPE, tiny, corpus, tmp_path, cfg, progress=False)
     t = card["training"]
     # The floor is the target's own entropy (high for a random tiny target), so ask for a clear drop.
     assert t["train loss (mean of last 10%)"] < t["train loss (first 10 steps)"] - 0.4
@@ -180,11 +180,11 @@ def test_resume_continues_to_the_same_result(tiny, data, tmp_path):
     from safetensors.torch import load_file
 
     corpus = load_data(tiny, data[1])
-    kw = dict(steps=16, batch=4, lr=3e-3, held_out=4, eval_tokens=4, progress=False, checkpoint_every=5)
-    train(TINY_RECIPE, tiny, corpus, tmp_path / "whole", **kw)
-    assert train(TINY_RECIPE, tiny, corpus, tmp_path / "split", stop_after=7, **kw) == {"stopped_at": 7}
+    cfg = TrainConfig(steps=16, batch=4, lr=3e-3, held_out=4, eval_tokens=4, checkpoint_every=5)
+    train(TINY_RECIPE, tiny, corpus, tmp_path / "whole", cfg, progress=False)
+    assert train(TINY_RECIPE, tiny, corpus, tmp_path / "split", cfg, progress=False, stop_after=7) == {"stopped_at": 7}
     assert not (tmp_path / "split" / "draft.safetensors").exists()
-    train(TINY_RECIPE, tiny, corpus, tmp_path / "split", resume=True, **kw)
+    train(TINY_RECIPE, tiny, corpus, tmp_path / "split", cfg, progress=False, resume=True)
     whole = load_file(tmp_path / "whole" / "draft.safetensors")
     split = load_file(tmp_path / "split" / "draft.safetensors")
     assert whole.keys() == split.keys()
@@ -193,8 +193,8 @@ def test_resume_continues_to_the_same_result(tiny, data, tmp_path):
 
 def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     corpus = load_data(tiny, data[1])
-    card = train(TINY_RECIPE, tiny, corpus, tmp_path, steps=50, batch=2, held_out=2, eval_tokens=4,
-                 progress=False, max_seconds=0.0)
+    card = train(TINY_RECIPE, tiny, corpus, tmp_path, TrainConfig(steps=50, batch=2, held_out=2, eval_tokens=4,
+                                                                  max_seconds=0.0), progress=False)
     assert card["training"]["steps"] == "1 of 50 (time cap)"
     assert (tmp_path / "draft.safetensors").is_file()
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1

@@ -66,7 +66,7 @@ def main(args) -> int:
 
     from .. import models
     from .data import PROMPTS, build_data, data_dir, load_data
-    from .loop import check_positive, train
+    from .loop import TrainConfig, check_positive, train
 
     check_positive(batch=args.batch, checkpoint_every=args.checkpoint_every, held_out=args.held_out,
                    eval_k=args.eval_k, eval_tokens=args.eval_tokens, passes=args.passes,
@@ -100,12 +100,12 @@ def main(args) -> int:
     if args.data_only:
         return 0
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
-    train(recipe, target, corpus, out, steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
-                 checkpoint_every=args.checkpoint_every, resume=args.resume, held_out=args.held_out,
-                 eval_k=args.eval_k, eval_tokens=args.eval_tokens, log=say,
-                 max_seconds=None if args.minutes is None else 60 * args.minutes,
-                 note={"command": f"`python -m specviz train {args.kind} --target {args.target} --steps {steps} "
-                                  f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
+    config = TrainConfig(steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
+                         checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
+                         eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes)
+    train(recipe, target, corpus, out, config, resume=args.resume, log=say,
+          note={"command": f"`python -m specviz train {args.kind} --target {args.target} --steps {steps} "
+                           f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0

@@ -1,0 +1,60 @@
+"""The model card of a trained drafter: what it was trained on and how, and where it is saved.
+
+The held-out measurements come from the loop (loop._evaluate); this file only describes
+and writes.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import TYPE_CHECKING
+
+from ..drafters.trained import fingerprint, model_card, save_drafter
+from .data import Corpus
+
+if TYPE_CHECKING:
+    from .loop import Progress, TrainConfig
+
+
+def describe_data(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
+    meta = corpus.meta
+    variants = {}
+    for s in corpus.sequences:
+        variants[s.variant] = variants.get(s.variant, 0) + 1
+    temperature = meta.get("settings", {}).get("temperature", "?")
+    return {"source": f"self-distillation: the target's own responses to {meta.get('prompts', 'a prompt set')} "
+                      f"(greedy, and sampled at T={temperature})",
+            "sequences (train / held-out)": f"{len(train_c.sequences)} / {len(held_c.sequences)}",
+            "responses per pass": ", ".join(f"{k} {v}" for k, v in sorted(variants.items())),
+            "tokens (all / target-written)": f"{corpus.tokens} / {corpus.response_tokens}",
+            "generation seconds": round(float(meta.get("seconds", 0.0)), 1)}
+
+
+def describe_target(target_loaded) -> str:
+    return f"{target_loaded.name} (fingerprint {fingerprint(target_loaded.model)[:12]})"
+
+
+def describe_training(cfg: "TrainConfig", state: "Progress") -> dict:
+    return {"steps": cfg.steps if state.step >= cfg.steps else f"{state.step} of {cfg.steps} (time cap)",
+            "batch": cfg.batch, "window": cfg.window, "lr": cfg.lr, "seed": cfg.seed,
+            "seconds": round(state.seconds, 1),
+            "train loss (mean of last 10%)": _tail_mean(state.history),
+            "train loss (first 10 steps)": _head_mean(state.history)}
+
+
+def save_with_card(recipe, module, target_loaded, card: dict, out: pathlib.Path) -> dict:
+    """Write the drafter (<kind>.safetensors) and its model card (<kind>.md); the card."""
+    path = save_drafter(out / f"{recipe.kind}.safetensors", recipe.kind, module, recipe.config(module),
+                        target_loaded, card)
+    card["file"] = f"{path.name} ({path.stat().st_size / 1e6:.2f} MB, fp16)"
+    path.with_suffix(".md").write_text(model_card(recipe.kind, card))
+    return card
+
+
+def _tail_mean(history: list[float]) -> float:
+    tail = history[-max(1, len(history) // 10):]
+    return round(sum(tail) / len(tail), 4) if tail else float("nan")
+
+
+def _head_mean(history: list[float]) -> float:
+    head = history[:10]
+    return round(sum(head) / len(head), 4) if head else float("nan")
