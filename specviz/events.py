@@ -26,7 +26,7 @@ class StepEvent:
     accepted: int  # how many leading draft tokens were kept
     token: int  # the target's own token this step: corrected (rejection) or bonus
     token_p: float  # the target's probability of `token` at its position (before the residual)
-    kind: str  # "corrected" (the target's resample after a rejection) or "bonus" (all drafts accepted)
+    token_kind: str  # how the step ended: "corrected" (the resample after a rejection) or "bonus" (all drafts accepted)
     emitted: tuple[int, ...]  # appended to the output: draft[:accepted] + (token,), cut at EOS/limit
     top: tuple[tuple[int, float], ...]  # target's top tokens where `token` was chosen
     draft_time: float  # seconds spent drafting

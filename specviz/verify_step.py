@@ -40,14 +40,14 @@ class Verdict:
     hidden: torch.Tensor | None = None  # rows of the pending token and the kept drafts
 
     @property
-    def kind(self) -> str:
+    def token_kind(self) -> str:
         return "bonus" if self.accepted == len(self.draft) else "corrected"
 
     def event(self, **step) -> StepEvent:
         """The StepEvent of this verdict; `step` gives the engine's fields (step, position,
         emitted, times, greedy)."""
         return StepEvent(draft=self.draft, q=self.q, p=self.p, accept_prob=self.accept_prob, draws=self.draws,
-                         accepted=self.accepted, token=self.token, token_p=self.token_p, kind=self.kind,
+                         accepted=self.accepted, token=self.token, token_p=self.token_p, token_kind=self.token_kind,
                          top=self.top, tree=self.tree, **step)
 
 

@@ -80,7 +80,7 @@ def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):
     def step(draft, accepted, token, emitted):
         n = len(draft)
         return StepEvent(step=0, position=0, draft=draft, q=None, p=(0.5,) * n, accept_prob=(1.0,) * n, draws=None,
-                         accepted=accepted, token=token, token_p=0.9, kind="bonus" if accepted == n else "corrected",
+                         accepted=accepted, token=token, token_p=0.9, token_kind="bonus" if accepted == n else "corrected",
                          emitted=emitted, top=(), draft_time=0.0, verify_time=0.0, elapsed=0.0, greedy=True)
 
     monkeypatch.setattr(models, "token_strings", lambda target, ids: [chr(ord("a") + i) for i in ids])

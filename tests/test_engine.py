@@ -65,16 +65,16 @@ def test_greedy_with_repetition_penalty_matches_too(target, prompts):
 def test_self_drafting_accepts_everything_and_saves_target_calls(target, prompts):
     steps, end = collect(speculative_generate(target, DraftModel(target), prompts[2], GenerationConfig(k=4, max_new_tokens=40)))
     assert end.stats.acceptance_rate == 1.0
-    assert all(s.kind == "bonus" for s in steps)
+    assert all(s.token_kind == "bonus" for s in steps)
     assert end.stats.steps == 8 and end.stats.mean_accepted_length == 5.0
 
 
 def test_events_describe_each_step(target, prompts):
     steps, _ = collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[3], GenerationConfig(k=4, max_new_tokens=40)))
-    assert any(s.kind == "corrected" for s in steps) and any(s.kind == "bonus" for s in steps)
+    assert any(s.token_kind == "corrected" for s in steps) and any(s.token_kind == "bonus" for s in steps)
     for s in steps:
         assert s.emitted == s.draft[: s.accepted] + (s.token,)
-        assert s.kind == ("bonus" if s.accepted == len(s.draft) else "corrected")
+        assert s.token_kind == ("bonus" if s.accepted == len(s.draft) else "corrected")
         assert len(s.p) == len(s.accept_prob) == len(s.draft)
         assert s.q is not None and len(s.q) == len(s.draft) or not s.draft  # a draft model has q
         # Greedy: a draft token is accepted (1.0) exactly when it is the target's argmax.

@@ -123,7 +123,7 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic, 
         assert all((s.tree is not None) == (tree > 1 and bool(s.draft)) for s in steps)
         accepted += end.stats.accepted
         drafted += end.stats.drafted
-        rejected += sum(s.kind == "corrected" for s in steps)
+        rejected += sum(s.token_kind == "corrected" for s in steps)
     # Both paths ran. Dynamic k may rightly stop drafting for these random heads after a few
     # rejections (it follows measured timings), so there it must only have drafted.
     assert rejected and drafted and (accepted or dynamic)

@@ -20,7 +20,7 @@ def step(n, draft, accepted, token, *, emitted=None, greedy=True, q=None, top=No
     fields = dict(
         step=n, position=0, draft=tuple(draft), q=q, p=tuple(0.5 for _ in draft),
         accept_prob=tuple(1.0 if i < accepted else 0.0 for i in range(k)),
-        draws=None if greedy else tuple(0.25 for _ in draft), accepted=accepted, token=token, token_p=0.9, kind=kind,
+        draws=None if greedy else tuple(0.25 for _ in draft), accepted=accepted, token=token, token_p=0.9, token_kind=kind,
         emitted=tuple(draft[:accepted]) + (token,) if emitted is None else tuple(emitted),
         top=top if top is not None else ((token, 0.9), (99, 0.05)), draft_time=0.01, verify_time=0.05,
         elapsed=0.1 * (n + 1) if elapsed is None else elapsed, greedy=greedy,

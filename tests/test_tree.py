@@ -140,7 +140,7 @@ def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():
 
     tree = TreeDraft(tokens=(11, 12, 13, 14, 15, 16), parents=tuple(PARENTS), path=(0, 2), p=(0.5,) * 6)
     event = StepEvent(step=0, position=0, draft=(11, 13, 15), q=None, p=(0.5, 0.5, 0.5), accept_prob=(1.0, 1.0, 0.0),
-                      draws=None, accepted=2, token=99, token_p=0.4, kind="corrected", emitted=(11, 13, 99), top=(),
+                      draws=None, accepted=2, token=99, token_p=0.4, token_kind="corrected", emitted=(11, 13, 99), top=(),
                       draft_time=0.0, verify_time=0.0, elapsed=0.0, greedy=True, tree=tree)
     trace = Trace("medusa")
     names = ("<b>", "b", "c", "d", "e", "f")

@@ -74,7 +74,7 @@ def _draft_verdict(e: StepEvent, i: int) -> str:
 def _own_tip(e: StepEvent) -> str:
     if not e.draft:
         what = "nothing was drafted: the target's own token"
-    elif e.kind == "bonus":
+    elif e.token_kind == "bonus":
         what = "bonus: every draft accepted, the same target pass gives one more token"
     else:
         what = "corrected: the target's token in place of the rejected draft"

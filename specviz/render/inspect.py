@@ -52,13 +52,13 @@ def step_html(trace: Trace, index: int | None) -> str:
         )
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
-    where = "first rejection" if e.kind == "corrected" else "bonus position"
+    where = "first rejection" if e.token_kind == "corrected" else "bonus position"
     drafted = f"{len(e.tree.tokens)} (a tree; its winning branch below)" if e.tree is not None else len(e.draft)
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
     )
-    own = "corrected token" if e.kind == "corrected" else "bonus token"
+    own = "corrected token" if e.token_kind == "corrected" else "bonus token"
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted, '
@@ -67,7 +67,7 @@ def step_html(trace: Trace, index: int | None) -> str:
         "<th>min(1, p/q)</th><th>draw u</th><th>verdict</th></tr></thead>"
         f'<tbody>{"".join(rows)}</tbody></table>'
         f'<p>The target\'s {own}: {_tok(labels.token)} '
-        f'<span class="tok tok-{e.kind} sv-swatch">{e.kind}</span></p>'
+        f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
         f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
         f'<table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
         f"<tbody>{top_rows}</tbody></table>"

@@ -22,6 +22,6 @@ def shown_tokens(event: StepEvent | TokenEvent) -> list[tuple[str, int]]:
     shown = [("accepted", i) for i in range(min(event.accepted, n_out))]
     shown += [("rejected", i) for i in range(event.accepted, n_draft)]
     if n_out > event.accepted:
-        shown.append((event.kind, n_draft))
+        shown.append((event.token_kind, n_draft))
     return shown
 
