@@ -27,7 +27,9 @@ class Draft:
     # How strong a match the draft comes from, for drafters whose guesses differ in
     # reliability: prompt lookup's n, the length of the n-gram that matched (None: all of a
     # drafter's guesses are alike). Dynamic k keeps an acceptance rate per match length, so
-    # a strong match can draft long while a weak one drafts short.
+    # a strong match can draft long while a weak one drafts short. The engine cuts a free
+    # drafter's draft by it, so it must follow from the context alone, never from tokens
+    # the drafter sampled (see autoregressive_draft: the same rule keeps sampling exact).
     match: int | None = None
 
     def cut(self, j: int) -> "Draft":
