@@ -93,12 +93,8 @@ def generate(args) -> int:
     from .interleave import interleave
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
-    if args.compile:
-        from .llama_fast import enable_compile
-
-        enable_compile()
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
-                         device_map=args.device_map, progress=_progress)
+                         device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
                            draft_confidence=args.draft_confidence, sampling=sampling,
                            eos_token_ids=target.eos_token_ids).validate()

@@ -105,7 +105,6 @@ def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int, table):
 
 # The torch.compile'd decoder stack of each model prepared with compile (models.load(compile=True)).
 _compiled: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
-_compile_all: str | None = None  # the backend enable_compile() chose for every model
 
 
 def compile_stack(model, backend: str = "inductor"):
@@ -115,14 +114,6 @@ def compile_stack(model, backend: str = "inductor"):
     A compiled stack reads the modules' own weights: packing (packing.py) is left out."""
     compiled = _compiled[model] = torch.compile(_stack, dynamic=True, backend=backend)
     return compiled
-
-
-def enable_compile(on: bool = True, backend: str = "inductor") -> None:
-    """Compile every fast-path model's decoder stack from its next forward on. Only the
-    --compile flags of cli.py and bench/command.py still use this; once they pass
-    compile= to models.load, it goes (and `_compile_all` with it)."""
-    global _compile_all
-    _compile_all = backend if on else None
 
 
 def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None = None,
@@ -147,8 +138,6 @@ def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor |
     cos, sin = base.rotary_emb(x[None], positions[None])
     cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
     compiled = _compiled.get(model)
-    if compiled is None and _compile_all:
-        compiled = compile_stack(model, _compile_all)
     run, table = (compiled, None) if compiled else (_stack, pack(model))
     x = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups, table)
     cache.length = start + t

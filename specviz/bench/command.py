@@ -99,11 +99,9 @@ def main(args: argparse.Namespace) -> int:
     cfg = bench_config(args)  # options are checked before minutes of loading
     prompts = suites.select(suites.load_suite(args.suite), split(args.category), args.limit)
 
-    if args.compile:
-        from ..llama_fast import enable_compile
-
-        enable_compile()  # the warm-up runs compile before anything is timed
-    target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code)
+    # With --compile the warm-up runs compile before anything is timed.
+    target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
+                  compile=args.compile)
     cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
 
     drafters = make_drafters(drafter_names, target, args.trust_remote_code)
