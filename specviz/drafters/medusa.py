@@ -58,18 +58,6 @@ class TargetHead:
         return where[ids]
 
 
-def frequent_tokens(counts: torch.Tensor, size: int, always=()) -> torch.Tensor:
-    """The `size` most frequent token ids (plus `always`, e.g. EOS), sorted.
-
-    Ties (notably tokens never seen in the data) go to lower ids: BPE vocabularies number
-    their tokens in merge order, so a low id is a rough prior for a common token."""
-    score = counts.double() + 0.5 * (1 - torch.arange(counts.numel(), dtype=torch.double) / counts.numel())
-    for t in always:
-        score[t] = float("inf")
-    size = min(size, counts.numel())
-    return torch.topk(score, size).indices.sort().values
-
-
 class MedusaHeads(nn.Module):
     def __init__(self, hidden_size: int, heads: int = 3, subset: torch.Tensor | None = None):
         super().__init__()
