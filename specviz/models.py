@@ -7,11 +7,13 @@ same thing. The rest are small tokenizer helpers the engine and the renderers sh
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import pathlib
 import socket
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -119,18 +121,20 @@ def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
 # load
 
 
-_LOADED: dict[tuple, Loaded] = {}
+_LOADED: "OrderedDict[tuple, Loaded]" = OrderedDict()  # least recently used first
 _KEY_LOCKS: dict[tuple, threading.Lock] = {}
-_GUARD = threading.Lock()  # protects _KEY_LOCKS; each key's lock protects its load
+_GUARD = threading.Lock()  # protects _KEY_LOCKS and _LOADED's order; each key's lock protects its load
 
 
 def load(name: str, device: str | None = None, dtype: str | None = None, *,
          trust_remote_code: bool = False, device_map: str | None = None, compile: bool = False,
-         progress: Callable[[str, float], None] | None = None) -> Loaded:
+         progress: Callable[[str, float], None] | None = None, cache_bytes: int | None = None) -> Loaded:
     """Load a causal LM by name: "default", a local folder (or .gguf file), or a Hub id.
 
     Cached per (source, device, dtype, device_map, trust_remote_code): a second call, from
     any thread, returns the same model and tokenizer without loading again.
+    cache_bytes: after this load, drop the least recently used other models until the cache's
+    weights fit it (None: keep every model). A dropped model lives on while a caller holds it.
     compile: run the decoder stack through torch.compile (llama_fast.compile_stack; Llama-
     layout models only, others ignore it). The model is shared, so every caller gets it so.
     """
@@ -143,11 +147,37 @@ def load(name: str, device: str | None = None, dtype: str | None = None, *,
     with key_lock:  # a second thread asking for the same model waits for the first load
         loaded = _LOADED.get(key)
         if loaded is None:
-            loaded = _LOADED[key] = _load_uncached(name, source, dev, dt, device_map,
-                                                   trust_remote_code, progress)
+            loaded = _load_uncached(name, source, dev, dt, device_map, trust_remote_code, progress)
+            with _GUARD:
+                _LOADED[key] = loaded
         if compile and llama_fast.supports(loaded.model):
             llama_fast.compile_stack(loaded.model)
+    with _GUARD:
+        if key in _LOADED:
+            _LOADED.move_to_end(key)
+        dropped = cache_bytes is not None and _evict(cache_bytes, keep=key)
+    if dropped:
+        gc.collect()  # models hold reference cycles: free their memory now, not at a later collection
     return loaded if loaded.name == name else replace(loaded, name=name)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters and buffers (tied weights counted once)."""
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _evict(cache_bytes: int, keep: tuple) -> bool:
+    """Drop least recently used models (never `keep`) until the cache's weights fit cache_bytes;
+    True if any was dropped."""
+    sizes = {k: weight_bytes(v.model) for k, v in _LOADED.items()}
+    dropped = False
+    for k in [k for k in _LOADED if k != keep]:
+        if sum(sizes.values()) <= cache_bytes:
+            break
+        del _LOADED[k], sizes[k]
+        dropped = True
+    return dropped
 
 
 def _resolve(name: str, progress) -> str:

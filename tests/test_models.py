@@ -94,6 +94,17 @@ def test_two_threads_loading_at_once_load_once(tmp_path, monkeypatch):
     assert len(calls) == 1 and results[0] is results[1]
 
 
+def test_a_cache_budget_drops_the_least_recently_used_model(loaded, tiny, tmp_path):
+    other = str(make_tiny_model_dir(tmp_path / "other", seed=1))
+    one = models.weight_bytes(loaded.model)
+    assert models.load(str(tiny), cache_bytes=one) is loaded  # the cache now holds this one alone
+    b = models.load(other, cache_bytes=2 * one)
+    assert models.load(str(tiny), cache_bytes=2 * one) is loaded  # both fit: a hit
+    models.load(str(tiny), cache_bytes=one)  # room for one: the older `other` goes, the model asked for stays
+    assert models.load(other) is not b
+    assert models.load(str(tiny)) is loaded
+
+
 def test_device_map_auto_places_inputs_on_the_embeddings_device(tiny):
     placed = models.load(str(tiny), device_map="auto")
     assert placed.device == placed.model.get_input_embeddings().weight.device
