@@ -42,3 +42,10 @@ def test_layer_lists():
         skip_layers(tiny_llama(layers=2), [1])
     with pytest.raises(SpecvizError, match="not like"):
         parse_layers("zero-two", 8)
+
+
+@pytest.mark.parametrize("text", ["0-1000", "0-1000000000000", "5-2"])
+def test_a_layer_range_beyond_the_target_is_one_line_and_builds_no_list(text):
+    with pytest.raises(SpecvizError) as e:  # '0-10**12' would take minutes and gigabytes to expand
+        parse_layers(text, 30)
+    assert "30 layers (0-29)" in str(e.value) and len(str(e.value)) < 120

@@ -31,7 +31,8 @@ def skip_layers(model, keep: Sequence[int]):
     layers = decoder_layers(model)
     keep = sorted(set(keep))
     if not keep or keep[0] != 0 or keep[-1] >= len(layers):
-        raise SpecvizError(f"layers to keep must include 0 and lie in 0..{len(layers) - 1}, got {keep}")
+        raise SpecvizError(f"layers to keep must include 0 and lie in 0..{len(layers) - 1}, got "
+                           f"{len(keep)} layers from {keep[0] if keep else '-'} to {keep[-1] if keep else '-'}")
     base = getattr(model, model.base_model_prefix)
     view_base = copy.copy(base)
     view_base._modules = dict(base._modules)  # new module table: the target is untouched
@@ -51,12 +52,16 @@ def default_layers(n: int) -> list[int]:
 
 
 def parse_layers(text: str, n: int) -> list[int]:
-    """'0-9,12,20-29' -> [0..9, 12, 20..29]."""
+    """'0-9,12,20-29' -> [0..9, 12, 20..29], each layer in 0..n-1."""
     keep = []
     try:
         for part in text.split(","):
             lo, _, hi = part.strip().partition("-")
-            keep.extend(range(int(lo), int(hi or lo) + 1))
+            lo, hi = int(lo), int(hi or lo)
+            if not 0 <= lo <= hi < n:  # checked before expanding: '0-10**12' must not build a list
+                raise SpecvizError(f"layer range {part.strip()!r} is outside this target's {n} layers "
+                                   f"(0-{n - 1}), or runs backwards")
+            keep.extend(range(lo, hi + 1))
     except ValueError:
         raise SpecvizError(f"layer list {text!r} is not like '0-9,12,20-29'") from None
     return keep
