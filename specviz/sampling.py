@@ -40,6 +40,10 @@ class Sampling:
             raise SpecvizError(f"top-p must be in (0, 1], got {p}")
         if not isinstance(r, (int, float)) or math.isnan(r) or math.isinf(r) or r <= 0:
             raise SpecvizError(f"repetition penalty must be a number > 0 (1 = off), got {r}")
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:  # torch's seed range
+            raise SpecvizError(f"seed must be a whole number from 0 to 2**64 - 1, got {seed:.4g}"
+                               if isinstance(seed, (int, float)) else f"seed must be a whole number, got {seed!r}")
         return self
 
 

@@ -67,7 +67,8 @@ def app_models(tmp_path_factory) -> dict[str, str]:
 
 
 def app_policy(folders: dict[str, str], **overrides):
-    from specviz.ui.settings import NO_DRAFTER, PROMPT_LOOKUP, Policy
+    from specviz.ui import Policy
+    from specviz.ui.settings import NO_DRAFTER, PROMPT_LOOKUP
 
     base = dict(
         targets=(("tiny target", folders["target"]),),
@@ -87,11 +88,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(policy, examples=None):
+def serve_app(policy, examples=None, models=None):
     """Launch build_app(policy) on 127.0.0.1:<free port>; yield its URL; close it afterwards."""
     from specviz.ui import build_app, launch_options
 
-    demo = build_app(policy, examples=examples)
+    demo = build_app(policy, models=models, examples=examples)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **launch_options())

@@ -1,5 +1,6 @@
 """The Gradio app: layout and handlers on top of the runner (models -> engine -> events -> render)."""
 from .layout import build_app, launch_options
-from .settings import Policy, Settings, hosted_policy, policy_from_env
+from .policy import Policy, hosted_policy, policy_from_env
+from .settings import Settings
 
 __all__ = ["Policy", "Settings", "build_app", "hosted_policy", "launch_options", "policy_from_env"]

@@ -2,20 +2,26 @@
 
 Each visitor has one Session in gr.State: the stop flag the engine polls between steps
 and the last results (the step inspector reads them). Models live in the loading module's
-shared cache, never here.
+shared cache, never here. The one thing all visitors share is the Line their runs wait in.
 """
 from __future__ import annotations
 
 import functools
 import os
 
+import gradio as gr
+
 from ..errors import SpecvizError
 from ..render import step_html
 from . import runner
-from .settings import NO_DRAFTER, Policy, Settings
+from .limits import Busy, Line
+from .policy import Policy
+from .runner import Frame
+from .settings import NO_DRAFTER, Settings
 from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)
+WAIT_POLL = 1.0  # seconds between checks for Stop while a run waits for its turn
 
 
 class Session:
@@ -28,6 +34,13 @@ class Session:
 
     def should_stop(self) -> bool:
         return self.stop
+
+
+def notice(message: str, state: str, ahead: int | None = None) -> Frame:
+    """A frame that is only a status line: an error, a refusal, a place in the line."""
+    frame = error_frame(message)
+    frame.state, frame.ahead = state, ahead
+    return frame
 
 
 def zero_gpu() -> bool:
@@ -53,6 +66,8 @@ def on_gpu(fn):
 class Handlers:
     def __init__(self, policy: Policy, models):
         self.policy, self.models = policy, models
+        self.line = Line(policy.concurrency, policy.max_waiting, policy.runs_per_visitor)
+        self._frames = on_gpu(self._frames)  # on ZeroGPU only the run holds a GPU, not the wait
 
     def arm(self, session: Session) -> Session:
         """Runs at the click, before the queue: a Stop from now on belongs to this run."""
@@ -64,32 +79,57 @@ class Handlers:
             session.stop = True
         return session
 
-    def generate(self, session: Session, **controls):
+    def generate(self, session: Session, request: gr.Request = None, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
-        yield from self._stream(session, controls, runner.playground, playground_values, remember=True)
+        yield from self._stream(session, request, controls, runner.playground, playground_values, remember=True)
 
-    def compare(self, session: Session, drafters, **controls):
+    def compare(self, session: Session, drafters, request: gr.Request = None, **controls):
         """Run the baseline, then each drafter in `drafters`, one after another (API: /compare)."""
-        if isinstance(drafters, str):  # a script may pass "a, b" instead of a list
-            drafters = drafters.split(",")
-        run = functools.partial(runner.compare, drafters=list(drafters or []))
-        yield from self._stream(session, {**controls, "drafter": NO_DRAFTER}, run, compare_values, remember=False)
+        if not isinstance(drafters, (list, tuple)):  # a script may pass "a, b" instead of a list
+            drafters = str(drafters or "").split(",")
+        run = functools.partial(runner.compare, drafters=[str(d) for d in drafters])
+        yield from self._stream(session, request, {**controls, "drafter": NO_DRAFTER}, run, compare_values,
+                                remember=False)
 
-    def _stream(self, session: Session, controls: dict, run, values, remember: bool):
-        session.busy = True
+    def _stream(self, session: Session, request, controls: dict, run, values, remember: bool):
+        session.busy, ticket = True, None
         try:
             try:
                 settings = Settings.from_controls(**controls)
+                ticket = self.line.join(getattr(request, "session_hash", None))
             except SpecvizError as e:
-                yield [*values(error_frame(str(e))), session]
+                yield [*values(notice(str(e), "busy" if isinstance(e, Busy) else "error")), session]
                 return
-            for frame in runner.throttle(run(settings, policy=self.policy, models=self.models,
-                                             should_stop=session.should_stop), UPDATE_EVERY):
+            if not (yield from self._wait(ticket, session, values)):
+                return
+            for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
                 if remember:
                     session.last = frame
                 yield [*values(frame), session]
         finally:
+            if ticket is not None:
+                self.line.leave(ticket)
             session.busy = session.stop = False
+
+    def _wait(self, ticket, session: Session, values):
+        """Show the visitor's place in the line until its turn; False if Stop came first.
+
+        Yields at least every WAIT_POLL seconds: Gradio can end a gone visitor's run only there.
+        """
+        ahead, shown = self.line.ahead(ticket), None
+        while ahead:
+            if session.should_stop():
+                yield [*values(notice("Stopped before the run started.", "stopped")), session]
+                return False
+            if shown is None or shown[0] != ahead:
+                message = f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you."
+                shown = ahead, [*values(notice(message, "waiting", ahead)), session]
+            yield shown[1]
+            ahead = self.line.wait(ticket, WAIT_POLL)
+        return True
+
+    def _frames(self, run, settings: Settings, should_stop):
+        yield from run(settings, policy=self.policy, models=self.models, should_stop=should_stop)
 
     def inspect(self, session: Session, step):
         if session.last is None:

@@ -8,10 +8,12 @@ import gradio as gr
 
 from ..render import empty_figures, legend_html
 from ..render.compare import HEADERS
-from .handlers import Handlers, Session, on_gpu, zero_gpu
-from .settings import (GREEDY, K_SLIDER_MAX, SAMPLING, SAMPLING_TEMPERATURE, Policy, Settings,
-                       policy_from_env)
+from ..engine import K_MAX
+from .handlers import Handlers, Session, zero_gpu
+from .policy import Policy, policy_from_env
+from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
 
+REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
 INTRO = (
     "A small <b>drafter</b> guesses the next <i>k</i> tokens; the <b>target</b> model checks all of "
@@ -51,7 +53,7 @@ def _controls(policy: Policy, examples: list[dict]) -> dict:
                          info="the model whose output we want" + ("" if policy.hosted else
                                                                  "; or type a Hub id or a local folder"))
     with gr.Accordion("Decoding settings", open=True):
-        k = gr.Slider(1, K_SLIDER_MAX, value=d.k, step=1, label="k: draft tokens per step")
+        k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step")
         dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k (longer after full accepts, shorter after rejections)")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
         with gr.Group(visible=not d.greedy) as sampling_group:
@@ -129,7 +131,11 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         from .. import models
     examples = load_examples() if examples is None else examples
     handlers = Handlers(policy, models)
-    queued = dict(concurrency_limit=policy.concurrency, concurrency_id="models")
+    # Every run enters its handler at once and waits in the handlers' Line, which can say
+    # "busy, N ahead of you"; Gradio's limit only bounds the threads, with room to refuse a few.
+    # preprocess=False: Settings checks the raw values, so a script's "abc" or 1e30 gets a sentence.
+    slots = policy.concurrency + policy.max_waiting + REFUSING
+    queued = dict(concurrency_limit=slots, concurrency_id="models", preprocess=False)
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session())
@@ -146,16 +152,16 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(
-            on_gpu(handlers.generate), session, [*outputs, session], inputs_kwargs=play,
+            handlers.generate, session, [*outputs, session], inputs_kwargs=play,
             api_name="generate", **queued)
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
-            on_gpu(handlers.compare), [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
+            handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)
         # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
         cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
         step.input(handlers.inspect, [session, step], inspector, **instant)
-    demo.queue(default_concurrency_limit=policy.concurrency)
+    demo.queue(default_concurrency_limit=policy.concurrency, max_size=slots)  # a flood beyond: Gradio's 503
     return demo
 

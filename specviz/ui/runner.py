@@ -23,7 +23,9 @@ from ..errors import SpecvizError
 from ..events import RunEnd, StepEvent
 from ..interleave import interleave
 from ..render import Labels, Trace
-from .settings import NO_DRAFTER, PROMPT_LOOKUP, Policy, Settings
+from .limits import Deadline
+from .policy import Policy
+from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -42,6 +44,7 @@ class Frame:
     greedy: bool = True
     final: bool = False
     target: str = ""
+    ahead: int | None = None  # runs ahead of this one in the line, while it waits
 
     @property
     def spec(self) -> Trace:
@@ -96,18 +99,20 @@ class Labeler:
         return tuple(out)
 
 
-def loading(models, name: str, role: str, frame: Frame, should_stop) -> Generator[Frame, None, object]:
+def loading(models, name: str, role: str, frame: Frame, should_stop,
+            cache_bytes: int | None = None) -> Generator[Frame, None, object]:
     """Load a model in a helper thread, yielding the frame with each progress message.
 
     Returns the loaded model, or None when the visitor pressed Stop meanwhile (the load
-    finishes in the background and lands in the shared cache).
+    finishes in the background and lands in the shared cache). cache_bytes: the policy's
+    budget for the weights the shared cache keeps (models.load drops the least recently used).
     """
     messages: queue.SimpleQueue = queue.SimpleQueue()
     box: dict = {}
 
     def work():
         try:
-            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)))
+            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)), cache_bytes=cache_bytes)
         except BaseException as e:  # handed to the generator below, which re-raises it
             box["error"] = e
         finally:
@@ -132,24 +137,29 @@ def loading(models, name: str, role: str, frame: Frame, should_stop) -> Generato
     return box["loaded"]
 
 
-def make_drafter(models, name: str, target, frame: Frame, should_stop):
+def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_bytes: int | None = None):
     """The drafter called `name` (a generator: loading a draft model reports progress)."""
     if not choose.needs_model(name):
         return choose.make_drafter(name, target)
-    loaded = yield from loading(models, name, "draft model", frame, should_stop)
+    loaded = yield from loading(models, name, "draft model", frame, should_stop, cache_bytes)
     if loaded is None:
         return None
     return choose.draft_model(target, loaded, name)
 
 
-def readable(error: BaseException) -> str:
-    """The message a person sees for an error from anywhere below the UI."""
+def readable(error: BaseException, hosted: bool = False) -> str:
+    """The message a person sees for an error from anywhere below the UI.
+
+    A hosted app keeps an unexpected error's text (which may hold paths) in its log.
+    """
     if isinstance(error, SpecvizError):
         return str(error)
     if isinstance(error, OUT_OF_MEMORY):
         return ("out of memory: try a smaller model, fewer new tokens or a shorter prompt "
                 f"({type(error).__name__})")
     log.exception("unexpected error in a run", exc_info=error)
+    if hosted:
+        return f"unexpected error ({type(error).__name__}); the details are in the server's log"
     return f"unexpected error ({type(error).__name__}): {error}"
 
 
@@ -159,12 +169,14 @@ def _follow(events, trace: Trace, labeler: Labeler, frame: Frame) -> Iterator[Fr
         yield frame
 
 
-def _finish(frame: Frame) -> None:
+def _finish(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
     tokens = max(len(t.token_ids) for t in traces)
     frame.state = "stopped" if stopped else "done"
     frame.message = f"Stopped after {tokens} tokens." if stopped else f"Done: {tokens} tokens."
+    if stopped and deadline.passed:
+        frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {tokens} tokens."
     frame.fraction = None
 
 
@@ -172,21 +184,22 @@ class _Stopped(Exception):
     """Stop was pressed before the first token: there is nothing to show but that."""
 
 
-def _prepare(s: Settings, models, frame: Frame, should_stop):
+def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop):
     """Check the settings, load the target, encode the prompt: (target, prompt ids, config)."""
     cfg = s.config()
-    target = yield from loading(models, s.target, "target", frame, should_stop)
+    target = yield from loading(models, s.target, "target", frame, should_stop, policy.model_bytes)
     if target is None:
         raise _Stopped
     ids = models.encode_prompt(target, s.prompt, chat=s.chat)
+    policy.check_prompt_tokens(len(ids))
     return target, ids, replace(cfg, eos_token_ids=target.eos_token_ids)
 
 
-def _end(frame: Frame, error: BaseException | None) -> Frame:
+def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
     if isinstance(error, _Stopped):
         frame.state, frame.message = "stopped", "Stopped before the run started."
     elif error is not None:  # shown in the page; the app keeps serving
-        frame.state, frame.message = "error", readable(error)
+        frame.state, frame.message = "error", readable(error, hosted)
     frame.fraction, frame.final = None, True
     return frame
 
@@ -195,13 +208,14 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     """The speculative run and the baseline, advanced in turn (never concurrently)."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
                   greedy=s.greedy, target=s.target)
-    error = None
+    error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         policy.check(s)
-        target, ids, cfg = yield from _prepare(s, models, frame, should_stop)
-        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop)
+        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes)
         if should_stop():
             raise _Stopped
+        should_stop.start()
         frame.state, frame.message, frame.fraction = "running", f"Generating with {target.name}…", None
         steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
                            baseline_generate(target.model, ids, cfg, should_stop))
@@ -210,10 +224,10 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         for which, event in steps:
             traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
             yield frame
-        _finish(frame)
+        _finish(frame, should_stop)
     except Exception as e:
         error = e
-    _end(frame, error)
+    _end(frame, error, policy.hosted)
     if frame.state == "error":
         frame.spec.error = frame.message  # the panel says why it is empty
     yield frame
@@ -225,14 +239,15 @@ def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]
     drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(d), k=s.k) for d in drafters],
                   greedy=s.greedy, target=s.target)
-    error = None
+    error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         if not drafters:
             raise SpecvizError("pick at least one drafter to compare with the baseline")
         policy.check(replace(s, drafter=NO_DRAFTER))
         for name in drafters:
             policy.check_drafter(name)
-        target, ids, cfg = yield from _prepare(s, models, frame, should_stop)
+        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        should_stop.start()
         total = len(drafters) + 1
         frame.state, frame.message, frame.fraction = "running", f"Run 1 of {total}: baseline", 0.0
         yield from _follow(baseline_generate(target.model, ids, cfg, should_stop), frame.base,
@@ -243,21 +258,21 @@ def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]
             frame.state, frame.fraction = "running", (i - 1) / total
             frame.message = f"Run {i} of {total}: {trace.label}"
             try:
-                drafter = yield from make_drafter(models, name, target, frame, should_stop)
+                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes)
             except Exception as e:  # one bad drafter must not sink the others
-                trace.error = readable(e)
+                trace.error = readable(e, policy.hosted)
                 continue
             if should_stop():
                 break
             frame.state, frame.message = "running", f"Run {i} of {total}: {trace.label}"
             yield from _follow(speculative_generate(target.model, drafter, ids, cfg, should_stop), trace,
                                Labeler(models, target, ids), frame)
-        _finish(frame)
+        _finish(frame, should_stop)
         if any(t.error for t in frame.runs) and frame.state == "done":
             frame.message += " Some drafters could not run: see their panels."
     except Exception as e:
         error = e
-    yield _end(frame, error)
+    yield _end(frame, error, policy.hosted)
 
 
 def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic) -> Iterator[Frame]:

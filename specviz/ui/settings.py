@@ -1,15 +1,13 @@
-"""What a visitor asked for (Settings) and what this deployment allows (Policy).
+"""What a visitor asked for (Settings), from the page's controls or a script's API call.
 
-Hosted mode (a Hugging Face Space, or SPECVIZ_HOSTED=1) serves strangers: models only
-from an allow-list (no local paths, never remote code), a cap on new tokens and one run
-at a time. The checks run on the server, so a script calling the API directly meets the
-same rules as the page.
+Every value is checked here, on the server, whatever sent it: a script may send strings,
+NaN or 1e30 where the page's sliders send numbers, and gets a sentence back, never a
+traceback. What a deployment allows is policy.py's business.
 """
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import dataclass, fields, replace
-from typing import Mapping
 
 from ..engine import GenerationConfig
 from ..errors import SpecvizError
@@ -20,92 +18,44 @@ PROMPT_LOOKUP = "prompt lookup"
 LAYER_SKIP = "layerskip"
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
-# The page's k slider stops here so each of its steps is easy to hit; the engine and the
-# CLI accept up to engine.K_MAX.
-K_SLIDER_MAX = 16
-
-# (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
-# the one model that needs no Hugging Face Hub; the others share its tokenizer.
-TARGETS = (
-    ("SmolLM2-135M-Instruct (embedded, offline)", "default"),
-    ("SmolLM2-360M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-360M-Instruct"),
-    ("SmolLM2-1.7B-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
-)
-DRAFTERS = (
-    ("none (plain steps)", NO_DRAFTER),
-    ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
-    ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
-    ("EAGLE head (trained for the embedded model)", "eagle"),
-    ("Medusa heads (trained for the embedded model)", "medusa"),
-    ("distilled draft model (trained for the embedded model)", "draft"),
-    ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
-)
 
 
-@dataclass(frozen=True)
-class Policy:
-    """What this deployment lets visitors choose."""
-
-    hosted: bool = False
-    targets: tuple = TARGETS  # (label, value) pairs offered in the page
-    drafters: tuple = DRAFTERS
-    default_target: str = "default"
-    default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "medusa", "draft")
-    max_new_tokens: int = 1024
-    concurrency: int = 1  # runs at once; more than one would make the timings lie
-
-    def _allowed(self, name: str, pairs) -> bool:
-        return name in {value for _, value in pairs}
-
-    def check(self, s: "Settings") -> None:
-        """Raise SpecvizError if these settings are not allowed here."""
-        if s.max_new_tokens > self.max_new_tokens:
-            raise SpecvizError(f"max new tokens is capped at {self.max_new_tokens} here, got {s.max_new_tokens}")
-        if not self.hosted:
-            return
-        if not self._allowed(s.target, self.targets):
-            names = ", ".join(v for _, v in self.targets)
-            raise SpecvizError(f"this hosted app only runs these targets: {names} (got {s.target!r})")
-        self.check_drafter(s.drafter)
-
-    def check_drafter(self, name: str) -> None:
-        if self.hosted and not self._allowed(name, self.drafters):
-            names = ", ".join(v for _, v in self.drafters)
-            raise SpecvizError(f"this hosted app only offers these drafters: {names} (got {name!r})")
-
-
-def hosted_policy(**overrides) -> Policy:
-    return replace(Policy(hosted=True, max_new_tokens=256, concurrency=1), **overrides)
-
-
-def policy_from_env(environ: Mapping[str, str] = os.environ) -> Policy:
-    """Hosted when running on a Space (SPACE_ID is set there) or when SPECVIZ_HOSTED=1."""
-    if environ.get("SPACE_ID") or environ.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes"):
-        return hosted_policy()
-    return Policy()
-
-
-def _int(value, name: str) -> int:
+def _number(value, name: str, whole: bool):
+    """A control's value as a finite number; scripts may send strings, NaN or 1e30."""
+    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+        raise SpecvizError(f"{name} must be a number, got {value!r}")
+    if whole and isinstance(value, int):
+        return value
+    text = value.strip() if isinstance(value, str) else value
+    if whole and isinstance(text, str):
+        try:
+            return int(text)  # exact, however long
+        except ValueError:
+            pass
     try:
-        f = float(value)
+        f = float(text)
     except (TypeError, ValueError):
-        raise SpecvizError(f"{name} must be a whole number, got {value!r}") from None
-    if f != int(f):
+        raise SpecvizError(f"{name} must be a {'whole number' if whole else 'number'}, got {value!r}") from None
+    if not math.isfinite(f):
+        raise SpecvizError(f"{name} must be a finite number, got {value!r}")
+    if whole and f != int(f):
         raise SpecvizError(f"{name} must be a whole number, got {value!r}")
-    return int(f)
+    return int(f) if whole else f
 
 
-def _float(value, name: str) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise SpecvizError(f"{name} must be a number, got {value!r}") from None
+def _bool(value, name: str) -> bool:
+    if isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise SpecvizError(f"{name} must be true or false, got {value!r}")
 
 
 # How a control's value becomes a Settings field, by the field's type.
-_CONVERT = {"str": lambda v, name: "" if v is None else str(v), "int": _int, "float": _float,
-            "bool": lambda v, name: bool(v)}
+_CONVERT = {"str": lambda v, name: "" if v is None else str(v),
+            "int": lambda v, name: _number(v, name, whole=True),
+            "float": lambda v, name: _number(v, name, whole=False), "bool": _bool}
 _ENGINE, _SAMPLING = GenerationConfig(), Sampling()  # the engine's defaults are the app's
 
 
@@ -145,7 +95,9 @@ class Settings:
         s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NO_DRAFTER)
         if mode is None:
             return s
-        if str(mode).lower().startswith(SAMPLING):
+        if str(mode).strip().lower() not in (GREEDY, SAMPLING):
+            raise SpecvizError(f"mode must be {GREEDY!r} or {SAMPLING!r}, got {mode!r}")
+        if str(mode).strip().lower() == SAMPLING:
             if s.temperature <= 0:
                 raise SpecvizError("sampling needs a temperature above 0 (choose greedy for temperature 0)")
             return s

@@ -27,7 +27,8 @@ def playground_summary(frame: Frame) -> dict:
     spec, base = frame.spec, frame.base
     same, first_difference = agreement(spec, base)
     return {
-        "state": frame.state, "message": frame.message, "target": frame.target, "greedy": frame.greedy,
+        "state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
+        "greedy": frame.greedy,
         "identical": same if frame.greedy else None, "first_difference": first_difference,
         "headline": headline(spec, base).to_dict(),
         "speculative": _run_dict(spec), "baseline": _run_dict(base),
@@ -60,7 +61,8 @@ def compare_values(frame: Frame) -> list:
     """status, table, two charts, side-by-side panels, summary."""
     rows = compare_rows(frame.base, frame.runs)
     speed, quality = compare_figures(rows)
-    summary = {"state": frame.state, "message": frame.message, "target": frame.target, "rows": rows,
+    summary = {"state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
+               "rows": rows,
                "runs": [_run_dict(t) for t in [frame.base, *frame.runs]]}
     return [
         status_html(frame.message, frame.state, frame.fraction),

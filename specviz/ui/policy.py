@@ -1,0 +1,159 @@
+"""What this deployment allows (Policy): which models visitors may pick, and how much load
+one visitor may put on the machine.
+
+Local mode (`python app.py` on loopback) trusts its one user: any model, any path. Hosted
+mode serves strangers: on a Hugging Face Space (SPACE_ID is set there), with
+SPECVIZ_HOSTED=1, or when strangers can reach a local app (listening beyond loopback, or
+shared through a gradio.live link) unless its operator trusts every visitor
+(--trust-visitors or SPECVIZ_TRUST_VISITORS=1). There models come only from an allow-list
+(no paths, so no error can tell whether a path exists; never remote code), the targets
+offered are those that fit the machine's memory, loaded models are dropped least recently
+used under a memory budget, and prompts, new tokens, run time, the line of waiting runs and
+each visitor's runs are capped. The checks run on the server, so a script calling the API
+meets the same rules as the page.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import pathlib
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from ..errors import SpecvizError
+from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
+
+# (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
+# the one model that needs no Hugging Face Hub; the others share its tokenizer.
+TARGETS = (
+    ("SmolLM2-135M-Instruct (embedded, offline)", "default"),
+    ("SmolLM2-360M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    ("SmolLM2-1.7B-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
+)
+PARAMETERS = {"default": 134.5e6, "HuggingFaceTB/SmolLM2-360M-Instruct": 362e6,
+              "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.71e9}  # to judge fit before downloading
+DRAFTERS = (
+    ("none (plain steps)", NO_DRAFTER),
+    ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
+    ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
+    ("EAGLE head (trained for the embedded model)", "eagle"),
+    ("Medusa heads (trained for the embedded model)", "medusa"),
+    ("distilled draft model (trained for the embedded model)", "draft"),
+    ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
+)
+MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
+RESIDENT_PER_WEIGHT_BYTE = 2.5  # weights + MKL's packed copies (~1.3x) + activations and KV caches
+CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
+TRUE = ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What this deployment lets visitors choose, and the load one run may put on it."""
+
+    hosted: bool = False
+    targets: tuple = TARGETS  # (label, value) pairs offered in the page
+    drafters: tuple = DRAFTERS
+    default_target: str = "default"
+    default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
+    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "medusa", "draft")
+    max_new_tokens: int = 1024
+    max_prompt_tokens: int | None = None  # None: the model's context is the limit
+    max_run_seconds: float | None = None  # a run past it stops, keeping what it produced
+    concurrency: int = 1  # runs at once; more than one would make the timings lie
+    max_waiting: int = 16  # runs waiting for a turn; one more is told the app is busy
+    runs_per_visitor: int | None = None  # running or waiting, per browser tab or API client
+    model_bytes: int | None = None  # weights kept loaded, least recently used dropped; None: all
+
+    def _allowed(self, name: str, pairs) -> bool:
+        return name in {value for _, value in pairs}
+
+    def check(self, s: Settings) -> None:
+        """Raise SpecvizError if these settings are not allowed here."""
+        if s.max_new_tokens > self.max_new_tokens:
+            raise SpecvizError(f"max new tokens is capped at {self.max_new_tokens} here, got {s.max_new_tokens}")
+        if self.max_prompt_tokens and len(s.prompt) > self.max_prompt_tokens * CHARS_PER_TOKEN:
+            raise SpecvizError(f"the prompt is {len(s.prompt):,} characters: this app takes prompts of up to "
+                               f"{self.max_prompt_tokens:,} tokens")
+        if not self.hosted:
+            return
+        if not self._allowed(s.target, self.targets):
+            names = ", ".join(v for _, v in self.targets)
+            raise SpecvizError(f"this hosted app only runs these targets: {names} (got {s.target!r})")
+        self.check_drafter(s.drafter)
+
+    def check_drafter(self, name: str) -> None:
+        if self.hosted and not self._allowed(name, self.drafters):
+            names = ", ".join(v for _, v in self.drafters)
+            raise SpecvizError(f"this hosted app only offers these drafters: {names} (got {name!r})")
+
+    def check_prompt_tokens(self, n: int) -> None:
+        if self.max_prompt_tokens and n > self.max_prompt_tokens:
+            raise SpecvizError(f"the prompt is {n:,} tokens: this app takes prompts of up to "
+                               f"{self.max_prompt_tokens:,} tokens, so shorten it")
+
+
+def memory_limit() -> int:
+    """Bytes of memory this process may use: the machine's RAM, or its container's limit if lower."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = pathlib.Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else 16 << 30
+
+
+def weights_bytes(target: str) -> float | None:
+    """The bytes an allow-listed target's weights take in the dtype this machine loads it in."""
+    from ..models import pick_device, pick_dtype
+
+    params = PARAMETERS.get(target)
+    return None if params is None else params * pick_dtype(pick_device()).itemsize
+
+
+def hosted_policy(memory: int | None = None, **overrides) -> Policy:
+    """The policy for strangers on a machine with `memory` bytes (default: this one's).
+
+    The embedded target is always offered; another only if its weights fit the budget.
+    """
+    memory = memory_limit() if memory is None else memory
+    budget = int(memory * MODEL_SHARE / RESIDENT_PER_WEIGHT_BYTE)
+    targets = tuple((label, name) for label, name in TARGETS
+                    if name == "default" or (weights_bytes(name) or 0) <= budget)
+    policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
+                    max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget)
+    return replace(policy, **overrides)
+
+
+def exposed(host: str | None, share: bool = False) -> bool:
+    """Can strangers reach the app: a public share link, or listening beyond loopback?"""
+    if share:
+        return True
+    host = (host or "127.0.0.1").strip().strip("[]")
+    if host.lower() == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a host name: it may resolve to anything
+
+
+def policy_from_env(environ: Mapping[str, str] = os.environ, host: str | None = None, share: bool = False,
+                    trust_visitors: bool | None = None) -> Policy:
+    """Hosted on a Space (SPACE_ID), with SPECVIZ_HOSTED=1, or when the app is exposed (`host`,
+    default $GRADIO_SERVER_NAME, beyond loopback, or `share`) and visitors are not trusted
+    (`trust_visitors`, default $SPECVIZ_TRUST_VISITORS)."""
+    if environ.get("SPACE_ID") or environ.get("SPECVIZ_HOSTED", "").strip().lower() in TRUE:
+        return hosted_policy()
+    if trust_visitors is None:
+        trust_visitors = environ.get("SPECVIZ_TRUST_VISITORS", "").strip().lower() in TRUE
+    if exposed(host if host is not None else environ.get("GRADIO_SERVER_NAME"), share) and not trust_visitors:
+        return hosted_policy()
+    return Policy()

@@ -1,0 +1,119 @@
+"""Many visitors at once, and many runs in a row, against a live local app (loopback only).
+
+Bounded: 8 visitors plus two refused requests, 50 short runs, tiny offline models; every
+wait has a deadline, and the server closes at the end of the module.
+"""
+from __future__ import annotations
+
+import gc
+import pathlib
+import threading
+import time
+
+import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from gradio_client import Client
+
+from specviz import models as real_models
+from specviz.engine import GenerationConfig, baseline_generate
+from specviz.events import RunEnd
+
+VISITORS = 8
+SETTINGS = dict(drafter="prompt lookup", k=4, dynamic_k=False, mode="greedy", temperature=0.7, top_k=0, top_p=1.0,
+                repetition_penalty=1.0, seed=0, max_new_tokens=12, chat=True)
+WORDS = "one two three four five six seven eight".split()
+
+
+class Gate:
+    """specviz.models whose load waits for the test to open the gate, so runs pile up in the line."""
+
+    def __init__(self):
+        self.opened = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(real_models, name)
+
+    def load(self, *args, **kwargs):
+        assert self.opened.wait(60), "the test never opened the gate"
+        return real_models.load(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def gated_app(app_models):
+    gate = Gate()
+    policy = app_policy(app_models, concurrency=1, max_waiting=VISITORS - 1, runs_per_visitor=1)
+    with serve_app(policy, models=gate, examples=[]) as url:
+        yield url, gate
+        gate.opened.set()  # never leave a run blocked behind the gate
+
+
+def latest(job) -> dict:
+    outputs = job.outputs()
+    return outputs[-1][-1] if outputs else {}
+
+
+def generate(client, target, **overrides) -> dict:
+    *_, summary = client.predict(**dict(SETTINGS, prompt=PROMPT, target=target, **overrides), api_name="/generate")
+    return summary
+
+
+def plain_greedy(target: str, prompt: str, n: int) -> list[int]:
+    loaded = real_models.load(target)
+    ids = real_models.encode_prompt(loaded, prompt, chat=True)
+    *_, end = baseline_generate(loaded.model, ids, GenerationConfig(max_new_tokens=n,
+                                                                    eos_token_ids=loaded.eos_token_ids))
+    assert isinstance(end, RunEnd)
+    return list(end.token_ids)
+
+
+def test_visitors_wait_their_turn_get_their_own_results_and_the_next_is_told_busy(gated_app, app_models):
+    url, gate = gated_app
+    target = app_models["target"]
+    clients = [Client(url, verbose=False) for _ in range(VISITORS + 1)]
+    prompts = [f"{PROMPT} {word}" for word in WORDS]
+    jobs = [c.submit(**dict(SETTINGS, prompt=p, target=target, max_new_tokens=8 + i), api_name="/generate")
+            for i, (c, p) in enumerate(zip(clients, prompts))]
+
+    # One run holds the models (stuck behind the gate), seven wait, each told its place.
+    deadline = time.monotonic() + 60
+    while sorted(latest(j).get("ahead") or 0 for j in jobs) != list(range(VISITORS)):
+        assert time.monotonic() < deadline, [latest(j).get("message") for j in jobs]
+        time.sleep(0.05)
+    assert all(f"{latest(j)['ahead']} run" in latest(j)["message"] for j in jobs if latest(j)["ahead"])
+
+    late = generate(clients[-1], target)  # a ninth visitor: the line is full
+    assert late["state"] == "busy" and "busy: 8 runs ahead of you" in late["message"]
+    again = generate(clients[3], target)  # a visitor who already has a run waiting
+    assert again["state"] == "busy" and "already have a run" in again["message"]
+
+    gate.opened.set()
+    opened = time.monotonic()
+    summaries = [job.result(timeout=120)[-1] for job in jobs]
+    print(f"{VISITORS} queued runs done {time.monotonic() - opened:.1f} s after the gate opened")
+    for i, (summary, prompt) in enumerate(zip(summaries, prompts)):
+        assert summary["state"] == "done", summary["message"]
+        assert summary["speculative"]["token_ids"] == summary["baseline"]["token_ids"] \
+            == plain_greedy(target, prompt, 8 + i)  # this visitor's prompt and length, nobody else's
+
+
+def rss_bytes() -> int:
+    return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not pathlib.Path("/proc/self/statm").exists(), reason="reads Linux's /proc")
+def test_fifty_runs_in_a_row_grow_memory_less_than_five_percent(gated_app, app_models):
+    url, gate = gated_app
+    gate.opened.set()
+    client = Client(url, verbose=False)
+    for _ in range(5):  # warm up: models, caches, Gradio's first-call allocations
+        assert generate(client, app_models["target"])["state"] == "done"
+    gc.collect()
+    before, started = rss_bytes(), time.monotonic()
+    for i in range(50):
+        assert generate(client, app_models["target"], seed=i)["state"] == "done"
+    gc.collect()
+    after = rss_bytes()
+    print(f"50 runs in {time.monotonic() - started:.1f} s; RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB "
+          f"({(after - before) / before:+.1%})")
+    assert after < before * 1.05
