@@ -69,25 +69,37 @@ class EagleHead(nn.Module):
         Without a cache the T positions are a whole sequence (training); with one they follow
         what the cache holds (drafting, batch 1), causally unless a tree passes its own
         `positions` (T,) and `mask` (T, cached + T)."""
-        x = self.fc(torch.cat([h, e], dim=-1))
-        B, T, _ = x.shape
         start = cache.length if cache is not None else 0
         if positions is None:
-            positions = torch.arange(start, start + T, device=x.device)
-        a = self.ln1(x)
-        cos, sin = rotary(self.inv_freq, positions, x.dtype)
-        q = rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
-        k = rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
-        v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
+            positions = torch.arange(start, start + h.shape[1], device=h.device)
+        x, q, k, v = self.project(h, e, positions)
         if cache is None:
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
+            T = x.shape[1]
             cache.reserve(start + T)
             keys, values = write(cache.k[0], cache.v[0], start, k[0], v[0])
             cache.length = start + T
             if mask is None:
                 mask = causal_mask(T, start, x.device)
             att = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, enable_gqa=True)
+        return self.finish(x, att)
+
+    def project(self, h: torch.Tensor, e: torch.Tensor, positions: torch.Tensor):
+        """The layer's input x = fc(h, e) (B, T, H) and its queries, keys and values
+        (B, heads, T, head_dim), rotated to `positions` (T,)."""
+        x = self.fc(torch.cat([h, e], dim=-1))
+        B, T, _ = x.shape
+        a = self.ln1(x)
+        cos, sin = rotary(self.inv_freq, positions, x.dtype)
+        q = rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
+        k = rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
+        v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
+        return x, q, k, v
+
+    def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        """The layer's input and its attention output -> predicted features (B, T, H)."""
+        B, T, _ = x.shape
         x = x + self.o(att.transpose(1, 2).reshape(B, T, -1))
         b = self.ln2(x)
         x = x + self.down(F.silu(self.gate(b)) * self.up(b))
