@@ -16,7 +16,7 @@ from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
 from specviz.drafters.eagle import Eagle, EagleHead, eagle_config
 from specviz.drafters.eagle import drafter_from as eagle_from
-from specviz.drafters.medusa import Medusa, MedusaHeads
+from specviz.drafters.medusa import Medusa, MedusaHeads, TargetHead
 from specviz.drafters.medusa import drafter_from as medusa_from
 from specviz.sampling import Processor
 from specviz.tree import check_parents
@@ -182,19 +182,20 @@ def test_sampled_tokens_follow_the_target(kind):
 
 # --- training -------------------------------------------------------------------------
 
-def corpus_of(target, n: int = 6, top_k: int = 4) -> Corpus:
+def corpus_of(target, n: int = 6, top_k: int = 4, seed: int = 9, tokens: int = 20) -> Corpus:
     """Self-distillation in miniature: the target's greedy answers, its states and top-K."""
-    g = torch.Generator().manual_seed(9)
+    g = torch.Generator().manual_seed(seed)
+    vocab = target.config.vocab_size
     seqs = []
     for i in range(n):
-        prompt = torch.randint(0, 96, (6,), generator=g).tolist()
-        _, end = collect(baseline_generate(target, prompt, GenerationConfig(max_new_tokens=20)))
+        prompt = torch.randint(0, vocab, (6,), generator=g).tolist()
+        _, end = collect(baseline_generate(target, prompt, GenerationConfig(max_new_tokens=tokens)))
         ids = prompt + list(end.token_ids)
         with torch.inference_mode():
             h = target.model(torch.tensor([ids])).last_hidden_state[0]
             top = torch.softmax(target.lm_head(h), -1).topk(top_k)
-        seqs.append(Seq(torch.tensor(ids), len(prompt), h.half(), top.indices, top.values.half(), f"p{i}"))
-    return Corpus(seqs, {"vocab": 96})
+        seqs.append(Seq(torch.tensor(ids), len(prompt), h.half(), top.indices, top.values.half(), f"s{seed}p{i}"))
+    return Corpus(seqs, {"vocab": vocab})
 
 
 @pytest.mark.parametrize("recipe", [MedusaRecipe(heads=2, subset=48), EagleRecipe(subset=48), EagleRecipe(subset=0)],
@@ -206,7 +207,7 @@ def test_a_few_training_steps_lower_the_loss_and_the_result_reloads(target, reci
     module = recipe.build(loaded, corpus)
     opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
     losses = []
-    for step in range(25):
+    for step in range(30):
         loss, metrics = recipe.loss(module, loaded, corpus.sequences)
         opt.zero_grad()
         loss.backward()
@@ -227,3 +228,47 @@ def test_a_few_training_steps_lower_the_loss_and_the_result_reloads(target, reci
 def started_with(d, target, ids):
     d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"), hidden=hidden_of(target, ids)[:-1])
     return d
+
+
+def test_unrolled_loss_at_depth_1_is_the_teacher_forced_loss(target):
+    """Depth 1 is one teacher-forced pass: smooth-L1 to the next feature plus 0.5 x the
+    cross-entropy to the target's top-K, averaged over positions; deeper unrolls add terms."""
+    loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
+    seqs = corpus_of(target).sequences  # all of one length: no padding
+    torch.manual_seed(0)
+    one, four = EagleRecipe(subset=48, unroll=1, noise=0.0), EagleRecipe(subset=48, unroll=4, noise=0.0)
+    head = one.build(loaded, Corpus(seqs))
+    ids = torch.stack([s.ids for s in seqs])
+    h, top_p = torch.stack([s.hidden for s in seqs]).float(), torch.stack([s.top_p for s in seqs]).float()
+    top_ids = torch.stack([s.top_ids for s in seqs])
+    with torch.no_grad():
+        pred = head(h[:, :-1], target.model.embed_tokens(ids[:, 1:]))
+        lm = TargetHead(target, head.subset)
+        logq = torch.log_softmax(lm.logits(pred), -1)
+        col = lm.positions(top_ids[:, 1:])
+        ce = -(top_p[:, 1:] * logq.gather(-1, col.clamp(min=0)) * (col >= 0)).sum(-1).mean()
+        expected = torch.nn.functional.smooth_l1_loss(pred, h[:, 1:]) + 0.5 * ce
+        loss, metrics = one.loss(head, loaded, seqs)
+        deeper, deep_metrics = four.loss(head, loaded, seqs)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert deep_metrics["ce1"] == pytest.approx(metrics["ce1"], rel=1e-5) and deeper > loss
+    assert {"ce4", "top1_4"} <= deep_metrics.keys()
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle-subset", "medusa-subset"])
+def test_teacher_forced_drafts_are_the_drafters_own(target, kind):
+    """On the text its own drafts make, the recipe's one-pass depth-d prediction after context
+    x_<n is the drafter's draft d: same positions, features, attention and subset."""
+    loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
+    recipe = MedusaRecipe() if kind.startswith("medusa") else EagleRecipe()
+    ids = list(range(30, 50))
+    for n in (3, 9, 20):
+        with torch.inference_mode():
+            d = started(kind, target, ids[:n])
+            draft = d.propose(ids[:n], 4).tokens.tolist()
+            text = ids[:n] + draft[:-1]
+            h = hidden_of(target, text)
+            seq = Seq(torch.tensor(text), n, h, torch.zeros(len(text), 1, dtype=torch.long), torch.zeros(len(text), 1))
+            module = d.heads if kind.startswith("medusa") else d.head
+            forced = recipe.drafts(module, loaded, [seq], 4)[0]
+        assert forced[n, :len(draft)].tolist() == draft

@@ -66,6 +66,21 @@ class DraftRecipe:
             top1 = (agree * valid).sum() / n
         return loss, {"top1": top1.item()}
 
+    @torch.no_grad()
+    def drafts(self, module: DistilledLM, target_loaded, batch: list[Seq], depth: int) -> torch.Tensor:
+        """(B, T, depth): [b, n, d-1] is draft d after context x_<n (-1: none); see evaluate.py.
+
+        The model reads tokens only, so once drafts 1..d-1 were kept its draft d is its
+        next-token guess after x_<n+d-1: row n+d-2 of one causal pass."""
+        ids, _, _, _ = _pad(batch, module.keep.device)
+        guess = module.keep[module(ids).argmax(-1)]  # (B, T): row r guesses x_{r+1}
+        T = ids.shape[1]
+        out = torch.full((len(batch), T, depth), -1, dtype=torch.long, device=ids.device)
+        for d in range(1, depth + 1):
+            lo, hi = max(0, 2 - d), min(T, T + 2 - d)
+            out[:, lo:hi, d - 1] = guess[:, lo + d - 2:hi + d - 2]
+        return out
+
     def drafter(self, module: DistilledLM, target_loaded) -> DistilledDrafter:
         module.fused = None  # weights changed since the last fold of the head
         return DistilledDrafter(module)

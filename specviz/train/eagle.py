@@ -5,28 +5,64 @@ predicted and the target's next hidden state) and a token loss (cross-entropy to
 target's top-K probabilities, read through the target's frozen LM head).
 
 Drafting feeds the head its own predicted features, which teacher forcing never shows
-it. Two things close that gap: Gaussian noise on the input features, and a second
-"rollout" pass whose input features are the first pass's predictions (so the head learns
-to continue from its own output), with the same targets.
+it. So training drafts as the engine does ("training-time test", EAGLE-3 / HASS): from
+every position at once the head is unrolled `unroll` steps on its own features, and step s
+is scored as draft s+1 would be. Its queries see the true features before the chain start
+and the chain's own earlier steps, exactly the pairs the head's cache holds when it drafts.
+Step s's loss is weighted decay**s; input features also get a little Gaussian noise.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..drafters.eagle import Eagle, EagleHead, eagle_config, init_from_target
-from .medusa import SUBSET, agreement, head_subset, lm_head, masked_mean, model_of, pad_batch, soft_ce
+from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
+                     shift, soft_ce)
 
 
+def unrolled(head: EagleHead, h: torch.Tensor, e: torch.Tensor, depth: int, noise: float = 0.0) -> list[torch.Tensor]:
+    """The head's own chain from every position: out[s][:, i] predicts h_{i+1+s}.
+
+    h (B, W, H): the target's features h_0..h_{W-1}; e (B, W, H): embeddings of x_1..x_W.
+    Step 0 reads the true pairs (h_i, x_{i+1}); step s reads (its own step s-1 output,
+    x_{i+1+s}) at position i+s and attends to the true pairs 0..i and to the chain's own
+    steps 1..s at row i: what drafting at depth s+1 sees once drafts 1..s were kept.
+    Rows past the text (i + s >= W) read zero embeddings; callers mask them out.
+    `noise`: Gaussian noise on the true features, relative to their RMS.
+    """
+    W = h.shape[1]
+    if noise:
+        h = h + torch.randn_like(h) * noise * h.detach().pow(2).mean().sqrt()
+    rows = torch.arange(W, device=h.device)
+    keys, values, out, f = [], [], [], h
+    for s in range(depth):
+        x, q, k, v = head.project(f, shift(e, s), rows + s)
+        keys.append(k)
+        values.append(v)
+        if s == 0:
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            # Row i sees step 0's rows 0..i, then its own row in each later step.
+            mask = torch.cat([rows[None, :] <= rows[:, None]] + [rows[None, :] == rows[:, None]] * s, dim=1)
+            att = F.scaled_dot_product_attention(q, torch.cat(keys, dim=2), torch.cat(values, dim=2),
+                                                 attn_mask=mask, enable_gqa=True)
+        f = head.finish(x, att)
+        out.append(f)
+    return out
+
+
+@dataclass
 class EagleRecipe:
-    kind = "eagle"
-
-    def __init__(self, subset: int = SUBSET, reg: float = 1.0, tok: float = 0.5, noise: float = 0.05,
-                 rollout: float = 0.5):
-        self.subset = subset
-        self.reg, self.tok = reg, tok  # weights of the feature and token losses
-        self.noise = noise  # input feature noise, relative to the features' RMS
-        self.rollout = rollout  # weight of the pass on the head's own predicted features (0 = off)
+    kind: str = "eagle"
+    subset: int = SUBSET  # rows of the target's LM head the drafts come from (0 = all)
+    reg: float = 1.0  # weight of the feature regression
+    tok: float = 0.5  # weight of the token loss
+    noise: float = 0.05  # input feature noise, relative to the features' RMS
+    unroll: int = 4  # drafting steps unrolled in training (1 = teacher forcing only)
+    decay: float = 0.8  # step s's loss is weighted decay**s
 
     def build(self, target_loaded, corpus) -> EagleHead:
         target = model_of(target_loaded)
@@ -38,33 +74,41 @@ class EagleRecipe:
     def config(self, module: EagleHead) -> dict:
         return dict(module.config)
 
-    def _pass(self, module, head, b, h_in, e, mask):
-        """One pass over all positions: (loss, predicted features, metrics)."""
-        if module.training and self.noise:
-            rms = h_in.detach().pow(2).mean().sqrt()
-            h_in = h_in + torch.randn_like(h_in) * self.noise * rms
-        pred = module(h_in, e)  # row i predicts the target's hidden after token i+1
-        reg = masked_mean(F.smooth_l1_loss(pred, b.hidden[:, 1:], reduction="none").mean(-1), mask)
-        logits = head.logits(pred)
-        ce = masked_mean(soft_ce(logits, head, b.top_ids[:, 1:], b.top_p[:, 1:]), mask)
-        top1 = masked_mean(agreement(logits.detach(), head, b.top_ids[:, 1:]), mask)
-        return self.reg * reg + self.tok * ce, pred, {"reg": reg.item(), "ce": ce.item(), "top1": top1.item()}
-
-    def loss(self, module: EagleHead, target_loaded, seqs):
-        target = model_of(target_loaded)
-        head = lm_head(module, target)
+    def _chain(self, module, target_loaded, seqs, depth, noise=0.0):
         b = pad_batch(seqs, module.subset.device)
         with torch.no_grad():
-            e = target.get_input_embeddings()(b.ids[:, 1:]).float()  # the token after each feature
-        mask = b.real(1, b.ids.shape[1] - 1).float()
-        total, pred, metrics = self._pass(module, head, b, b.hidden[:, :-1], e, mask)
-        if self.rollout:
-            # Position i now reads the head's own guess at h_i (the true h_0 has no guess).
-            own = torch.cat([b.hidden[:, :1], pred[:, :-1].detach()], dim=1)
-            loss2, _, m2 = self._pass(module, head, b, own, e, mask)
-            total = total + self.rollout * loss2
-            metrics.update({f"{k}_rollout": v for k, v in m2.items()})
+            e = model_of(target_loaded).get_input_embeddings()(b.ids[:, 1:]).float()  # x_1..x_{T-1}
+        return b, unrolled(module, b.hidden[:, :-1], e, depth, noise)
+
+    def loss(self, module: EagleHead, target_loaded, seqs):
+        head = lm_head(module, model_of(target_loaded))
+        b, preds = self._chain(module, target_loaded, seqs, self.unroll, self.noise if module.training else 0.0)
+        W = b.ids.shape[1] - 1
+        total, metrics = 0.0, {}
+        for s, pred in enumerate(preds):
+            mask = b.real(1 + s, W).float()  # row i's answer, the target's row i+1+s, is real text
+            reg = masked_mean(F.smooth_l1_loss(pred, shift(b.hidden[:, 1:], s), reduction="none").mean(-1), mask)
+            logits = head.logits(pred)
+            top_ids = shift(b.top_ids[:, 1:], s)
+            ce = masked_mean(soft_ce(logits, head, top_ids, shift(b.top_p[:, 1:], s)), mask)
+            total = total + self.decay ** s * (self.reg * reg + self.tok * ce)
+            if s == 0:
+                metrics["reg"] = reg.item()
+            metrics[f"ce{s + 1}"] = ce.item()
+            metrics[f"top1_{s + 1}"] = masked_mean(agreement(logits.detach(), head, top_ids), mask).item()
         return total, metrics
+
+    @torch.no_grad()
+    def drafts(self, module: EagleHead, target_loaded, seqs, depth: int) -> torch.Tensor:
+        """(B, T, depth): [b, n, d-1] is draft d after context x_<n (-1: none); see evaluate.py."""
+        head = lm_head(module, model_of(target_loaded))
+        b, preds = self._chain(module, target_loaded, seqs, depth)
+        T = b.ids.shape[1]
+        out = torch.full((len(seqs), T, depth), -1, dtype=torch.long, device=b.ids.device)
+        for s, pred in enumerate(preds):
+            # Chain start i (true h_i, pending x_{i+1}) is the step after context x_<i+2.
+            out[:, 2:, s] = best_tokens(head.logits(pred), head)[:, :T - 2]
+        return out
 
     def drafter(self, module: EagleHead, target_loaded) -> Eagle:
         return Eagle(model_of(target_loaded), module)

@@ -1,16 +1,20 @@
 """Recipe MEDUSA: train residual heads on the target's cached hidden states.
 
 Head j at position i learns the target's own distribution for token i+j+1 (the top-K
-probabilities the data cached after token i+j), so on greedy self-distilled text it learns
-the target's greedy continuation j+1 tokens ahead. Only positions whose intermediate
-tokens the target wrote itself (the response) count: that is what the heads see when
-drafting. The target's LM head stays frozen and shared; the heads alone learn.
+probabilities the data cached after token i+j): self-distillation as in Medusa-2, so on
+greedy self-distilled text it learns the target's greedy continuation j+1 tokens ahead.
+When drafting, the heads read h_i while x_{i+1} is the pending token (the target's own
+token, or the prompt's last one at the first step) and x_{i+2}.. are the target's own
+continuation, so positions count from the prompt's second-last token on (i + 2 >= the
+response start). The target's LM head stays frozen and shared (over a subset of rows);
+the heads alone learn.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, heads_config
 from .data import choose_subset
@@ -71,12 +75,20 @@ def soft_ce(logits: torch.Tensor, head: TargetHead, top_ids: torch.Tensor, top_p
     return -(top_p * picked).sum(-1)
 
 
+def best_tokens(logits: torch.Tensor, head: TargetHead) -> torch.Tensor:
+    """The token id of each row's argmax (through the subset): what a greedy draft picks."""
+    best = logits.argmax(-1)
+    return head.subset[best] if head.subset is not None else best
+
+
 def agreement(logits: torch.Tensor, head: TargetHead, top_ids: torch.Tensor) -> torch.Tensor:
     """1.0 where the head's argmax is the target's most likely token."""
-    best = logits.argmax(-1)
-    if head.subset is not None:
-        best = head.subset[best]
-    return (best == top_ids[..., 0]).float()
+    return (best_tokens(logits, head) == top_ids[..., 0]).float()
+
+
+def shift(x: torch.Tensor, s: int) -> torch.Tensor:
+    """(B, T, ...) moved s rows earlier along T, zero-filled at the end: row i holds row i+s."""
+    return x if s == 0 else F.pad(x[:, s:], (0, 0) * (x.dim() - 2) + (0, s))
 
 
 def head_subset(target_loaded, corpus, size: int) -> torch.Tensor | None:
@@ -92,11 +104,11 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+@dataclass
 class MedusaRecipe:
-    kind = "medusa"
-
-    def __init__(self, heads: int = 3, subset: int = SUBSET):
-        self.heads, self.subset = heads, subset
+    kind: str = "medusa"
+    heads: int = 3  # head j drafts the token j+1 after the newest target state
+    subset: int = SUBSET  # rows of the target's LM head the drafts come from (0 = all)
 
     def build(self, target_loaded, corpus) -> MedusaHeads:
         target = model_of(target_loaded)
@@ -120,13 +132,26 @@ class MedusaRecipe:
             # Head j at position i reads h_i and answers for the target's row i+j.
             width = T - j
             pos = torch.arange(width, device=b.ids.device).view(1, -1)
-            mask = (b.real(j, width) & (pos + 1 >= b.start.view(-1, 1))).float()
+            mask = (b.real(j, width) & (pos + 2 >= b.start.view(-1, 1))).float()
             logits = head.logits(z[j - 1, :, :width])
             ce = masked_mean(soft_ce(logits, head, b.top_ids[:, j:], b.top_p[:, j:]), mask)
             total = total + ce
             metrics[f"ce{j}"] = ce.item()
             metrics[f"top1_{j}"] = masked_mean(agreement(logits.detach(), head, b.top_ids[:, j:]), mask).item()
         return total, metrics
+
+    @torch.no_grad()
+    def drafts(self, module: MedusaHeads, target_loaded, seqs, depth: int) -> torch.Tensor:
+        """(B, T, depth): [b, n, d-1] is draft d after context x_<n (-1: none); see evaluate.py."""
+        head = lm_head(module, model_of(target_loaded))
+        b = pad_batch(seqs, module.subset.device)
+        T = b.ids.shape[1]
+        out = torch.full((len(seqs), T, depth), -1, dtype=torch.long, device=b.ids.device)
+        z = module(b.hidden)
+        for d in range(1, min(depth, len(module.blocks)) + 1):
+            # Head d reads h_i, the newest state the drafter has after context x_<i+2.
+            out[:, 2:, d - 1] = best_tokens(head.logits(z[d - 1]), head)[:, :T - 2]
+        return out
 
     def drafter(self, module: MedusaHeads, target_loaded) -> Medusa:
         return Medusa(model_of(target_loaded), module)
