@@ -145,4 +145,6 @@ def model_card(kind: str, card: dict) -> str:
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return " / ".join(_fmt(x) for x in v)
     return str(v)

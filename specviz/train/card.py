@@ -5,6 +5,7 @@ and writes.
 """
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import TYPE_CHECKING
 
@@ -33,8 +34,17 @@ def describe_target(target_loaded) -> str:
     return f"{target_loaded.name} (fingerprint {fingerprint(target_loaded.model)[:12]})"
 
 
-def describe_training(cfg: "TrainConfig", state: "Progress") -> dict:
+def describe_recipe(recipe) -> dict:
+    """The recipe's settings (a dataclass's fields), e.g. EAGLE's unroll depth."""
+    if not dataclasses.is_dataclass(recipe):
+        return {}
+    return {k: v for k, v in dataclasses.asdict(recipe).items() if k != "kind"}
+
+
+def describe_training(cfg: "TrainConfig", state: "Progress", sequences: int) -> dict:
     return {"steps": cfg.steps if state.step >= cfg.steps else f"{state.step} of {cfg.steps} (time cap)",
+            "epochs": round(state.step * cfg.batch / max(1, sequences), 2),
+            "schedule": f"AdamW, {cfg.warmup} warm-up steps, then cosine decay to a tenth of the lr",
             "batch": cfg.batch, "window": cfg.window, "lr": cfg.lr, "seed": cfg.seed,
             "seconds": round(state.seconds, 1),
             "train loss (mean of last 10%)": _tail_mean(state.history),

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import pathlib
 import re
@@ -25,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="folder for <kind>.safetensors, <kind>.md and checkpoint.pt "
                    "(default: trained-drafters/<target>)")
     p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 1500)")
+    p.add_argument("--epochs", type=float, default=None,
+                   help="passes over the training sequences instead of --steps (the schedule spans them)")
+    p.add_argument("--unroll", type=int, default=None,
+                   help="eagle: drafting steps unrolled on its own features in training (default 4)")
     p.add_argument("--batch", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warm-up, then cosine decay)")
     p.add_argument("--seed", type=int, default=0)
@@ -73,6 +78,10 @@ def main(args) -> int:
                    max_new_tokens=args.max_new_tokens)
     if args.steps is not None:
         check_positive(steps=args.steps)
+    if args.epochs is not None and not args.epochs > 0:
+        raise SpecvizError(f"--epochs must be positive, got {args.epochs}")
+    if args.unroll is not None:
+        check_positive(unroll=args.unroll)
     if not 0 < args.lr < 1:
         raise SpecvizError(f"--lr must be in (0, 1), got {args.lr}")
     if args.threads is not None:
@@ -85,6 +94,10 @@ def main(args) -> int:
     if args.data_minutes is not None and not args.data_minutes > 0:
         raise SpecvizError(f"--data-minutes must be positive, got {args.data_minutes}")
     recipe = None if args.data_only else recipe_for(args.kind)  # fail before the slow parts
+    if recipe is not None and args.unroll is not None:
+        if not hasattr(recipe, "unroll"):
+            raise SpecvizError(f"--unroll is for eagle, not {args.kind}")
+        recipe = dataclasses.replace(recipe, unroll=args.unroll)
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))
@@ -100,12 +113,14 @@ def main(args) -> int:
     if args.data_only:
         return 0
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
-    config = TrainConfig(steps=steps, lr=args.lr, batch=args.batch, seed=args.seed,
+    config = TrainConfig(steps=steps, epochs=args.epochs, lr=args.lr, batch=args.batch, seed=args.seed,
                          checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
                          eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes)
     train(recipe, target, corpus, out, config, resume=args.resume, log=say,
-          note={"command": f"`python -m specviz train {args.kind} --target {args.target} --steps {steps} "
-                           f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
+          note={"command": f"`python -m specviz train {args.kind} --target {args.target} "
+                           + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")
+                           + (f"--unroll {args.unroll} " if args.unroll else "")
+                           + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0

@@ -1,15 +1,18 @@
 """One training loop for every drafter family.
 
-A Recipe says what to build and what to minimise; `train` does the rest: seeded batches,
-AdamW with warm-up and cosine decay, a progress bar, atomic checkpoints every N steps,
-`resume` from the last one, a held-out loss, held-out acceptance (alpha, tau) measured
-through the real engine, and the saved drafter with its model card.
+A Recipe says what to build and what to minimise; `train` does the rest: epochs of
+seeded shuffled batches, AdamW with warm-up and cosine decay, a progress bar, atomic
+checkpoints every N steps, `resume` from the last one, the held-out measurements
+(evaluate.py: loss, teacher-forced top-1 by depth, alpha and tau through the real engine),
+and the saved drafter with its model card.
 
 Resuming gives the same result as an uninterrupted run: step s's batch depends only on
 (seed, s), and the checkpoint holds the weights, the optimiser state and the loss log.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import pathlib
 import time
@@ -20,8 +23,9 @@ import torch
 from torch import nn
 
 from ..errors import SpecvizError
-from .card import describe_data, describe_target, describe_training, save_with_card
+from .card import describe_data, describe_recipe, describe_target, describe_training, save_with_card
 from .data import Corpus, Seq
+from .evaluate import evaluate
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -33,6 +37,7 @@ class Recipe(Protocol):
     def config(self, module: nn.Module) -> dict: ...
     def loss(self, module: nn.Module, target_loaded, batch: list[Seq]) -> tuple[torch.Tensor, dict]: ...
     def drafter(self, module: nn.Module, target_loaded): ...
+    def drafts(self, module: nn.Module, target_loaded, batch: list[Seq], depth: int) -> torch.Tensor: ...
     # Optional: rebuild(config, state_dict, target_loaded) -> nn.Module, used to resume
     # (else build() on the same corpus, then load_state_dict).
 
@@ -45,16 +50,24 @@ def crop(seq: Seq, start: int, length: int) -> Seq:
 
 
 def sample_batch(corpus: Corpus, step: int, batch: int, seed: int, window: int) -> list[Seq]:
-    """Step `step`'s batch: a function of (seed, step) only, so resuming repeats it exactly."""
+    """Step `step`'s batch: the next `batch` sequences of a stream of epochs, each epoch a
+    seeded shuffle visiting every sequence once. A function of (seed, step) only, so
+    resuming repeats it exactly."""
+    n = len(corpus.sequences)
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    picks = torch.randint(len(corpus.sequences), (batch,), generator=g).tolist()
     out = []
-    for i in picks:
-        s = corpus.sequences[i]
+    for j in range(step * batch, (step + 1) * batch):
+        epoch, i = divmod(j, n)
+        s = corpus.sequences[_shuffle(n, seed, epoch)[i]]
         if len(s.ids) > window:
             s = crop(s, int(torch.randint(len(s.ids) - window + 1, (1,), generator=g)), window)
         out.append(s)
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _shuffle(n: int, seed: int, epoch: int) -> list[int]:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7_919 + epoch)).tolist()
 
 
 def learning_rate(step: int, steps: int, lr: float, warmup: int) -> float:
@@ -68,6 +81,7 @@ def learning_rate(step: int, steps: int, lr: float, warmup: int) -> float:
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 1000  # optimiser steps in the whole schedule
+    epochs: float | None = None  # when set: passes over the training sequences, which fix `steps`
     lr: float = 1e-3  # peak learning rate: linear warm-up, then cosine decay to a tenth
     batch: int = 8  # sequences per step
     seed: int = 0  # decides the initial weights and every step's batch
@@ -88,7 +102,15 @@ class TrainConfig:
                        window=self.window)
         if not 0 < self.lr < 1:
             raise SpecvizError(f"learning rate must be in (0, 1), got {self.lr}")
+        if self.epochs is not None and not self.epochs > 0:
+            raise SpecvizError(f"epochs must be positive, got {self.epochs}")
         return self
+
+    def for_data(self, sequences: int) -> "TrainConfig":
+        """This config with `steps` set by `epochs` over that many training sequences."""
+        if self.epochs is None:
+            return self
+        return dataclasses.replace(self, steps=max(1, math.ceil(self.epochs * sequences / self.batch)))
 
 
 @dataclass
@@ -118,6 +140,7 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
     train_c, held_c = corpus.split(cfg.held_out)
     if not train_c.sequences:
         raise SpecvizError("no training sequences left after holding out prompts: build more data")
+    cfg = cfg.for_data(len(train_c.sequences))
     module, opt, state = _start(recipe, target_loaded, train_c, cfg, out / CHECKPOINT if resume else None, say)
 
     bar = tqdm(total=cfg.steps, initial=state.step, desc=f"train {recipe.kind}", unit="step", disable=not progress)
@@ -126,6 +149,7 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
     for step in range(state.step, cfg.steps):
         # The batch is a function of (seed, step): a resumed run sees what an unbroken one would.
         batch = sample_batch(train_c, step, cfg.batch, cfg.seed, cfg.window)
+        torch.manual_seed(cfg.seed * 1_000_003 + step)  # so is any noise the recipe draws
         loss, metrics = recipe.loss(module, target_loaded, batch)
         if not torch.isfinite(loss):
             raise SpecvizError(f"training diverged at step {step} (loss {loss.item()}): try a lower --lr")
@@ -155,8 +179,9 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
         **(note or {}),
         "target": describe_target(target_loaded),
         "data": describe_data(corpus, train_c, held_c),
-        "training": describe_training(cfg, state),
-        **_evaluate(recipe, module, target_loaded, held_c, cfg, say),
+        "recipe": describe_recipe(recipe),
+        "training": describe_training(cfg, state, len(train_c.sequences)),
+        **evaluate(recipe, module, target_loaded, held_c, cfg, say),
         "config": recipe.config(module),
     }
     return save_with_card(recipe, module, target_loaded, card, out)
@@ -215,34 +240,3 @@ def _save_checkpoint(path, recipe, module, opt, state: Progress, seconds: float)
                 "module": module.state_dict(), "optimizer": opt.state_dict(),
                 "history": state.history, "seconds": seconds}, tmp)
     tmp.replace(path)  # atomic: a kill mid-save keeps the previous checkpoint
-
-
-@torch.no_grad()
-def _evaluate(recipe, module, target_loaded, held: Corpus, cfg: TrainConfig, say) -> dict:
-    """Held-out loss, then greedy alpha/tau through the engine on held-out prompts."""
-    from ..engine import GenerationConfig, collect, speculative_generate
-
-    if not held.sequences:
-        return {"held-out": "none (no prompts held out)"}
-    k, tokens = cfg.eval_k, cfg.eval_tokens
-    losses = []
-    for i in range(0, len(held.sequences), cfg.batch):
-        chunk = [crop(s, 0, cfg.window) for s in held.sequences[i:i + cfg.batch]]
-        losses.append(recipe.loss(module, target_loaded, chunk)[0].item() * len(chunk))
-    held_loss = sum(losses) / len(held.sequences)
-    seqs = held.sequences[:cfg.eval_prompts] if cfg.eval_prompts else held.sequences
-    gen = GenerationConfig(max_new_tokens=tokens, k=k, eos_token_ids=target_loaded.eos_token_ids)
-    drafted = accepted = emitted = steps = 0
-    t0 = time.perf_counter()
-    for s in seqs:
-        prompt = s.ids[:max(1, s.response_start)].tolist()
-        _, end = collect(speculative_generate(target_loaded.model, recipe.drafter(module, target_loaded), prompt, gen))
-        drafted, accepted = drafted + end.stats.drafted, accepted + end.stats.accepted
-        emitted, steps = emitted + end.stats.tokens, steps + end.stats.steps
-    alpha = accepted / drafted if drafted else 0.0
-    tau = emitted / steps if steps else 0.0
-    say(f"held-out: loss {held_loss:.3f}, alpha {alpha:.3f}, tau {tau:.2f} (k={k}, {len(seqs)} prompts)")
-    return {"held-out": {"prompts": len(seqs), "loss": round(held_loss, 4),
-                         f"alpha (greedy, k={k})": round(alpha, 4), f"tau (greedy, k={k})": round(tau, 3),
-                         "max new tokens": tokens, "seconds": round(time.perf_counter() - t0, 1),
-                         "measured with": "specviz.engine.speculative_generate"}}
