@@ -73,12 +73,13 @@ class _Run:
         self.calls = 0
         self.elapsed = 0.0
 
-    def prefill(self, hidden: bool = False) -> torch.Tensor | None:
+    def prefill(self, hidden: bool | tuple[int, ...] = False) -> torch.Tensor | None:
         # The target caches all but the last prompt token; each step then runs that
         # pending token together with the draft, so every step is one forward.
         self.pending = torch.tensor([self.ids[-1]], device=self.device)
         if len(self.ids) < 2:
-            return self.target.get_output_embeddings().weight.new_zeros(0, self.target.config.hidden_size) if hidden else None
+            width = self.target.config.hidden_size * (len(hidden) if isinstance(hidden, tuple) else 1)
+            return self.target.get_output_embeddings().weight.new_zeros(0, width) if hidden else None
         self.calls += 1
         out = forward(self.target, torch.tensor(self.ids[:-1], device=self.device), self.cache,
                       logits_to_keep=1, hidden=hidden)
@@ -135,7 +136,8 @@ def speculative_generate(
     free = cfg.dynamic_k and drafter is not None and drafter.free
 
     start = time.perf_counter()
-    features = drafter is not None and drafter.needs_hidden  # Medusa/EAGLE read the target's states
+    # Medusa/EAGLE read the target's final states; EAGLE-3 the inputs of a few layers.
+    features = drafter is not None and drafter.needs_hidden and (drafter.hidden_layers or True)
     trees = trees_verifiable(run.cache, cfg.sampling)  # may the drafter propose trees?
     with torch.inference_mode():
         h = run.prefill(hidden=features)

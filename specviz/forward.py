@@ -63,27 +63,33 @@ def new_cache(model):
     return cache
 
 
-def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool = False,
+def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool | tuple[int, ...] = False,
             mask: torch.Tensor | None = None, positions: torch.Tensor | None = None):
     """Run `ids` (1-D) after what `cache` holds; return logits (rows, vocab) in float32.
 
     logits_to_keep=0 keeps a row per input token; 1 keeps only the last (prefill).
     hidden=True also returns the final hidden states (the LM head's input), every row, as
     (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
+    hidden=(i, j, ...) returns instead the inputs of those decoder layers (transformers'
+    hidden_states numbering), concatenated along the feature axis: EAGLE-3 reads three.
     mask and positions (fast path only) replace the causal chain: tree drafts (tree.py).
     """
+    layers = hidden if isinstance(hidden, tuple) else ()
     if isinstance(cache, llama_fast.KVCache):
         with _observed(model):
-            h = llama_fast.hidden_states(model, ids, cache, mask=mask, positions=positions)
+            h, inputs = llama_fast.states(model, ids, cache, mask=mask, positions=positions, layers=layers)
             logits = llama_fast.head(model, h[-logits_to_keep:] if logits_to_keep else h).float()
-        return (logits, h.float()) if hidden else logits
-    if hidden:
-        h = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True).last_hidden_state[0]
+    elif hidden:
+        out = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True,
+                                  output_hidden_states=bool(layers))
+        h, inputs = out.last_hidden_state[0], [out.hidden_states[i][0] for i in layers]
+        logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
     else:
         out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
         return out.logits[0].float()
-    logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
-    return logits, h.float()
+    if not hidden:
+        return logits
+    return logits, (torch.cat(inputs, -1) if layers else h).float()
 
 
 def rollback(cache, length: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,13 +95,17 @@ def _norm(norm, x):
     return norm(x)
 
 
-def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int, table):
-    for layer, k_cache, v_cache in zip(layers, ks, vs):
+def _stack(layers, x, cos, sin, ks, vs, start: int, mask, groups: int, table, taps=()):
+    """The decoder layers over x; returns their output and the inputs of the layers in `taps`."""
+    inputs = []
+    for i, (layer, k_cache, v_cache) in enumerate(zip(layers, ks, vs)):
+        if i in taps:
+            inputs.append(x)
         attn = layer.self_attn
         h = _norm(layer.input_layernorm, x)
         x = x + _attention(attn, h, cos, sin, k_cache, v_cache, start, mask, groups, attn.scaling, table)
         x = x + _mlp(layer.mlp, _norm(layer.post_attention_layernorm, x), table)
-    return x
+    return x, inputs
 
 
 # The torch.compile'd decoder stack of each model prepared with compile (models.load(compile=True)).
@@ -122,6 +127,13 @@ def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor |
 
     `mask` (t, length+t) bool and `positions` (t,) override the causal chain (tree drafts).
     """
+    return states(model, ids, cache, mask, positions)[0]
+
+
+def states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None = None,
+           positions: torch.Tensor | None = None, layers: Sequence[int] = ()) -> tuple[torch.Tensor, list]:
+    """`hidden_states`, and the inputs of the decoder layers numbered in `layers` (layer i's
+    input is transformers' hidden_states[i]; EAGLE-3 reads three), in layer order."""
     base = model.model
     cfg = model.config
     t, start = ids.numel(), cache.length
@@ -139,6 +151,6 @@ def hidden_states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor |
     cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
     compiled = _compiled.get(model)
     run, table = (compiled, None) if compiled else (_stack, pack(model))
-    x = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups, table)
+    x, inputs = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups, table, tuple(layers))
     cache.length = start + t
-    return base.norm(x)
+    return base.norm(x), inputs

@@ -58,7 +58,7 @@ def trees_verifiable(cache, sampling: Sampling) -> bool:
 
 
 def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draft, processor: Processor,
-                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool = False) -> Verdict:
+                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool | tuple = False) -> Verdict:
     """Verify a chain draft after `context` tokens (the pending one included; the cache holds
     all but it) and cut the cache back to the context plus the kept drafts."""
     d, k = draft.tokens, draft.tokens.numel()
@@ -94,7 +94,7 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
 
 
 def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, top: int,
-                hidden: bool = False) -> Verdict:
+                hidden: bool | tuple = False) -> Verdict:
     """Verify a tree draft greedily: one forward over the root and every node with the tree
     mask, a walk down the target's argmax; the cache keeps the root and the accepted path
     only (entries moved, nothing recomputed).
@@ -107,7 +107,8 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, 
     start, m = cache.length, len(parents)
     positions = torch.tensor([0] + depths(parents), device=device) + start
     mask = torch.cat([torch.ones(m + 1, start, dtype=torch.bool, device=device), tree_mask(parents, device)], 1)
-    logits, h = forward(target, torch.cat([pending, draft.tokens]), cache, hidden=True, mask=mask, positions=positions)
+    logits, h = forward(target, torch.cat([pending, draft.tokens]), cache, hidden=hidden or True, mask=mask,
+                        positions=positions)
     p = torch.softmax(logits, -1)
     best, g = p.max(-1)
     parent_rows = torch.tensor([q + 1 for q in parents], device=device, dtype=torch.long)

@@ -51,6 +51,23 @@ def test_hidden_states_are_the_lm_head_input_on_both_paths(monkeypatch):
     torch.testing.assert_close(fast_logits, slow_logits, rtol=1e-4, atol=1e-4)
 
 
+def test_layer_inputs_are_transformers_hidden_states_on_both_paths(monkeypatch):
+    """hidden=(i, j, ...) gives the inputs of those layers side by side (what EAGLE-3 reads),
+    in two chunks as in one, and the same logits as hidden=False."""
+    model = tiny_llama(layers=8)
+    ids = torch.arange(20) % 96
+    layers = (2, 4, 5)
+    with torch.no_grad():
+        states = model.model(input_ids=ids[None], output_hidden_states=True).hidden_states
+        want = torch.cat([states[i][0] for i in layers], -1)
+        for fast in ("1", "0"):
+            monkeypatch.setenv("SPECVIZ_FAST", fast)
+            cache = new_cache(model)
+            (l1, h1), (l2, h2) = forward(model, ids[:12], cache, hidden=layers), forward(model, ids[12:], cache, hidden=layers)
+            torch.testing.assert_close(torch.cat([h1, h2]), want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(torch.cat([l1, l2]), forward(model, ids, new_cache(model)), rtol=1e-4, atol=1e-4)
+
+
 def test_unsupported_layouts_fall_back_to_transformers(monkeypatch):
     model = tiny_llama()
     monkeypatch.setenv("SPECVIZ_FAST", "0")

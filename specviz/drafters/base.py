@@ -7,7 +7,8 @@ so it can roll back its own state. Everything the engine tells a drafter goes th
 
 Drafters that read the target's features (Medusa, EAGLE) set `needs_hidden`; the engine
 then hands them the target's final hidden states (the LM head's input) for every context
-token except the newest, which the target has not run yet.
+token except the newest, which the target has not run yet. A drafter that reads inner
+layers instead (EAGLE-3) names them in `hidden_layers` and gets their inputs, concatenated.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class Draft:
 class Drafter:
     name = "drafter"
     needs_hidden = False  # True: begin/feedback receive the target's hidden states
+    # With needs_hidden: the decoder layers whose inputs (transformers' hidden_states[i]) are
+    # read instead of the final state, concatenated along the feature axis; () = the final one.
+    hidden_layers: tuple[int, ...] = ()
     # True when drafting costs ~nothing whatever its length (prompt lookup): with dynamic k
     # the engine asks for the longest draft and cuts it to the length its match has earned.
     free = False
@@ -52,7 +56,8 @@ class Drafter:
         """A new run starts with this prompt; reset any state.
 
         hidden (None unless needs_hidden): (len(prompt_ids) - 1, hidden_size); row i is the
-        target's state after prompt_ids[i], the one its LM head turns into the next token's logits.
+        target's state after prompt_ids[i], the one its LM head turns into the next token's logits
+        (with hidden_layers: those layers' inputs at token i, hidden_size each, side by side).
         trees: the engine can verify tree drafts this run (greedy decoding without a repetition
         penalty, over the fast path's cache); otherwise every draft must be a chain.
         """
