@@ -17,7 +17,8 @@ NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
 LAYER_SKIP = "layerskip"  # "layerskip" (default subset) or "layerskip:0-9,14,20-29"
 # Trained drafters: "draft" | "medusa" | "eagle" = shipped for the embedded target,
-# "draft:PATH" etc. = a file written by `python -m specviz train`.
+# "draft:PATH" etc. = a file written by `python -m specviz train`; "eagle:FOLDER_OR_HUB_ID" and
+# "medusa:FOLDER_OR_HUB_ID" = a head its authors released (published.py).
 TRAINED = {"draft": "distilled draft", "medusa": "medusa", "eagle": "eagle"}
 SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "assets" / "drafters" / "smollm2-135m-instruct"
 
@@ -100,12 +101,18 @@ def _layer_skip(spec: str, target) -> Drafter:
 
 
 def trained_drafter(spec: str, target) -> Drafter:
-    """A trained drafter: shipped ("medusa") for the embedded target, or from a file ("medusa:PATH")."""
+    """A trained drafter: shipped ("medusa") for the embedded target, from a file ("medusa:PATH"),
+    or a released head from a folder or the Hub ("eagle:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")."""
     from .trained import load_drafter, read_drafter
 
     kind, path = _trained(spec)
     if path:
-        return load_drafter(pathlib.Path(path).expanduser(), target, kind=kind)
+        file = pathlib.Path(path).expanduser()
+        if kind == "draft" or file.is_file() or file.suffix == ".safetensors":
+            return load_drafter(file, target, kind=kind)
+        from .published import load_published
+
+        return load_published(kind, path, target)
     shipped = SHIPPED / f"{kind}.safetensors"
     if not shipped.is_file():
         raise SpecvizError(f"no shipped {kind!r} drafter in this install ({shipped} is missing); "

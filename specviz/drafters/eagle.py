@@ -10,6 +10,9 @@ the next pair.
 Cache: after begin/feedback the head has (or will feed) one pair per context token but the
 last, all with the target's true features. Draft pairs use predicted features, so feedback
 crops them off and feeds the true features of the kept tokens instead.
+
+Heads the EAGLE authors released (EAGLE-1/2, EAGLE-3) load through published.py and run
+in this same drafter.
 """
 from __future__ import annotations
 
@@ -47,15 +50,22 @@ class EagleHead(nn.Module):
         self.config = dict(config)  # JSON-able: enough to rebuild the head
         h, d, eps = config["hidden_size"], config["head_dim"], config["rms_norm_eps"]
         self.heads, self.kv_heads, self.head_dim = config["heads"], config["kv_heads"], d
-        self.fc = nn.Linear(2 * h, h)  # (feature, token embedding) -> the layer's input
-        self.ln1, self.ln2, self.norm = RMSNorm(h, eps), RMSNorm(h, eps), RMSNorm(h, eps)
-        self.q = nn.Linear(h, self.heads * d, bias=False)
-        self.k = nn.Linear(h, self.kv_heads * d, bias=False)
-        self.v = nn.Linear(h, self.kv_heads * d, bias=False)
+        # Optional keys describe released heads (published.py); specviz's own use the defaults.
+        # (feature, token embedding) -> the layer's input
+        self.fc = nn.Linear(2 * h, h, bias=config.get("fc_bias", True))
+        self.ln1 = RMSNorm(h, eps) if config.get("input_norm", True) else nn.Identity()
+        self.ln2 = RMSNorm(h, eps)
+        self.norm = RMSNorm(h, eps) if config.get("final_norm", True) else nn.Identity()
+        a, bias = config.get("attention_input", h), config.get("qkv_bias", False)
+        self.q = nn.Linear(a, self.heads * d, bias=bias)
+        self.k = nn.Linear(a, self.kv_heads * d, bias=bias)
+        self.v = nn.Linear(a, self.kv_heads * d, bias=bias)
         self.o = nn.Linear(self.heads * d, h, bias=False)
         m = config["intermediate_size"]
         self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
-        self.register_buffer("inv_freq", inverse_frequencies(d, config["rope_theta"]), persistent=False)
+        # Linear RoPE scaling divides every position by rope_scale: the same as slower frequencies.
+        inv_freq = inverse_frequencies(d, config["rope_theta"]) / config.get("rope_scale", 1.0)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
 
     def new_cache(self) -> KVCache:
@@ -88,14 +98,18 @@ class EagleHead(nn.Module):
     def project(self, h: torch.Tensor, e: torch.Tensor, positions: torch.Tensor):
         """The layer's input x = fc(h, e) (B, T, H) and its queries, keys and values
         (B, heads, T, head_dim), rotated to `positions` (T,)."""
-        x = self.fc(torch.cat([h, e], dim=-1))
+        x, a = self.pair(h, e)
         B, T, _ = x.shape
-        a = self.ln1(x)
         cos, sin = rotary(self.inv_freq, positions, x.dtype)
         q = rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
         k = rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
         v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
         return x, q, k, v
+
+    def pair(self, h: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's residual stream x = fc(h, e) and its attention input, normed x."""
+        x = self.fc(torch.cat([h, e], dim=-1))
+        return x, self.ln1(x)
 
     def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """The layer's input and its attention output -> predicted features (B, T, H)."""
@@ -118,11 +132,15 @@ class Eagle(Drafter):
     name = "eagle"
     needs_hidden = True
 
-    def __init__(self, target, head: EagleHead, name: str | None = None, tree_width: int = 3):
+    def __init__(self, target, head: EagleHead, name: str | None = None, tree_width: int = 3, *,
+                 embed: nn.Module | None = None, lm: TargetHead | None = None, hidden_layers: tuple[int, ...] = ()):
+        """embed, lm: the token embeddings and LM head the head reads (default: the target's,
+        the LM head restricted to the head's subset); hidden_layers: see Drafter (EAGLE-3)."""
         self.target, self.head = target, head.eval()
         self.tree_width = tree_width  # greedy trees: expand the w likeliest nodes per depth, w children each
-        self.embed = target.get_input_embeddings()
-        self.lm = TargetHead(target, head.subset)
+        self.embed = embed if embed is not None else target.get_input_embeddings()
+        self.lm = lm if lm is not None else TargetHead(target, head.subset)
+        self.hidden_layers = hidden_layers
         self.dtype = head.fc.weight.dtype
         if name:
             self.name = name

@@ -80,10 +80,12 @@ class Medusa(Drafter):
     name = "medusa"
     needs_hidden = True
 
-    def __init__(self, target, heads: MedusaHeads, name: str | None = None, tree_width: int = 3):
+    def __init__(self, target, heads: MedusaHeads, name: str | None = None, tree_width: int = 3,
+                 lm: TargetHead | None = None):
+        """lm: what turns head j's hidden into logits (default: the target's LM head, shared)."""
         self.target, self.heads = target, heads.eval()
         self.tree_width = tree_width  # greedy trees: each head's top candidates, best paths first
-        self.head = TargetHead(target, heads.subset)
+        self.head = lm if lm is not None else TargetHead(target, heads.subset)
         if name:
             self.name = name
 
