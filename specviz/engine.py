@@ -201,6 +201,7 @@ def baseline_generate(
     """Plain autoregressive decoding with the same sampler: a TokenEvent per token."""
     run = _Run(target, prompt_ids, config, should_stop)
     greedy = config.sampling.greedy
+    width = min(config.top, run.vocab)
     start = time.perf_counter()
     with torch.inference_mode():
         run.prefill()
@@ -215,7 +216,8 @@ def baseline_generate(
             run.calls += 1
             p = run.processor.probs(logits)[0]
             token = p.argmax() if greedy else sample(p, run.generator)
-            (tok,), (prob,) = to_host(token, p[token])  # the one sync
+            top_v, top_i = torch.topk(p, width)  # what the token was chosen from
+            (tok,), (prob,), top_v, top_i = to_host(token, p[token], top_v, top_i)  # the one sync
             token_id = int(tok)
             run.ids.append(token_id)
             run.processor.update([token_id])
@@ -223,7 +225,8 @@ def baseline_generate(
         dt = time.perf_counter() - t0
         run.elapsed += dt
         steps += 1
-        yield TokenEvent(step=steps - 1, token=token_id, p=prob, time=dt, elapsed=run.elapsed)
+        yield TokenEvent(step=steps - 1, token=token_id, p=prob, time=dt, elapsed=run.elapsed,
+                         top=tuple(zip((int(t) for t in top_i), top_v)))
         reason = run.stop_reason()
     yield run.end(steps, 0, 0, prefill_time, 0.0, run.elapsed - prefill_time, reason)
 

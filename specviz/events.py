@@ -34,6 +34,12 @@ class StepEvent:
     elapsed: float  # engine seconds since the run started (prefill included)
     greedy: bool  # greedy: p and q are the temperature-1 softmax, shown for information
     tree: "TreeDraft | None" = None  # the whole tree when the drafter proposed one; `draft` is then its chain view
+    # The distributions behind the verdicts, for drawing p against q and the residual: the
+    # top (token, prob) pairs (GenerationConfig.top of them, most probable first) of the
+    # target at each draft position and then the bonus position (len(draft) + 1 rows), and
+    # of the drafter at each draft position (empty when the drafter gave no q).
+    p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -64,6 +70,7 @@ class TokenEvent:
     p: float  # target prob of the token (greedy: temperature-1 softmax)
     time: float  # seconds for this token's forward and sampling
     elapsed: float  # engine seconds since the run started (prefill included)
+    top: tuple[tuple[int, float], ...] = ()  # the target's top (token, prob) pairs where `token` was chosen
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ class Verdict:
     token_p: float
     top: tuple[tuple[int, float], ...]
     tree: TreeDraft | None = None
+    p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     hidden: torch.Tensor | None = None  # rows of the pending token and the kept drafts
 
     @property
@@ -48,7 +50,13 @@ class Verdict:
         emitted, times, greedy)."""
         return StepEvent(draft=self.draft, q=self.q, p=self.p, accept_prob=self.accept_prob, draws=self.draws,
                          accepted=self.accepted, token=self.token, token_p=self.token_p, token_kind=self.token_kind,
-                         top=self.top, tree=self.tree, **step)
+                         top=self.top, tree=self.tree, p_top=self.p_top, q_top=self.q_top, **step)
+
+
+def _rows(values: list[float], ids: list[float], width: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """Flattened (rows, width) torch.topk results back as rows of (token, prob) pairs."""
+    return tuple(tuple((int(ids[r + j]), values[r + j]) for j in range(width))
+                 for r in range(0, len(values), width)) if width else ()
 
 
 def trees_verifiable(cache, sampling: Sampling) -> bool:
@@ -78,18 +86,24 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
         n, dist, a = verify_sampled(p, q, d, draws)
         token = sample(dist, generator)
     q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
+    # The top of every row, the target's and (where it gave q) the drafter's: what a reader
+    # needs to draw p against q at each position.
     width = min(top, processor.vocab_size)
-    top_v, top_i = torch.topk(p[n], width) if width else (a.new_zeros(0), a.new_zeros(0))
+    top_v, top_i = torch.topk(p, width)
+    q_width = min(width, draft.q.shape[-1]) if draft.q is not None else 0
+    q_v, q_i = torch.topk(draft.q, q_width) if q_width else (a.new_zeros(0), a.new_zeros(0))
 
     # One host synchronisation: everything the step reports, in one transfer.
-    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i) = to_host(
-        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i)
+    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i) = to_host(
+        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i, q_v, q_i)
     n = int(n[0])
+    p_top = _rows(top_v, top_i, width)
     rollback(cache, context + n)
     return Verdict(
         draft=tuple(int(x) for x in d_host), q=tuple(q_d) if draft.q is not None else None, p=tuple(p_d),
         accept_prob=tuple(a), draws=None if greedy else tuple(draws), accepted=n, token=int(token[0]),
-        token_p=token_p[0], top=tuple(zip((int(x) for x in top_i), top_v)), hidden=h[: n + 1] if hidden else None,
+        token_p=token_p[0], top=p_top[n] if width else (), hidden=h[: n + 1] if hidden else None,
+        p_top=p_top, q_top=_rows(q_v, q_i, q_width),
     )
 
 
@@ -127,9 +141,11 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, 
     missed = next((i for i, parent in enumerate(parents) if parent == last), None)
     shown = [*path, *([missed] if missed is not None else [])]
     n = len(path)
+    rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
     return Verdict(
         draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
         accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n), draws=None, accepted=n, token=token,
-        token_p=best_p[row], top=tuple((int(top_i[row * width + j]), top_v[row * width + j]) for j in range(width)),
+        token_p=best_p[row], top=rows[row] if width else (),
         tree=TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p)), hidden=h[keep].float() if hidden else None,
+        p_top=tuple(rows[r] for r in [0, *(i + 1 for i in shown)]) if width else (),
     )

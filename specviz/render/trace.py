@@ -19,8 +19,10 @@ class Labels:
 
     draft: tuple[str, ...] = ()  # one per drafted token (StepEvent.draft)
     token: str = ""  # the target's own token (StepEvent.token / TokenEvent.token)
-    top: tuple[str, ...] = ()  # one per StepEvent.top entry
+    top: tuple[str, ...] = ()  # one per StepEvent.top (or TokenEvent.top) entry
     tree: tuple[str, ...] = ()  # one per tree node (StepEvent.tree.tokens), when the step drafted a tree
+    p_top: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.p_top entry, row by row (each token on its own)
+    q_top: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.q_top entry, row by row
 
 
 @dataclass

@@ -20,9 +20,10 @@ import torch
 from ..drafters import choose
 from ..engine import baseline_generate, speculative_generate
 from ..errors import SpecvizError
-from ..events import RunEnd, StepEvent
+from ..events import RunEnd
 from ..interleave import interleave
-from ..render import Labels, Trace
+from ..labels import Labeler
+from ..render import Trace
 from .limits import Deadline
 from .policy import Policy
 from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
@@ -59,44 +60,6 @@ def run_label(drafter: str) -> str:
         return choose.drafter_label(drafter)
     short = SHORT_NAMES.get(drafter) or drafter.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
     return f"draft model: {short}"
-
-
-class Labeler:
-    """Display text of each event's tokens, in the context of the run's output so far."""
-
-    WINDOW = 4  # tokens of context: enough for leading spaces and split UTF-8 characters
-
-    def __init__(self, models, loaded, prompt_ids: list[int]):
-        self.models, self.loaded = models, loaded
-        self.context = list(prompt_ids[-self.WINDOW:])
-
-    def _tail(self, ids: list[int], n: int) -> list[str]:
-        pieces = self.models.token_strings(self.loaded, self.context + ids)
-        return pieces[len(pieces) - n:] if n else []
-
-    def label(self, event) -> Labels:
-        if isinstance(event, StepEvent):
-            draft = tuple(self._tail(list(event.draft), len(event.draft)))
-            token = self._tail(list(event.draft[: event.accepted]) + [event.token], 1)[0]
-            top = tuple(self.models.token_strings(self.loaded, [t])[0] for t, _ in event.top)
-            tree = self._tree(event.tree) if event.tree is not None else ()
-            emitted = event.emitted
-        else:
-            draft, top, tree, emitted = (), (), (), (event.token,)
-            token = self._tail([event.token], 1)[0]
-        self.context = (self.context + list(emitted))[-self.WINDOW:]
-        return Labels(draft=draft, token=token, top=top, tree=tree)
-
-    def _tree(self, tree) -> tuple[str, ...]:
-        """Each node's text in the context of its own branch."""
-        out = []
-        for i in range(len(tree.tokens)):
-            branch, j = [], i
-            while j >= 0:
-                branch.insert(0, tree.tokens[j])
-                j = tree.parents[j]
-            out.append(self._tail(branch, 1)[0])
-        return tuple(out)
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
