@@ -22,6 +22,7 @@ from specviz.sampling import Processor
 from specviz.tree import check_parents
 from specviz.train.data import Corpus, Seq
 from specviz.train.eagle import EagleRecipe
+from specviz.train.loop import sample_batch
 from specviz.train.medusa import MedusaRecipe
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
@@ -198,21 +199,29 @@ def corpus_of(target, n: int = 6, top_k: int = 4, seed: int = 9, tokens: int = 2
     return Corpus(seqs, {"vocab": vocab})
 
 
+def fit(recipe, loaded, corpus: Corpus, steps: int, lr: float, batch: int | None = None):
+    """A fresh module trained `steps` AdamW steps (on the whole corpus, or seeded batches):
+    (module in eval mode, each step's loss, the last step's metrics)."""
+    torch.manual_seed(0)
+    module = recipe.build(loaded, corpus)
+    opt = torch.optim.AdamW(module.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        seqs = corpus.sequences if batch is None else sample_batch(corpus, step, batch, 0, 64)
+        loss, metrics = recipe.loss(module, loaded, seqs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return module.eval(), losses, metrics
+
+
 @pytest.mark.parametrize("recipe", [MedusaRecipe(heads=2, subset=48), EagleRecipe(subset=48), EagleRecipe(subset=0)],
                          ids=["medusa", "eagle-subset", "eagle-full"])
 def test_a_few_training_steps_lower_the_loss_and_the_result_reloads(target, recipe):
     loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
     corpus = corpus_of(target)
-    torch.manual_seed(0)
-    module = recipe.build(loaded, corpus)
-    opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
-    losses = []
-    for step in range(30):
-        loss, metrics = recipe.loss(module, loaded, corpus.sequences)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    module, losses, metrics = fit(recipe, loaded, corpus, 30, 3e-3)
     assert losses[-1] < 0.7 * losses[0] and all(isinstance(v, float) for v in metrics.values())
     # The config and weights are all a file needs: the rebuilt drafter drafts the same.
     rebuild = medusa_from if recipe.kind == "medusa" else eagle_from

@@ -18,7 +18,7 @@ from specviz.train.eagle import EagleRecipe
 from specviz.train.evaluate import teacher_forced, through_engine
 from specviz.train.loop import TrainConfig, learning_rate, sample_batch, train
 from specviz.train.medusa import MedusaRecipe
-from test_heads import corpus_of
+from test_heads import corpus_of, fit
 
 from tiny_folder import make_tiny_model_dir
 
@@ -233,15 +233,7 @@ def test_teacher_forced_depth_1_is_what_the_engine_accepts(recipe):
     target = tiny_llama(vocab=32, seed=1)  # a small vocabulary: its greedy text is learnable
     loaded = SimpleNamespace(model=target, eos_token_ids=(0,), device=torch.device("cpu"), name="tiny")
     train_c, held = corpus_of(target, 24, 8, seed=0, tokens=24), corpus_of(target, 8, 8, seed=1, tokens=24)
-    torch.manual_seed(0)
-    module = recipe.build(loaded, train_c)
-    opt = torch.optim.AdamW(module.parameters(), lr=1e-2)
-    for step in range(30):
-        loss, _ = recipe.loss(module, loaded, sample_batch(train_c, step, 4, 0, 64))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    module.eval()
+    module, _, _ = fit(recipe, loaded, train_c, 30, 1e-2, batch=4)
     top1, first = teacher_forced(recipe, module, loaded, held.sequences, 4, 24, 8)
     engine = through_engine(recipe, module, loaded, held.sequences, 4, 24, first)
     same, compared = engine["first drafts as teacher-forced"]
