@@ -114,7 +114,7 @@ def generate(args) -> int:
     end, base = ends["spec"], ends.get("base")
 
     result = {
-        "text": models.decode(target, end.token_ids),
+        "text": models.decode(target, _without_eos(target, end.token_ids)),
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
@@ -125,8 +125,9 @@ def generate(args) -> int:
         "steps": [event_to_dict(s) for s in steps],
     }
     if base is not None:
-        result["baseline"] = {"text": models.decode(target, base.token_ids), "token_ids": list(base.token_ids),
-                              "tokens_per_s": base.stats.tokens_per_s, "stats": base.stats.to_dict()}
+        result["baseline"] = {"text": models.decode(target, _without_eos(target, base.token_ids)),
+                              "token_ids": list(base.token_ids), "tokens_per_s": base.stats.tokens_per_s,
+                              "stats": base.stats.to_dict()}
         result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
         if sampling.greedy:
             result["identical_to_baseline"] = end.token_ids == base.token_ids
@@ -136,6 +137,13 @@ def generate(args) -> int:
         _print_coloured(target, steps, sys.stdout)
         _print_summary(result, sys.stdout)
     return 0
+
+
+def _without_eos(target, ids) -> list[int]:
+    """The output's ids without the end-of-turn token that stopped it: it ends the text, it is
+    not part of it (token_ids keep it: the engine did emit it)."""
+    ids = list(ids)
+    return ids[:-1] if ids and ids[-1] in target.eos_token_ids else ids
 
 
 def _warm_up(target, prompt, cfg, drafter) -> None:
@@ -157,8 +165,11 @@ def _print_coloured(target, steps, out) -> None:
 
     colour = _use_colour(out)
     for s in steps:
-        texts = models.token_strings(target, list(s.draft) + [s.token])
+        ids = list(s.draft) + [s.token]
+        texts = models.token_strings(target, ids)
         for kind, i in shown_tokens(s):
+            if kind != "rejected" and ids[i] in target.eos_token_ids:
+                continue  # the end-of-turn token that stopped the run (a rejected one still shows)
             out.write(f"{ANSI[kind]}{texts[i]}{RESET}" if colour else PLAIN[kind].format(texts[i]))
     out.write("\n\n")
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import fields
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,10 +87,32 @@ def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):
 
     monkeypatch.setattr(models, "token_strings", lambda target, ids: [chr(ord("a") + i) for i in ids])
     out = io.StringIO()  # not a terminal: brackets instead of colours
-    cli._print_coloured(None, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
-                               step((4, 5), 2, 6, (4, 5, 6)),  # e f kept, g bonus
-                               step((7, 8), 2, 9, (7,))], out)  # cut at EOS after h: i and j never shown
+    target = SimpleNamespace(eos_token_ids=(25,))  # z
+    cli._print_coloured(target, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
+                                 step((4, 5), 2, 6, (4, 5, 6)),  # e f kept, g bonus
+                                 step((7, 8), 2, 9, (7,))], out)  # cut at EOS after h: i and j never shown
     assert out.getvalue() == "a[-b][-c]~d~ef{g}h\n\n"
+    # The end-of-turn token that stops a run is not text; a rejected draft of it still shows.
+    out = io.StringIO()
+    cli._print_coloured(target, [step((25, 1), 0, 2, (2,)), step((3,), 1, 25, (3, 25))], out)
+    assert out.getvalue() == "[-z][-b]~c~d\n\n"
+
+
+def test_text_ends_before_the_eos_token_but_token_ids_keep_it(capsys, folders, monkeypatch):
+    """Declare a token of the greedy answer (its first new one after the 2nd) an EOS: the run
+    stops there, its ids end with it, and neither text nor the printed answer shows it."""
+    args = ["--prompt", "the cat sat on the mat", "--target", str(folders["target"]), "--max-new-tokens", "12"]
+    ids = run_json(capsys, *args)["token_ids"]
+    n = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])
+    monkeypatch.setattr(models.Loaded, "eos_token_ids", property(lambda self: (ids[n],)))
+    r = run_json(capsys, *args)
+    target = models.load(str(folders["target"]))
+    assert r["token_ids"] == ids[:n + 1] and r["baseline"]["token_ids"] == ids[:n + 1]
+    assert r["text"] == r["baseline"]["text"] == models.decode(target, ids[:n])
+    assert main(["generate", *args]) == 0
+    answer = capsys.readouterr().out.split("\n\n")[0]
+    shown = "".join(models.token_strings(target, ids[:n]))
+    assert re.sub(r"\[-[^]]*\]|[{}~]", "", answer) == shown  # without rejected drafts and marks
 
 
 @pytest.mark.parametrize(
