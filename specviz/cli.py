@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import fields
 
-from . import bench
+from . import bench, threads
 from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
@@ -94,6 +94,7 @@ def generate(args) -> int:
     from .interleave import interleave
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
+    print(f"specviz: {threads.apply()}", file=sys.stderr, flush=True)
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,

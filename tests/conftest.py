@@ -10,8 +10,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 # The tiny models' ops are far too small to split across threads; on a shared 2-core machine
-# two threads per op made tests 10-27x slower (contention). The embedded-model tests opt back in.
+# two threads per op made tests 10-27x slower (contention). The embedded-model tests choose
+# their own. SPECVIZ_THREADS keeps the CLI run in-process (and the app and CLI run as
+# subprocesses) at one thread too.
 torch.set_num_threads(1)
+os.environ.setdefault("SPECVIZ_THREADS", "1")
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
