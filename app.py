@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from specviz.ui import build_app, launch_options, policy_from_env
+from specviz.ui import build_app, policy_from_env
+from specviz.ui.serve import serve
 
 policy = policy_from_env()
 demo = build_app(policy)  # module level: Hugging Face Spaces looks for `demo`
@@ -42,7 +43,7 @@ def demo_for(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    demo_for(args).launch(server_name=args.host, server_port=args.port, share=args.share, **launch_options())
+    serve(demo_for(args), args.host, args.port, args.share)
 
 
 if __name__ == "__main__":
