@@ -2,12 +2,14 @@
 
 A token's text depends on the tokens before it (SentencePiece drops a word's leading space
 at the start of a decode; byte-level BPE splits one character's UTF-8 bytes over several
-tokens), so the panels' text is worked out in the context of the run's output so far. The
-candidates of the top-k lists are shown each on its own. The app, the CLI and a saved
+tokens), so the panels' text comes from one detok.Detokenizer per run: a token that ends
+mid-character shows "" and the one that completes it the whole character. The candidates
+of the top-k lists are shown each on its own. The app, the CLI and a saved
 trace (trace_file.py) all label with this one class, so a replay shows what the run showed.
 """
 from __future__ import annotations
 
+from .detok import Detokenizer
 from .events import StepEvent
 from .render.trace import Labels
 
@@ -15,20 +17,14 @@ from .render.trace import Labels
 class Labeler:
     """Display text of each event's tokens, in the context of the run's output so far."""
 
-    WINDOW = 4  # tokens of context: enough for leading spaces and split UTF-8 characters
-
     def __init__(self, models, loaded, prompt_ids: list[int]):
         self.models, self.loaded = models, loaded
-        self.context = list(prompt_ids[-self.WINDOW:])
+        self.out = Detokenizer(lambda ids: models.decode(loaded, ids), prompt_ids)  # the output so far
         self._alone: dict[int, str] = {}  # a token's text on its own, decoded once per run
-
-    def _tail(self, ids: list[int], n: int) -> list[str]:
-        pieces = self.models.token_strings(self.loaded, self.context + ids)
-        return pieces[len(pieces) - n:] if n else []
 
     def _text(self, token: int) -> str:
         if token not in self._alone:
-            self._alone[token] = self.models.token_strings(self.loaded, [token])[0]
+            self._alone[token] = self.models.decode(self.loaded, [token])
         return self._alone[token]
 
     def _row(self, pairs) -> tuple[str, ...]:
@@ -36,24 +32,27 @@ class Labeler:
 
     def label(self, event) -> Labels:
         if isinstance(event, StepEvent):
-            draft = tuple(self._tail(list(event.draft), len(event.draft)))
-            token = self._tail(list(event.draft[: event.accepted]) + [event.token], 1)[0]
+            draft = tuple(self.out.fork().pieces(event.draft))  # kept or not, where proposed
+            at_token = self.out.fork()  # the output plus the kept drafts: where the own token lands
+            at_token.pieces(event.draft[: event.accepted])
+            token = at_token.push(event.token)
             tree = self._tree(event.tree) if event.tree is not None else ()
             rows = {"p_top": tuple(map(self._row, event.p_top)), "q_top": tuple(map(self._row, event.q_top))}
-            emitted = event.emitted
+            self.out.pieces(event.emitted)
         else:
-            draft, tree, rows, emitted = (), (), {}, (event.token,)
-            token = self._tail([event.token], 1)[0]
-        self.context = (self.context + list(emitted))[-self.WINDOW:]
+            draft, tree, rows = (), (), {}
+            token = self.out.push(event.token)
         return Labels(draft=draft, token=token, top=self._row(event.top), tree=tree, **rows)
 
     def _tree(self, tree) -> tuple[str, ...]:
-        """Each node's text in the context of its own branch."""
+        """Each node's text in the context of its own branch (an open character as U+FFFD)."""
         out = []
         for i in range(len(tree.tokens)):
             branch, j = [], i
             while j >= 0:
                 branch.insert(0, tree.tokens[j])
                 j = tree.parents[j]
-            out.append(self._tail(branch, 1)[0])
+            node = self.out.fork()
+            node.pieces(branch[:-1])
+            out.append(node.push(branch[-1], final=True))
         return tuple(out)

@@ -121,7 +121,7 @@ def test_model_loading_reports_progress_before_the_run(app_models):
             progress(f"downloading {i}/3", i / 3)
         return real_models.load(name, progress=progress, **kwargs)
 
-    stub = types.SimpleNamespace(**{n: getattr(real_models, n) for n in ("encode_prompt", "token_strings",
+    stub = types.SimpleNamespace(**{n: getattr(real_models, n) for n in ("encode_prompt", "decode",
                                                                         "check_same_vocab")}, load=load)
     s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=6)
     seen = [(f.state, f.message, f.fraction) for f in runner.playground(s, Policy(), stub, never)]

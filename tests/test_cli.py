@@ -86,6 +86,7 @@ def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):
                          emitted=emitted, top=(), draft_time=0.0, verify_time=0.0, elapsed=0.0, greedy=True)
 
     monkeypatch.setattr(models, "token_strings", lambda target, ids: [chr(ord("a") + i) for i in ids])
+    monkeypatch.setattr(models, "decode", lambda target, ids: "".join(chr(ord("a") + i) for i in ids))
     out = io.StringIO()  # not a terminal: brackets instead of colours
     target = SimpleNamespace(eos_token_ids=(25,))  # z
     cli._print_coloured(target, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
