@@ -17,6 +17,8 @@ CHROMIUM = pathlib.Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
 OUT = pathlib.Path(__file__).resolve().parents[1] / "test-output"
+# Waits only guard against a hang: a busy machine may take minutes, and no test here times speed.
+HANG = 600_000
 
 
 def _need_browser():
@@ -57,7 +59,7 @@ def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, ur
     page.goto(url)
     page.locator("#sv-prompt textarea").fill(PROMPT)
     page.locator("#sv-generate").click()
-    page.wait_for_selector('#sv-status [data-state="done"]', timeout=60_000)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
 
     spec = page.locator("#sv-spec")
     for kind in ("accepted", "rejected", "corrected", "bonus"):
@@ -86,7 +88,7 @@ def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url)
     page.goto(url)
     page.get_by_role("tab", name="Compare drafters").click()
     page.locator("#sv-compare").click()
-    page.wait_for_selector('#sv-compare-status [data-state="done"]', timeout=60_000)
+    page.wait_for_selector('#sv-compare-status [data-state="done"]', timeout=HANG)
     panels = page.locator("#sv-compare-panels .sv-panel")
     assert panels.count() == 3  # baseline, prompt lookup, the draft model
     assert panels.nth(2).locator('[data-kind="accepted"]').count() > 0
@@ -102,11 +104,11 @@ def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
         page.goto(address)
         page.locator("#sv-prompt textarea").fill(PROMPT)
         page.locator("#sv-generate").click()
-        page.wait_for_selector('#sv-status [data-state="done"]', timeout=60_000)
+        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
         box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
         box.fill("0")
         box.press("Enter")
-        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=10_000)
+        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
         tree = page.locator("#sv-inspector .sv-tree")
         assert tree.count() == 1
         assert int(tree.get_attribute("data-nodes")) > 1

@@ -5,10 +5,13 @@ transformers' own greedy generate, on real chat prompts.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from specviz import DraftModel, GenerationConfig, PromptLookup, baseline_generate, collect, speculative_generate
+from specviz import (DraftModel, GenerationConfig, PromptLookup, baseline_generate, collect, speculative_generate,
+                     threads)
 
 pytestmark = pytest.mark.embedded
 
@@ -23,19 +26,31 @@ PROMPTS = [
 def smol():
     from specviz.models import load
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # a real model's matrix multiplies do use both cores
+    before = torch.get_num_threads()
+    # What the CLI would choose here without SPECVIZ_THREADS (conftest pins the tiny tests to 1):
+    # a real model's multiplies do use more cores, but not one a neighbour keeps busy.
+    torch.set_num_threads(threads.choose(threads.usable_cores(), os.getloadavg()[0]))
     yield load("default", device="cpu", dtype="fp32")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def baselines(smol):
+    """Each prompt's ids and greedy baseline, computed once for every test and drafter here."""
+    from specviz.models import encode_prompt
+
+    cfg = GenerationConfig(max_new_tokens=32, eos_token_ids=smol.eos_token_ids)
+    out = {}
+    for prompt in PROMPTS:
+        ids = encode_prompt(smol, prompt)
+        out[prompt] = ids, collect(baseline_generate(smol.model, ids, cfg))[1]
+    return out
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_speculative_equals_baseline_equals_transformers(smol, prompt):
-    from specviz.models import encode_prompt
-
-    ids = encode_prompt(smol, prompt)
+def test_greedy_speculative_equals_baseline_equals_transformers(smol, baselines, prompt):
+    ids, base = baselines[prompt]
     cfg = GenerationConfig(max_new_tokens=32, k=5, eos_token_ids=smol.eos_token_ids)
-    _, base = collect(baseline_generate(smol.model, ids, cfg))
     with torch.inference_mode():
         ref = smol.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
                                   eos_token_id=list(smol.eos_token_ids), pad_token_id=smol.eos_token_ids[0])
@@ -48,17 +63,15 @@ def test_greedy_speculative_equals_baseline_equals_transformers(smol, prompt):
 
 
 @pytest.mark.parametrize("name", ["eagle", "medusa", "draft"])
-def test_shipped_trained_drafters_are_exact_on_the_embedded_model(smol, name):
+def test_shipped_trained_drafters_are_exact_on_the_embedded_model(smol, baselines, name):
     """The weights in assets/drafters load for the embedded target and change nothing in
     greedy output (Medusa drafts trees here: greedy, no repetition penalty)."""
     from specviz.drafters.choose import make_drafter
-    from specviz.models import encode_prompt
 
     cfg = GenerationConfig(max_new_tokens=32, k=4, eos_token_ids=smol.eos_token_ids)
     accepted = 0
     for prompt in PROMPTS:
-        ids = encode_prompt(smol, prompt)
-        _, base = collect(baseline_generate(smol.model, ids, cfg))
+        ids, base = baselines[prompt]
         steps, end = collect(speculative_generate(smol.model, make_drafter(name, smol), ids, cfg))
         assert end.token_ids == base.token_ids
         accepted += end.stats.accepted
