@@ -15,12 +15,20 @@ from specviz.sampling import Sampling
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
 from specviz.ui.runner import Frame, throttle
+from specviz.ui.limits import Deadline
 from specviz.ui.settings import SAMPLING_TEMPERATURE
+from specviz.ui.views import playground_summary, playground_values
 from specviz.render import Trace
 
 
 def never() -> bool:
     return False
+
+
+def TokenEventFor(token: int):  # noqa: N802 (reads as the event it makes)
+    from specviz.events import TokenEvent
+
+    return TokenEvent(step=0, token=token, p=0.5, time=0.01, elapsed=0.01)
 
 
 def final(frames) -> Frame:
@@ -138,6 +146,32 @@ def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):
     frame = final(runner.playground(Settings(prompt=PROMPT, target="big"), Policy(),
                                     types.SimpleNamespace(load=load), never))
     assert frame.state == "error" and frame.message.startswith("out of memory: try a smaller model")
+
+
+def test_stop_mid_run_compares_the_common_prefix_and_calls_it_identical(app_models):
+    """Seen in the app: Stop after ~12 tokens said 'Differs from baseline at token 13' (API
+    identical: False) because the speculative run had 15 tokens and the baseline 13."""
+    frames = []
+
+    def stop_after_a_few_tokens() -> bool:
+        return bool(frames) and len(frames[-1].spec.token_ids) >= 6
+
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], max_new_tokens=200)
+    for frame in runner.playground(s, Policy(), real_models, stop_after_a_few_tokens):
+        frames.append(frame)
+    spec, base = frame.spec.token_ids, frame.base.token_ids
+    assert frame.state == "stopped" and len(spec) != len(base)
+    summary = playground_summary(frame)
+    assert summary["identical"] is True and summary["compared_tokens"] == min(len(spec), len(base))
+    check = playground_values(frame)[1]
+    assert 'data-identical="true"' in check and "both runs produced" in check
+
+
+def test_a_one_token_run_says_one_token():
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
+    frame.base.add(TokenEventFor(1))
+    runner._finish(frame, Deadline(never, None))
+    assert frame.message == "Done: 1 token."
 
 
 def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from specviz.events import RunEnd, RunStats, StepEvent, TokenEvent
+from specviz.events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
 from specviz.render import (Labels, Trace, agreement, agreement_html, compare_figures, compare_rows, headline,
                             headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
                             step_html, tokens_html)
@@ -86,7 +86,9 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
     assert "rejected" in tips[1] and "draw u = 0.900" in tips[1]
     assert "corrected" in tips[2]
     lookup = spec_trace((step(0, [1], 1, 2), Labels(draft=("x",), token="y")))
-    assert "deterministic" in html.unescape(tokens_html(lookup))
+    assert "q (drafter) = none given" in html.unescape(tokens_html(lookup))  # greedy: no q, no pretend 1
+    lookup = spec_trace((step(0, [1], 1, 2, greedy=False), Labels(draft=("x",), token="y")))
+    assert "q (drafter) = 1 (one-hot" in html.unescape(tokens_html(lookup))  # sampling verifies against one-hot
 
 
 def test_tokens_cut_at_eos_are_not_shown():
@@ -128,16 +130,43 @@ def _ended(trace: Trace, **stats) -> Trace:
 
 def test_headline_uses_the_engines_numbers():
     spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
-                  tokens=8, steps=2, target_calls=3, drafted=8, accepted=6, draft_time=0.04, verify_time=0.2,
+                  tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
                   elapsed=0.5)
-    base = _ended(Trace("baseline", speculative=False), tokens=8, steps=8, target_calls=9, verify_time=0.8,
+    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
                   elapsed=1.0)
     h = headline(spec, base)
-    assert h.speedup == pytest.approx(16 / 8)
+    assert h.speedup == pytest.approx(32 / 16) and h.timing == "measured"
     assert h.alpha == pytest.approx(0.75) and h.tau == pytest.approx(4.0) and h.k == pytest.approx(4.0)
-    assert h.c == pytest.approx((0.04 / 2 / 4) / (0.8 / 8))  # per draft token / per target token
+    assert h.c == pytest.approx((0.08 / 4 / 4) / (1.6 / 16))  # per draft token / per target token
     assert h.predicted == pytest.approx(predicted_speedup(0.75, 4.0, h.c))
-    assert h.calls_saved == 6 and h.base_calls == 8
+    assert h.calls_saved == 12 and h.base_calls == 16  # plain decoding: one pass per token
+
+
+def test_headline_says_measuring_early_and_never_saves_negative_calls():
+    """Seen in the app: '3.41x measured speedup' at alpha 0 after one step, '-1 target calls saved'."""
+    spec = spec_trace((step(0, [1, 2], 0, 5), Labels(draft=("a", "b"), token="e")),
+                      (step(1, [1, 2], 0, 6, elapsed=0.3), Labels(draft=("a", "b"), token="f")))
+    base = Trace("baseline", speculative=False)
+    base.add(TokenEvent(step=0, token=5, p=0.5, time=0.3, elapsed=0.4), Labels(token="e"))
+    h = headline(spec, base)
+    assert h.speedup is None and h.predicted is None and h.timing == "measuring"
+    assert h.calls_saved == 0 and h.alpha == 0.0
+    values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
+    assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0"
+    short = _ended(spec, tokens=2, steps=2, target_calls=3, drafted=4, elapsed=0.3)
+    assert headline(short, _ended(base, tokens=1, steps=1, target_calls=2, elapsed=0.4)).timing == "too short"
+
+
+def test_tree_runs_count_alpha_along_the_branch_and_predict_nothing():
+    """A tree step's chain view is the branch the target followed plus the first refused node;
+    the engine's count is every node (here 9), which would put alpha at 2/9."""
+    tree = TreeDraft(tokens=tuple(range(1, 10)), parents=(-1, -1, -1, 0, 0, 1, 3, 3, 6), path=(0, 3), p=(0.5,) * 9)
+    e = step(0, [1, 4, 7], 2, 8, tree=tree)
+    spec = _ended(spec_trace((e, Labels(draft=("a", "d", "g"), token="h", tree=tuple("abcdefghi")))),
+                  tokens=3, steps=1, target_calls=2, drafted=9, accepted=2)
+    h = headline(spec, Trace("baseline", speculative=False))
+    assert h.alpha == pytest.approx(2 / 3) and h.trees and h.predicted is None
+    assert "n/a for trees" in headline_html(h)
 
 
 def test_greedy_check_and_sampling_explanation():
@@ -148,6 +177,11 @@ def test_greedy_check_and_sampling_explanation():
         return t
 
     assert agreement(run([1, 2, 3]), run([1, 2, 3, 4])) == (True, None)  # identical so far
+    # Stopped at different lengths: compared on the tokens both produced, and said so.
+    stopped = [_ended(run(ids), tokens=len(ids), steps=len(ids), stop_reason="cancelled") for ids in ([1, 2, 3], [1, 2])]
+    assert agreement(*stopped) == (True, None)
+    check = agreement_html(*stopped, greedy=True)
+    assert 'data-identical="true"' in check and "2 tokens both runs produced" in check and "at 3" in check
     assert agreement(run([1, 2, 3]), run([1, 5, 3])) == (False, 1)
     assert 'data-identical="true"' in agreement_html(run([1, 2]), run([1, 2]), greedy=True)
     assert 'data-identical="false"' in agreement_html(run([1, 2]), run([1, 3]), greedy=True)
@@ -166,6 +200,20 @@ def test_inspector_shows_q_p_ratio_draw_verdict_and_top():
     assert 'class="sv-chosen"' in out  # the target's own token is marked in its top list
 
 
+def test_greedy_inspector_shows_the_drafters_q_and_the_argmax_rule_not_min_p_q():
+    """Greedy keeps a draft iff it is the target's top token: min(1, p/q) was a 0/1 column
+    beside q = 1, hiding the drafter's real q."""
+    e = step(0, [1, 2], 1, 7, q=(0.21, 0.34), p=(0.6, 0.2), top=((7, 0.5), (2, 0.2)),
+             p_top=(((1, 0.6),), ((7, 0.5),), ((3, 0.4),)))
+    out = step_html(spec_trace((e, Labels(draft=("a", "b"), token="g", top=("g", "b"), p_top=(("a",), ("g",), ("c",))))), 0)
+    assert "min(1, p/q)" not in out and "draw u" not in out
+    assert "0.210" in out and "0.340" in out  # the drafter's own q
+    assert "target&#x27;s top token" in out or "target's top token" in out
+    assert out.count("= draft") == 1 and out.count("≠ draft") == 1  # a kept, b refused: the target wanted g
+    lookup = step_html(spec_trace((step(0, [1], 0, 7), Labels(draft=("a",), token="g"))), 0)
+    assert "none given" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
+
+
 def test_acceptance_by_position_counts_only_reached_positions():
     t = spec_trace(
         (step(0, [1, 2, 3], 1, 9), Labels(draft=("a", "b", "c"), token="x")),  # pos1 ok, pos2 rejected, pos3 unreached
@@ -178,13 +226,13 @@ def test_acceptance_by_position_counts_only_reached_positions():
 
 
 def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
-    base = _ended(Trace("baseline", speculative=False), tokens=10, steps=10, target_calls=11, elapsed=2.0,
+    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, elapsed=2.0,
                   verify_time=1.8)
-    lookup = _ended(spec_trace((step(0, [1], 1, 2), Labels(draft=("a",), token="b"))), tokens=10, steps=4,
+    lookup = _ended(spec_trace((step(0, [1], 1, 2), Labels(draft=("a",), token="b"))), tokens=16, steps=4,
                     target_calls=5, drafted=8, accepted=6, elapsed=1.0)
     rows = compare_rows(base, [lookup])
     assert [r["run"] for r in rows] == ["baseline", "prompt lookup"]
     assert rows[1]["speedup"] == pytest.approx(2.0) and rows[1]["alpha"] == pytest.approx(0.75)
     speed, quality = compare_figures(rows)
-    assert list(speed.data[0].x) == [5.0, 10.0] and list(speed.data[0].y) == ["baseline", "prompt lookup"]
+    assert list(speed.data[0].x) == [8.0, 16.0] and list(speed.data[0].y) == ["baseline", "prompt lookup"]
     assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2

@@ -54,7 +54,7 @@ def _fmt(x: float | None) -> str:
 
 def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
-    q = "1 (deterministic drafter)" if e.q is None else _fmt(e.q[i])
+    q = _fmt(e.q[i]) if e.q is not None else "none given" if e.greedy else "1 (one-hot: a token, no distribution)"
     lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
     if e.greedy:
         lines.append("greedy: kept only if it is the target's top token")

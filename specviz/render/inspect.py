@@ -1,8 +1,9 @@
 """The step inspector: one speculative step laid open, draft by draft.
 
-For each drafted token: q (drafter), p (target), the acceptance probability min(1, p/q),
-the uniform draw u and the verdict; then the token the target itself chose, and the
-target's top tokens at the position where that choice was made.
+For each drafted token: q (drafter), p (target), the rule the verifier applied (greedy: is
+it the target's top token; sampling: min(1, p/q) against the uniform draw u) and the
+verdict; then the token the target itself chose, and the target's top tokens at the
+position where that choice was made.
 """
 from __future__ import annotations
 
@@ -31,6 +32,38 @@ def _verdict(e: StepEvent, i: int) -> tuple[str, str]:
     return "rejected", "not checked (after the first rejection)"
 
 
+def _rule_heads(e: StepEvent) -> str:
+    """The columns of the rule the verifier applied: the argmax test, or min(1, p/q) against u."""
+    if e.greedy:
+        return "<th>target's top token</th>"
+    return "<th>min(1, p/q)</th><th>draw u</th>"
+
+
+def _row(e: StepEvent, labels, j: int) -> str:
+    kind, verdict = _verdict(e, j)
+    if e.q is not None:
+        q = _num(e.q[j])
+    else:  # prompt lookup, Medusa, EAGLE: a token and no distribution
+        q = '1 <span class="sv-muted">(one-hot)</span>' if not e.greedy else '<span class="sv-muted">none given</span>'
+    if e.greedy:
+        rule = f"<td>{_argmax(e, labels, j)}</td>"
+    else:
+        u = "—" if e.draws is None else _num(e.draws[j])
+        rule = f"<td>{_num(e.accept_prob[j])}</td><td>{u}</td>"
+    return (f'<tr data-kind="{kind}"><td>{j + 1}</td><td>{_tok(labels.draft[j])}</td><td>{q}</td>'
+            f'<td>{_num(e.p[j])}</td>{rule}<td class="sv-verdict-{kind}">{escape(verdict)}</td></tr>')
+
+
+def _argmax(e: StepEvent, labels, j: int) -> str:
+    """Greedy's rule for draft j: the target's own top token there, and whether the draft is it."""
+    if j > e.accepted:
+        return "—"
+    same = "= draft" if e.accept_prob[j] >= 1.0 else "≠ draft"
+    if j < len(e.p_top) and e.p_top[j] and j < len(labels.p_top) and labels.p_top[j]:
+        return f'{_tok(labels.p_top[j][0])} {_num(e.p_top[j][0][1])} <span class="sv-muted">{same}</span>'
+    return "the draft" if e.accept_prob[j] >= 1.0 else "another token"
+
+
 def step_html(trace: Trace, index: int | None) -> str:
     """HTML for step `index` of a speculative trace (clamped to the steps there are)."""
     steps = [(e, lab) for e, lab in zip(trace.events, trace.labels) if isinstance(e, StepEvent)]
@@ -38,18 +71,9 @@ def step_html(trace: Trace, index: int | None) -> str:
         return '<div class="sv-inspect sv-empty">Run something, then pick a step to inspect.</div>'
     i = min(max(int(index or 0), 0), len(steps) - 1)
     e, labels = steps[i]
-    rule = ("greedy: a draft is kept while it equals the target's top token"
-            if e.greedy else "sampling: keep draft i if u < min(1, p/q)")
-    rows = []
-    for j, tok in enumerate(e.draft):
-        kind, verdict = _verdict(e, j)
-        q = "1" if e.q is None else _num(e.q[j])
-        u = "—" if e.draws is None else _num(e.draws[j])
-        rows.append(
-            f'<tr data-kind="{kind}"><td>{j + 1}</td><td>{_tok(labels.draft[j])}</td><td>{q}</td>'
-            f"<td>{_num(e.p[j])}</td><td>{_num(e.accept_prob[j])}</td><td>{u}</td>"
-            f'<td class="sv-verdict-{kind}">{escape(verdict)}</td></tr>'
-        )
+    rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
+            "q and p are shown for information" if e.greedy else "sampling: keep draft i if u < min(1, p/q)")
+    rows = [_row(e, labels, j) for j in range(len(e.draft))]
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
     where = "first rejection" if e.token_kind == "corrected" else "bonus position"
@@ -63,13 +87,13 @@ def step_html(trace: Trace, index: int | None) -> str:
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted, '
         f"{e.accepted} accepted · {escape(rule)}</p>"
-        '<table class="sv-table"><thead><tr><th>#</th><th>draft</th><th>q</th><th>p</th>'
-        "<th>min(1, p/q)</th><th>draw u</th><th>verdict</th></tr></thead>"
-        f'<tbody>{"".join(rows)}</tbody></table>'
+        '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
+        f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table></div>'
         f'<p>The target\'s {own}: {_tok(labels.token)} '
         f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
         f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
-        f'<table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
-        f"<tbody>{top_rows}</tbody></table>"
+        f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
+        f"<tbody>{top_rows}</tbody></table></div>"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -12,21 +12,27 @@ from dataclasses import dataclass
 from html import escape
 
 from ..theory import predicted_speedup
+from .status import count
 from .trace import Trace
+
+
+MIN_TOKENS = 16  # tokens each run needs before a speedup means anything (prefill dominates before)
 
 
 @dataclass(frozen=True)
 class Headline:
     spec_tps: float  # tokens/s of the speculative run
     base_tps: float  # tokens/s of the baseline
-    speedup: float | None  # spec_tps / base_tps (None until both have tokens)
-    alpha: float  # acceptance rate: accepted / drafted
+    speedup: float | None  # spec_tps / base_tps (None until both runs have MIN_TOKENS)
+    alpha: float  # acceptance rate: accepted / drafted, along the chain the target walked
     tau: float  # mean tokens per step
     k: float  # mean drafted tokens per step (the configured k for a model drafter)
     c: float | None  # draft cost per token / baseline cost per token
-    predicted: float | None  # Leviathan's speedup from alpha, k and c
-    calls_saved: int  # target forward passes the baseline needed beyond the speculative run's
-    base_calls: int
+    predicted: float | None  # Leviathan's speedup from alpha, k and c (None for tree drafts)
+    calls_saved: int  # target passes the speculative run's tokens would have cost plain decoding, minus its own
+    base_calls: int  # target passes plain decoding needs for the speculative run's tokens (one per token)
+    timing: str = "measured"  # measured | measuring (too few tokens yet) | too short (done with too few)
+    trees: bool = False  # the drafter proposed trees: the chain formula does not predict them
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -34,17 +40,23 @@ class Headline:
 
 def headline(spec: Trace, base: Trace) -> Headline:
     s, b = spec.stats(), base.stats()
-    speedup = s.tokens_per_s / b.tokens_per_s if s.tokens and b.tokens and b.tokens_per_s > 0 else None
+    timing = "measured"
+    if min(s.tokens, b.tokens) < MIN_TOKENS:
+        timing = "too short" if spec.done and base.done else "measuring"
+    speedup = s.tokens_per_s / b.tokens_per_s if timing == "measured" and b.tokens_per_s > 0 else None
     k = s.drafted / s.steps if s.steps else 0.0
     base_step = b.verify_time / b.steps if b.steps else 0.0  # the baseline's time per token
     c = None
     if k > 0 and base_step > 0:
         c = (s.draft_time / s.steps) / k / base_step
-    predicted = predicted_speedup(s.acceptance_rate, k, c) if c is not None else None
+    trees = any(e.tree is not None for e in spec.steps)
+    predicted = None
+    if c is not None and timing == "measured" and not trees:
+        predicted = predicted_speedup(s.acceptance_rate, k, c)
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
         alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,
-        calls_saved=b.steps - s.steps, base_calls=b.steps,
+        calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
     )
 
 
@@ -56,23 +68,31 @@ def _card(label: str, value: str, hint: str, key: str) -> str:
     )
 
 
-def _x(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}×"
+def _x(value: float | None, h: Headline) -> str:
+    if value is not None:
+        return f"{value:.2f}×"
+    return {"measuring": "measuring…", "too short": "too short"}.get(h.timing, "—")
 
 
 def headline_html(h: Headline) -> str:
     c = "—" if h.c is None else f"{h.c:.2f}"
+    wait = f"; shown once both runs have {MIN_TOKENS} tokens" if h.timing != "measured" else ""
+    formula = (f"(1 − α^(k+1)) / ((1 − α)(c·k + 1)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
+               f"(mean draft length), c = {c} (draft token cost / target step cost){wait}")
+    if h.trees:
+        formula = "tree drafts: the chain formula (1 − α^(k+1)) / ((1 − α)(c·k + 1)) does not describe them"
     cards = [
-        _card("measured speedup", _x(h.speedup),
-              "speculative tokens/s divided by baseline tokens/s (engine time, prefill included)", "speedup"),
-        _card("predicted speedup", _x(h.predicted),
-              f"(1 − α^(k+1)) / ((1 − α)(c·k + 1)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
-              f"(mean draft length), c = {c} (draft token cost / target step cost)", "predicted"),
-        _card("α acceptance rate", f"{h.alpha:.2f}", "accepted draft tokens / drafted tokens", "alpha"),
+        _card("measured speedup", _x(h.speedup, h),
+              f"speculative tokens/s divided by baseline tokens/s (engine time, prefill included){wait}", "speedup"),
+        _card("predicted speedup", "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
+        _card("α acceptance rate", f"{h.alpha:.2f}",
+              "accepted draft tokens / drafted tokens" + (" along the branch the target followed" if h.trees else ""),
+              "alpha"),
         _card("τ tokens per step", f"{h.tau:.2f}",
               "tokens each target pass produced: accepted drafts plus the target's own token", "tau"),
         _card(f"target calls saved (of {h.base_calls})", f"{h.calls_saved}",
-              "target forward passes the baseline needed beyond the speculative run's", "calls"),
+              f"plain decoding needs one target pass per token ({count(h.base_calls, 'token')} so far); "
+              f"the speculative run needed {count(h.base_calls - h.calls_saved, 'pass', 'passes')}", "calls"),
         _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
         _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]
@@ -80,14 +100,16 @@ def headline_html(h: Headline) -> str:
 
 
 def agreement(spec: Trace, base: Trace) -> tuple[bool | None, int | None]:
-    """(identical, first differing token index) over the tokens both runs have produced."""
+    """(identical, first differing token index) over the tokens both runs have produced.
+
+    Runs of different lengths (Stop, a time limit) are compared on their common prefix:
+    a run that was cut short differs from nothing it did not produce.
+    """
     a, b = spec.token_ids, base.token_ids
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
             return False, i
-    if spec.done and base.done and len(a) != len(b):
-        return False, n
     return (True, None) if n or (spec.done and base.done) else (None, None)
 
 
@@ -95,21 +117,27 @@ def agreement_html(spec: Trace, base: Trace, greedy: bool) -> str:
     """The greedy check (identical to baseline?) or, for sampling, why the texts differ."""
     if not greedy:
         return (
-            '<div class="sv-check sv-check-sampling" data-identical="sampling">🎲 Sampling: the two runs '
+            '<div class="sv-check sv-check-sampling" data-identical="sampling">Sampling: the two runs '
             "draw different random numbers, so their texts differ, but speculative sampling gives "
             "every token exactly the target's distribution.</div>"
         )
     same, at = agreement(spec, base)
     if same is None:
         return ""
+    ns, nb = len(spec.token_ids), len(base.token_ids)
+    n = min(ns, nb)
     if same:
-        so_far = "" if spec.done and base.done else " so far"
-        n = min(len(spec.token_ids), len(base.token_ids))
+        if ns != nb and spec.done and base.done:
+            scope = (f"over the {count(n, 'token')} both runs produced (the speculative run stopped at {ns}, "
+                     f"the baseline at {nb})")
+        else:
+            scope = f"{'' if spec.done and base.done else 'so far '}({count(n, 'token')})"
         return (
-            f'<div class="sv-check sv-check-ok" data-identical="true">✓ Greedy output identical to '
-            f"baseline{so_far} ({n} tokens): speculative decoding changed the speed, not the text.</div>"
+            f'<div class="sv-check sv-check-ok" data-identical="true" data-compared="{n}">Greedy output '
+            f"identical to baseline {scope}: speculative decoding changed the speed, not the text.</div>"
         )
     return (
-        f'<div class="sv-check sv-check-bad" data-identical="false">✗ Differs from baseline at token '
-        f"{at}: the batched verify pass rounds differently from one-token decoding; a near-tie flipped.</div>"
+        f'<div class="sv-check sv-check-bad" data-identical="false" data-compared="{n}">Differs from baseline '
+        f"at token {at}: the batched verify pass rounds differently from one-token decoding; a near-tie "
+        "flipped.</div>"
     )

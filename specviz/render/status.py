@@ -3,17 +3,25 @@ from __future__ import annotations
 
 from html import escape
 
-ICONS = {"info": "ℹ", "running": "⏳", "done": "✓", "stopped": "⏹", "error": "⚠"}
+# Each state's icon is drawn by the stylesheet (.sv-icon-*), not an emoji: a machine without
+# an emoji font showed those as empty boxes.
+ICONS = {"info": "info", "running": "busy", "loading": "busy", "waiting": "busy", "done": "ok",
+         "stopped": "stop", "error": "error", "busy": "error"}
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 token', '2 tokens' (plural: the word when it is not noun + 's')."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def status_html(message: str, state: str = "info", fraction: float | None = None) -> str:
-    """state: info | running | done | stopped | error; fraction in [0, 1] draws a progress bar."""
+    """state: info | loading | waiting | running | done | stopped | error | busy; fraction in [0, 1] draws a progress bar."""
     bar = ""
     if fraction is not None:
         bar = f'<progress max="1" value="{min(max(fraction, 0.0), 1.0):.3f}"></progress>'
     role = ' role="alert"' if state == "error" else ' role="status"'
     return (
         f'<div class="sv-status sv-status-{state}" data-state="{state}"{role}>'
-        f'<span class="sv-status-icon">{ICONS.get(state, "")}</span>'
+        f'<span class="sv-icon sv-icon-{ICONS.get(state, "info")}" aria-hidden="true"></span>'
         f'<span class="sv-status-text">{escape(message)}</span>{bar}</div>'
     )

@@ -7,7 +7,7 @@ over with the event. Everything in render/ then reads a Trace and never a tokeni
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..events import RunEnd, RunStats, StepEvent, TokenEvent
 from .kinds import shown_tokens
@@ -78,8 +78,15 @@ class Trace:
         return self.events[-1].elapsed if self.events else 0.0
 
     def stats(self) -> RunStats:
-        """The run's statistics: the engine's own at the end, a running tally before."""
+        """The run's statistics: the engine's own at the end, a running tally before.
+
+        Drafts count along each step's chain (for a tree: the branch the target followed and
+        the first candidate it refused), so alpha reads the same for chains and trees; the
+        engine's own count for a tree is every node, which a reader cannot see as drafts.
+        """
         if self.end is not None:
+            if any(e.tree is not None for e in self.steps):
+                return replace(self.end.stats, drafted=sum(len(e.draft) for e in self.steps))
             return self.end.stats
         steps = self.steps
         draft_time = sum(e.draft_time for e in steps)

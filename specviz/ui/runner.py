@@ -24,6 +24,7 @@ from ..events import RunEnd
 from ..interleave import interleave
 from ..labels import Labeler
 from ..render import Trace
+from ..render.status import count
 from .limits import Deadline
 from .policy import Policy
 from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
@@ -145,9 +146,10 @@ def _finish(frame: Frame, deadline: Deadline) -> None:
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
     tokens = max(len(t.token_ids) for t in traces)
     frame.state = "stopped" if stopped else "done"
-    frame.message = f"Stopped after {tokens} tokens." if stopped else f"Done: {tokens} tokens."
+    made = count(tokens, "token")
+    frame.message = f"Stopped after {made}." if stopped else f"Done: {made}."
     if stopped and deadline.passed:
-        frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {tokens} tokens."
+        frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {made}."
     frame.fraction = None
 
 

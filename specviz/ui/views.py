@@ -6,6 +6,7 @@ import gradio as gr
 from ..render import (agreement, agreement_html, compare_figures, compare_rows, headline, headline_html,
                       panel_html, playground_figures, side_by_side_html, status_html, step_html, table_values)
 from ..render.compare import HEADERS
+from ..render.status import count
 from ..render.trace import Trace
 from .runner import Frame
 
@@ -14,7 +15,7 @@ def _run_note(trace: Trace) -> str:
     if not (trace.events or trace.done):
         return ""
     s = trace.stats()
-    return f"{s.tokens} tokens · {s.tokens_per_s:.1f} tok/s · {s.steps} target passes"
+    return f"{count(s.tokens, 'token')} · {s.tokens_per_s:.1f} tok/s · {count(s.steps, 'target pass', 'target passes')}"
 
 
 def _run_dict(trace: Trace) -> dict:
@@ -29,7 +30,9 @@ def playground_summary(frame: Frame) -> dict:
     return {
         "state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
         "greedy": frame.greedy,
+        # Greedy: identical over the tokens both runs produced (compared_tokens); Stop ends them apart.
         "identical": same if frame.greedy else None, "first_difference": first_difference,
+        "compared_tokens": min(len(spec.token_ids), len(base.token_ids)),
         "headline": headline(spec, base).to_dict(),
         "speculative": _run_dict(spec), "baseline": _run_dict(base),
     }
