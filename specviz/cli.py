@@ -7,12 +7,13 @@ import os
 import sys
 from dataclasses import fields
 
-from . import bench, threads
+from . import bench
 from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
 from .sampling import Sampling
 from .train import command as train_command
+from . import trace_command
 
 # Terminal colours per token kind; rejected drafts are struck through.
 ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
@@ -49,6 +50,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch.compile the target's decoder stack (Llama-layout models; compiling takes a while)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     p.add_argument("--no-baseline", action="store_true", help="skip the plain decoding run")
+    p.add_argument("--trace", metavar="FILE", help="also save the whole run (every step's p and q, the timings, "
+                   "the text) as JSON, to replay with 'python -m specviz replay FILE' or in the app")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_arguments(sub.add_parser("generate", help="run one prompt, speculative vs baseline"))
     bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
     train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
+    trace_command.add_arguments(sub.add_parser("replay", help="replay a saved trace (--trace FILE) with no model"))
     return parser
 
 
@@ -67,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             return generate(args)
         if args.command == "train":
             return train_command.main(args)
+        if args.command == "replay":
+            return trace_command.replay(args)
         return bench.main(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -92,9 +98,10 @@ def generate(args) -> int:
     from .engine import baseline_generate, speculative_generate
     from .events import RunEnd, event_to_dict
     from .interleave import interleave
+    from .labels import Labeler
+    from .render.trace import Trace
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
-    print(f"specviz: {threads.apply()}", file=sys.stderr, flush=True)
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
@@ -106,16 +113,17 @@ def generate(args) -> int:
 
     spec = speculative_generate(target.model, drafter, prompt, cfg)
     runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
-    steps, ends = [], {}
+    # Each token's display text, in context, as the app shows it (and a trace keeps it).
+    labelers = {"spec": Labeler(models, target, prompt), "base": Labeler(models, target, prompt)}
+    traces = {"spec": Trace(args.drafter, k=cfg.k), "base": Trace("baseline", speculative=False)}
     for which, ev in runs:
-        if isinstance(ev, RunEnd):
-            ends[which] = ev
-        elif which == "spec":
-            steps.append(ev)
-    end, base = ends["spec"], ends.get("base")
+        traces[which].add(ev, None if isinstance(ev, RunEnd) else labelers[which].label(ev))
+    steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
+    if args.trace:
+        trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"])
 
     result = {
-        "text": models.decode(target, _without_eos(target, end.token_ids)),
+        "text": models.decode(target, end.token_ids),
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
@@ -126,25 +134,17 @@ def generate(args) -> int:
         "steps": [event_to_dict(s) for s in steps],
     }
     if base is not None:
-        result["baseline"] = {"text": models.decode(target, _without_eos(target, base.token_ids)),
-                              "token_ids": list(base.token_ids), "tokens_per_s": base.stats.tokens_per_s,
-                              "stats": base.stats.to_dict()}
+        result["baseline"] = {"text": models.decode(target, base.token_ids), "token_ids": list(base.token_ids),
+                              "tokens_per_s": base.stats.tokens_per_s, "stats": base.stats.to_dict()}
         result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
         if sampling.greedy:
             result["identical_to_baseline"] = end.token_ids == base.token_ids
     if args.json:
         print(json.dumps(result))
     else:
-        _print_coloured(target, steps, sys.stdout)
+        _print_coloured(target, steps, sys.stdout, traces["spec"].labels)
         _print_summary(result, sys.stdout)
     return 0
-
-
-def _without_eos(target, ids) -> list[int]:
-    """The output's ids without the end-of-turn token that stopped it: it ends the text, it is
-    not part of it (token_ids keep it: the engine did emit it)."""
-    ids = list(ids)
-    return ids[:-1] if ids and ids[-1] in target.eos_token_ids else ids
 
 
 def _warm_up(target, prompt, cfg, drafter) -> None:
@@ -160,17 +160,25 @@ def _use_colour(stream) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ
 
 
-def _print_coloured(target, steps, out) -> None:
-    """Each step's kept drafts, its rejected drafts (where they were proposed), then its own token."""
-    from . import models
+def _print_coloured(target, steps, out, labels=None, each=None) -> None:
+    """Each step's kept drafts, its rejected drafts (where they were proposed), then its own token.
 
+    labels: each step's display text (labels.Labeler's); worked out here when not given.
+    `target` needs only eos_token_ids when they are given (a replay has no model).
+    each: called with each step before it is printed (a replay paces or numbers steps with it).
+    """
+    if labels is None:
+        from . import models
+        from .labels import Labeler
+
+        labeler = Labeler(models, target, [])
+        labels = [labeler.label(s) for s in steps]
     colour = _use_colour(out)
-    for s in steps:
-        ids = list(s.draft) + [s.token]
-        texts = models.token_strings(target, ids)
+    for s, shown in zip(steps, labels):
+        if each is not None:
+            each(s)
+        texts = shown.draft + (shown.token,)
         for kind, i in shown_tokens(s):
-            if kind != "rejected" and ids[i] in target.eos_token_ids:
-                continue  # the end-of-turn token that stopped the run (a rejected one still shows)
             out.write(f"{ANSI[kind]}{texts[i]}{RESET}" if colour else PLAIN[kind].format(texts[i]))
     out.write("\n\n")
 

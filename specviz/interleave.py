@@ -1,9 +1,10 @@
-"""Advance a speculative run and a baseline run in turn, never concurrently.
+"""Advance several runs in turn, never concurrently: the arm with the fewest tokens goes next.
 
-Their timings stay honest (each run's clock only counts its own steps) and both panels
-of the app fill at the same pace. Each yielded item is (which, event) with which in
-{"spec", "base"}; the spec run moves one step, then the baseline catches up to the same
-number of tokens, so the two texts grow side by side.
+Their timings stay honest (each run's clock only counts its own steps), every run meets the
+same machine conditions (a warming CPU, a busy neighbour) at the same point of its text, and
+the texts grow side by side. Each yielded item is (name, event). With a speculative run and
+a baseline, the speculative run moves one step, then the baseline catches up to the same
+number of tokens, then the speculative run steps again.
 """
 from __future__ import annotations
 
@@ -12,19 +13,19 @@ from typing import Iterator
 from .events import RunEnd, StepEvent
 
 
+def interleave_all(runs: dict[str, Iterator]) -> Iterator[tuple[str, object]]:
+    """Every event of every run; ties go to the run listed first."""
+    tokens = dict.fromkeys(runs, 0)
+    while tokens:
+        name = min(tokens, key=tokens.get)  # dicts keep order: the first of the fewest
+        ev = next(runs[name])
+        if isinstance(ev, RunEnd):
+            del tokens[name]
+        else:
+            tokens[name] += len(ev.emitted) if isinstance(ev, StepEvent) else 1
+        yield name, ev
+
+
 def interleave(spec, base) -> Iterator[tuple[str, object]]:
-    spec_tokens = base_tokens = 0
-    spec_done = base_done = False
-    while not (spec_done and base_done):
-        if not spec_done:
-            ev = next(spec)
-            spec_done = isinstance(ev, RunEnd)
-            if isinstance(ev, StepEvent):
-                spec_tokens += len(ev.emitted)
-            yield "spec", ev
-        # The baseline emits one token per step: let it catch up (or run on alone).
-        while not base_done and (spec_done or base_tokens < spec_tokens):
-            ev = next(base)
-            base_done = isinstance(ev, RunEnd)
-            base_tokens += 0 if base_done else 1
-            yield "base", ev
+    """A speculative run ("spec") and its baseline ("base")."""
+    return interleave_all({"spec": spec, "base": base})

@@ -14,6 +14,7 @@ from specviz.errors import SpecvizError
 from specviz.sampling import Sampling
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
+from specviz.ui.compare import compare_drafters
 from specviz.ui.runner import Frame, throttle
 from specviz.ui.limits import Deadline
 from specviz.ui.settings import SAMPLING_TEMPERATURE
@@ -185,8 +186,8 @@ def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):
 
 def test_compare_keeps_going_when_one_drafter_cannot_load(app_models, tmp_path):
     s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=6)
-    frame = final(runner.compare(s, Policy(), real_models, never,
-                                 drafters=["prompt lookup", str(tmp_path / "missing"), app_models["draft"]]))
+    frame = final(compare_drafters(s, Policy(), real_models, never, rounds=1,
+                                   drafters=["prompt lookup", str(tmp_path / "missing"), app_models["draft"]]))
     assert frame.state == "done" and "could not run" in frame.message
     lookup, missing, draft = frame.runs
     assert lookup.done and draft.done and not missing.done

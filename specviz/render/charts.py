@@ -142,7 +142,8 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
     Horizontal bars: run names (often model ids) stay readable however long they are.
     """
     height = 140 + 40 * max(len(rows), 2)
-    speed = _style(go.Figure(), "Throughput (tokens/s; label = speedup over the baseline)", "tokens / s", "",
+    speed = _style(go.Figure(), "Throughput (median tokens/s; label = speedup over the baseline, range)",
+                   "tokens / s", "",
                    height=height)
     quality = _style(make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
                                    subplot_titles=("α", "τ (tokens/step)", "target calls")),
@@ -152,8 +153,10 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
         return _waiting(speed), _waiting(quality)
     names = [r["run"] for r in rows]
     colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
-    labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" for r in rows]
-    speed.add_bar(y=names, x=[r["tokens_per_s"] for r in rows], orientation="h", marker_color=colors,
+    labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" + (
+        f" ({r['speedup_min']:.2f}–{r['speedup_max']:.2f})" if r.get("speedup_min") is not None else "")
+        for r in rows]
+    speed.add_bar(y=names, x=[r["tokens_per_s"] or 0 for r in rows], orientation="h", marker_color=colors,
                   text=labels, textposition="auto", showlegend=False,
                   hovertemplate="%{y}<br>%{x:.1f} tokens/s<extra></extra>")
     for col, key in enumerate(("alpha", "tau", "target_calls"), start=1):

@@ -14,6 +14,7 @@ import gradio as gr
 from ..errors import SpecvizError
 from ..render import step_html
 from . import runner
+from .compare import compare_drafters
 from .limits import Busy, Line
 from .policy import Policy
 from .runner import Frame
@@ -84,10 +85,11 @@ class Handlers:
         yield from self._stream(session, request, controls, runner.playground, playground_values, remember=True)
 
     def compare(self, session: Session, drafters, request: gr.Request = None, **controls):
-        """Run the baseline, then each drafter in `drafters`, one after another (API: /compare)."""
+        """The baseline and each drafter in `drafters`, warmed up, then taking turns for a few
+        rounds (API: /compare)."""
         if not isinstance(drafters, (list, tuple)):  # a script may pass "a, b" instead of a list
             drafters = str(drafters or "").split(",")
-        run = functools.partial(runner.compare, drafters=[str(d) for d in drafters])
+        run = functools.partial(compare_drafters, drafters=[str(d) for d in drafters])
         yield from self._stream(session, request, {**controls, "drafter": NO_DRAFTER}, run, compare_values,
                                 remember=False)
 

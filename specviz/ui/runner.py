@@ -135,12 +135,6 @@ def readable(error: BaseException, hosted: bool = False) -> str:
     return f"unexpected error ({type(error).__name__}): {error}"
 
 
-def _follow(events, trace: Trace, labeler: Labeler, frame: Frame) -> Iterator[Frame]:
-    for event in events:
-        trace.add(event, None if isinstance(event, RunEnd) else labeler.label(event))
-        yield frame
-
-
 def _finish(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
@@ -204,48 +198,6 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     if frame.state == "error":
         frame.spec.error = frame.message  # the panel says why it is empty
     yield frame
-
-
-def compare(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
-            drafters: list[str] = ()) -> Iterator[Frame]:
-    """The baseline, then the same prompt through each drafter in turn."""
-    drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
-    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(d), k=s.k) for d in drafters],
-                  greedy=s.greedy, target=s.target)
-    error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
-    try:
-        if not drafters:
-            raise SpecvizError("pick at least one drafter to compare with the baseline")
-        policy.check(replace(s, drafter=NO_DRAFTER))
-        for name in drafters:
-            policy.check_drafter(name)
-        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
-        should_stop.start()
-        total = len(drafters) + 1
-        frame.state, frame.message, frame.fraction = "running", f"Run 1 of {total}: baseline", 0.0
-        yield from _follow(baseline_generate(target.model, ids, cfg, should_stop), frame.base,
-                           Labeler(models, target, ids), frame)
-        for i, (name, trace) in enumerate(zip(drafters, frame.runs), start=2):
-            if should_stop():
-                break
-            frame.state, frame.fraction = "running", (i - 1) / total
-            frame.message = f"Run {i} of {total}: {trace.label}"
-            try:
-                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes)
-            except Exception as e:  # one bad drafter must not sink the others
-                trace.error = readable(e, policy.hosted)
-                continue
-            if should_stop():
-                break
-            frame.state, frame.message = "running", f"Run {i} of {total}: {trace.label}"
-            yield from _follow(speculative_generate(target.model, drafter, ids, cfg, should_stop), trace,
-                               Labeler(models, target, ids), frame)
-        _finish(frame, should_stop)
-        if any(t.error for t in frame.runs) and frame.state == "done":
-            frame.message += " Some drafters could not run: see their panels."
-    except Exception as e:
-        error = e
-    yield _end(frame, error, policy.hosted)
 
 
 def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic) -> Iterator[Frame]:

@@ -62,7 +62,7 @@ def playground_values(frame: Frame) -> list:
 
 def compare_values(frame: Frame) -> list:
     """status, table, two charts, side-by-side panels, summary."""
-    rows = compare_rows(frame.base, frame.runs)
+    rows = compare_rows(frame.base, frame.runs, getattr(frame, "rounds", ()))
     speed, quality = compare_figures(rows)
     summary = {"state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
                "rows": rows,

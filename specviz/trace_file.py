@@ -1,0 +1,265 @@
+"""A run saved as one JSON file, to replay anywhere with no model loaded.
+
+A teacher records a run where the models are (a GPU, the CLI's `--trace FILE`, the app's
+"Download trace") and replays it where they present (the app's replay, `python -m
+specviz replay FILE`). The file holds what the run's pictures are drawn from, nothing a
+model would be needed to recompute:
+
+    {"format": "specviz-trace", "version": 1,
+     "info": {"target", "drafter", "prompt", "greedy", "config", "source", "device", "created"},
+     "runs": [{"role": "speculative" | "baseline", "label", "k", "error",
+               "events": [{"type": "step" | "token", ...the event's fields..., "text": {...}}],
+               "end": {"type": "end", "token_ids", "stats"} | null}]}
+
+Each event is events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
+p and q, min(1, p/q), the draws u, and the target's and drafter's top (token, prob) at every
+position (p_top, q_top), a baseline token its top; "text" is its render.Labels (the tokens'
+display text as the run showed them), so no tokenizer is needed either. Times are the
+engine's own, which is what replay.py paces a race by.
+
+`load` checks everything it reads and refuses a wrong, damaged, oversized or newer file in
+one sentence (TraceFileError), so a replay never meets a half-valid event. JSON only: a
+trace is data, never code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+
+from .errors import SpecvizError
+from .events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
+from .render.trace import Labels, Trace
+from .tree import check_parents
+
+FORMAT, VERSION = "specviz-trace", 1
+ROLES = ("speculative", "baseline")
+
+
+class TraceFileError(SpecvizError):
+    """A file that is not a trace this version of specviz can replay; the message says why."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What was run: shown beside a replay, never used to load anything."""
+
+    target: str  # the target model's id or folder
+    drafter: str  # the drafter as it was asked for ("pld", "eagle", a draft model's id)
+    prompt: str = ""
+    greedy: bool = True
+    config: dict = field(default_factory=dict)  # the GenerationConfig (sampling nested), as a dict
+    source: str = ""  # "app" or "cli"
+    device: str = ""  # where it ran ("cuda: NVIDIA H200", "cpu"): the speeds are that machine's
+    created: str = ""  # UTC time of saving, ISO 8601
+
+
+@dataclass
+class Recording:
+    """A saved run: the speculative trace and, when one ran beside it, the baseline's."""
+
+    info: RunInfo
+    spec: Trace
+    base: Trace | None = None
+
+
+# Writing ------------------------------------------------------------------------------------
+
+def describe_device(model=None) -> str:
+    """Where a run ran, for RunInfo.device: the model's device (the best one here when no
+    model is given) and, on a GPU, its name."""
+    import torch
+
+    if model is not None:
+        device = next(model.parameters()).device
+    else:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def _run_dict(role: str, trace: Trace) -> dict:
+    events = [{**event_to_dict(e), "text": dataclasses.asdict(labels)} for e, labels in zip(trace.events, trace.labels)]
+    return {"role": role, "label": trace.label, "k": trace.k, "error": trace.error, "events": events,
+            "end": event_to_dict(trace.end) if trace.end is not None else None}
+
+
+def dumps(recording: Recording) -> str:
+    info = dataclasses.replace(recording.info, created=recording.info.created or
+                               datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    runs = [_run_dict("speculative", recording.spec)]
+    if recording.base is not None:
+        runs.append(_run_dict("baseline", recording.base))
+    return json.dumps({"format": FORMAT, "version": VERSION, "info": dataclasses.asdict(info), "runs": runs},
+                      ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def save(path, recording: Recording) -> None:
+    """Write `recording` to `path` (UTF-8 JSON), replacing it only once the whole file is written."""
+    text = dumps(recording)
+    tmp = f"{path}.part"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# Reading ------------------------------------------------------------------------------------
+
+def load(path, max_bytes: int | None = None) -> Recording:
+    """Read and check a trace file; `max_bytes` refuses a larger one before reading it."""
+    try:
+        size = os.path.getsize(path)
+        if max_bytes is not None and size > max_bytes:
+            raise TraceFileError(f"this trace file is {size / 1e6:.1f} MB: this app replays traces of up to "
+                                 f"{max_bytes / 1e6:.1f} MB")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceFileError(f"could not read the trace file: {e.strerror or e}") from None
+    return loads(data)
+
+
+def loads(data: str | bytes) -> Recording:
+    """A Recording from a trace file's text; TraceFileError says what is wrong with it."""
+    try:
+        doc = json.loads(data, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceFileError(f"not a specviz trace: the file is not valid JSON ({e}); "
+                             "was it cut short or edited?") from None
+    except (RecursionError, ValueError) as e:
+        raise TraceFileError(f"not a specviz trace: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise TraceFileError("not a specviz trace: a trace is the JSON file that 'Download trace' or "
+                             "'python -m specviz generate --trace FILE' writes")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TraceFileError(f"this trace file has no valid version number (got {version!r})")
+    if version > VERSION:
+        raise TraceFileError(f"this trace was written by a newer specviz (trace format version {version}; "
+                             f"this one reads up to {VERSION}): update specviz to replay it")
+    info = _build(RunInfo, doc.get("info"), "the trace's info")
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise TraceFileError("the trace holds no runs")
+    traces = {}
+    for i, run in enumerate(runs[:2]):
+        role = run.get("role") if isinstance(run, dict) else None
+        if role not in ROLES or role in traces:
+            raise TraceFileError(f"run {i + 1} of the trace has role {role!r}; expected one speculative and "
+                                 "at most one baseline run")
+        traces[role] = _trace(run, role)
+    if "speculative" not in traces:
+        raise TraceFileError("the trace has no speculative run")
+    return Recording(info, traces["speculative"], traces.get("baseline"))
+
+
+def _no_constant(name: str):
+    raise ValueError(f"the file holds {name}, which a trace never does")
+
+
+def _trace(run: dict, role: str) -> Trace:
+    label, k, error = run.get("label"), run.get("k", 0), run.get("error")
+    if not isinstance(label, str) or not isinstance(k, int) or not (error is None or isinstance(error, str)):
+        raise TraceFileError(f"the {role} run's label, k or error is not what a trace holds")
+    trace = Trace(label, speculative=role == "speculative", k=k, error=error)
+    events = run.get("events")
+    if not isinstance(events, list):
+        raise TraceFileError(f"the {role} run has no event list")
+    kind = StepEvent if trace.speculative else TokenEvent
+    for i, d in enumerate(events):
+        where = f"{role} event {i + 1}"
+        if not isinstance(d, dict) or d.get("type") != ("step" if trace.speculative else "token"):
+            raise TraceFileError(f"{where} is not a {'step' if trace.speculative else 'token'} event")
+        event, labels = _build(kind, d, where), _build(Labels, d.get("text", {}), f"{where}'s text")
+        _check(event, labels, where)
+        trace.add(event, labels)
+    end = run.get("end")
+    if end is not None:
+        if not isinstance(end, dict) or not isinstance(end.get("stats"), dict):
+            raise TraceFileError(f"the {role} run's end is damaged")
+        stats = {f.name: end["stats"].get(f.name) for f in dataclasses.fields(RunStats)}
+        trace.add(RunEnd(_convert(end.get("token_ids"), tuple[int, ...], f"the {role} run's token ids"),
+                         _build(RunStats, stats, f"the {role} run's statistics")))
+    return trace
+
+
+def _build(cls, d, where: str):
+    """An instance of dataclass `cls` from dict `d`, every field checked against its type."""
+    if not isinstance(d, dict):
+        raise TraceFileError(f"{where} is not a JSON object")
+    hints, values = typing.get_type_hints(cls), {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            values[f.name] = _convert(d[f.name], hints[f.name], f"{where}, field {f.name!r}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise TraceFileError(f"{where} has no {f.name!r}")
+    return cls(**values)
+
+
+def _convert(value, tp, where: str):
+    """`value` as type `tp` (int, float, str, bool, dict, X | None, tuple[X, ...], tuple[X, Y],
+    a dataclass): JSON lists become tuples, anything else is refused with `where` named."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, where)
+    if origin is tuple:
+        if not isinstance(value, list) or (Ellipsis not in args and len(value) != len(args)):
+            raise TraceFileError(f"{where} should be a list{'' if Ellipsis in args else f' of {len(args)}'}")
+        inner = [args[0]] * len(value) if Ellipsis in args else args
+        return tuple(_convert(v, t, where) for v, t in zip(value, inner))
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+          str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool),
+          dict: lambda v: isinstance(v, dict)}
+    if tp not in ok or not ok[tp](value):
+        raise TraceFileError(f"{where} should be {getattr(tp, '__name__', tp)}, got {type(value).__name__}")
+    return float(value) if tp is float else value
+
+
+def _check(e, labels: Labels, where: str) -> None:
+    """What the renderers rely on beyond types: lengths that agree and counts in range."""
+    problem = None
+    if isinstance(e, TokenEvent):
+        problem = e.token < 0 and "a negative token id"
+    else:
+        n = len(e.draft)
+        if not (len(e.p) == len(e.accept_prob) == n and 0 <= e.accepted <= n and len(labels.draft) == n):
+            problem = "its draft, p, acceptance and texts disagree in length"
+        elif any(x is not None and len(x) != n for x in (e.q, e.draws)):
+            problem = "its q or draws do not match its draft"
+        elif len(e.p_top) not in (0, n + 1) or len(e.q_top) not in (0, n):
+            problem = "its top-k rows do not match its draft"
+        elif e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
+            problem = "its token kind or ids are invalid"
+        elif e.tree is not None:
+            problem = _tree_problem(e.tree)
+    tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
+    for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
+                                ("p_top", labels.p_top, getattr(e, "p_top", ())),
+                                ("q_top", labels.q_top, getattr(e, "q_top", ()))):
+        if any(texts) and [len(r) for r in texts] != [len(r) for r in tokens]:  # texts, when kept, one per token
+            problem = problem or f"its {name} texts do not match its {name} tokens"
+    if problem:
+        raise TraceFileError(f"{where} is damaged: {problem}")
+
+
+def _tree_problem(tree) -> str | None:
+    m = len(tree.tokens)
+    if len(tree.parents) != m or len(tree.p) != m or any(not 0 <= i < m for i in tree.path):
+        return "its tree's nodes disagree"
+    try:
+        check_parents(tree.parents)
+    except ValueError as e:  # check_parents says what is wrong with the tree's shape
+        return f"its tree is malformed ({e})"
+    return None

@@ -1,0 +1,110 @@
+"""Compare drafters: the baseline and every drafter on one prompt, fairly timed.
+
+Fair means what the Playground does for its two runs, for all of them: every arm is warmed
+up first (untimed), then the arms advance in turn, the one with the fewest tokens next
+(interleave.py), so none pays the first-run costs alone and all meet the machine's
+conditions at the same point of the text. That is repeated: each round gives every arm a
+speedup over the baseline of the same round, and the table shows their median and range.
+Run first, once and cold, the baseline looked slow: drafter `none`, the very same work,
+measured 1.77x.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
+
+from ..engine import baseline_generate, speculative_generate
+from ..errors import SpecvizError
+from ..events import RunEnd
+from ..interleave import interleave_all
+from ..labels import Labeler
+from ..render import Trace
+from ..render.status import count
+from .limits import Deadline
+from .policy import Policy
+from .runner import Frame, _end, _finish, _prepare, make_drafter, readable, run_label
+from .settings import NO_DRAFTER, Settings
+
+ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
+WARM_UP_TOKENS = 8  # each arm's untimed first run: allocations, kernel choice, caches
+
+
+@dataclass
+class CompareFrame(Frame):
+    """A Frame that also keeps each finished round's tokens/s, baseline first, then each run."""
+
+    rounds: list = field(default_factory=list)
+
+
+def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
+                      drafters: list[str] = (), rounds: int = ROUNDS) -> Iterator[CompareFrame]:
+    """Warm every arm up, then `rounds` interleaved rounds of the baseline and every drafter."""
+    drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
+    frame = CompareFrame(base=Trace("baseline", speculative=False),
+                         runs=[Trace(run_label(d), k=s.k) for d in drafters], greedy=s.greedy, target=s.target)
+    error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
+    try:
+        if not drafters:
+            raise SpecvizError("pick at least one drafter to compare with the baseline")
+        policy.check(replace(s, drafter=NO_DRAFTER))
+        for name in drafters:
+            policy.check_drafter(name)
+        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
+        for i, (name, trace) in enumerate(zip(drafters, frame.runs)):
+            if should_stop():
+                break
+            try:
+                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes)
+            except Exception as e:  # one bad drafter must not sink the others
+                trace.error = readable(e, policy.hosted)
+                continue
+            arms[i] = drafter
+        should_stop.start()
+        frame.state, frame.message, frame.fraction = "running", "Warming up every run (untimed)…", 0.0
+        yield frame
+        warm = replace(cfg, max_new_tokens=min(WARM_UP_TOKENS, cfg.max_new_tokens))
+        for _ in interleave_all(_streams(target, arms, ids, warm, should_stop)):
+            pass
+        for r in range(rounds):
+            if should_stop() or not arms:
+                break
+            frame.message = f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns"
+            frame.fraction = r / rounds
+            yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0)
+            if all(t.done for t in _timed(frame, arms)):
+                frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
+        _finish(frame, should_stop)
+        n = len(frame.rounds)
+        if frame.state == "done":
+            frame.message = (f"Done: {count(n, 'round')} of every run taking turns after a warm-up; "
+                             "speedups are the median (range) over the rounds.")
+        if any(t.error for t in frame.runs) and frame.state == "done":
+            frame.message += " Some drafters could not run: see their panels."
+    except Exception as e:
+        error = e
+    yield _end(frame, error, policy.hosted)
+
+
+def _streams(target, arms: dict, ids, cfg, should_stop) -> dict:
+    """The baseline first, then each drafter's run, as engine event streams."""
+    streams = {"base": baseline_generate(target.model, ids, cfg, should_stop)}
+    for i, drafter in arms.items():
+        streams[i] = speculative_generate(target.model, drafter, ids, cfg, should_stop)
+    return streams
+
+
+def _timed(frame: CompareFrame, arms: dict) -> list[Trace]:
+    return [frame.base, *(frame.runs[i] for i in arms)]
+
+
+def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool):
+    """One timed round, every arm's panel growing as its events come."""
+    if again:  # fresh traces: the panels show the round under way
+        frame.base = Trace(frame.base.label, speculative=False)
+        frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
+    traces = {"base": frame.base, **{i: frame.runs[i] for i in arms}}
+    labelers = {name: Labeler(models, target, ids) for name in traces}
+    for name, event in interleave_all(_streams(target, arms, ids, cfg, should_stop)):
+        traces[name].add(event, None if isinstance(event, RunEnd) else labelers[name].label(event))
+        yield frame

@@ -1,0 +1,139 @@
+"""Export and replay: what a step records, a saved run read back unchanged, bad files refused
+in one sentence, and the CLI's `--trace` / `replay` pair printing the same run."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
+
+from specviz import models, replay, trace_file
+from specviz.cli import main
+from specviz.drafters.choose import draft_model
+from specviz.engine import GenerationConfig, baseline_generate, speculative_generate
+from specviz.events import RunEnd
+from specviz.interleave import interleave
+from specviz.labels import Labeler
+from specviz.render.trace import Trace
+from specviz.sampling import Sampling
+from specviz.trace_file import Recording, RunInfo, TraceFileError
+
+
+def record(folders, temperature=0.0, tokens=24) -> tuple[Recording, list[str]]:
+    """A live run of the tiny target and its noisy draft model, labelled as the app labels it;
+    also the order its events came in."""
+    target, draft = models.load(folders["target"]), models.load(folders["draft"])
+    ids = models.encode_prompt(target, PROMPT)
+    cfg = GenerationConfig(max_new_tokens=tokens, k=4, sampling=Sampling(temperature=temperature),
+                           eos_token_ids=target.eos_token_ids)
+    traces = {"spec": Trace("tiny draft", k=4), "base": Trace("baseline", speculative=False)}
+    labelers = {w: Labeler(models, target, ids) for w in traces}
+    order = []
+    for which, ev in interleave(speculative_generate(target.model, draft_model(target, draft, "d"), ids, cfg),
+                                baseline_generate(target.model, ids, cfg)):
+        traces[which].add(ev, None if isinstance(ev, RunEnd) else labelers[which].label(ev))
+        order.append(which)
+    info = RunInfo(target=folders["target"], drafter=folders["draft"], prompt=PROMPT, greedy=temperature == 0,
+                   config={"k": 4}, source="test")
+    return Recording(info, traces["spec"], traces["base"]), order
+
+
+@pytest.fixture(scope="module")
+def sampled(app_models):  # noqa: F811
+    return record(app_models, temperature=0.9)
+
+
+def test_a_step_records_p_and_q_at_every_position_and_the_baseline_its_top(sampled):
+    rec, _ = sampled
+    for e in rec.spec.steps:
+        n = len(e.draft)
+        assert len(e.p_top) == n + 1 and len(e.q_top) == n  # every draft position, then the bonus position
+        assert e.top == e.p_top[e.accepted]  # where the step's own token was drawn
+        for i, d in enumerate(e.draft):
+            assert dict(e.p_top[i]).get(d, e.p[i]) == pytest.approx(e.p[i])  # the same p, where it is in the top
+            assert dict(e.q_top[i]).get(d, e.q[i]) == pytest.approx(e.q[i])
+        for row in (*e.p_top, *e.q_top):
+            probs = [p for _, p in row]
+            assert len(row) == 5 and probs == sorted(probs, reverse=True)
+    assert any(e.draws and e.accepted < len(e.draft) for e in rec.spec.steps)  # a rejection to draw
+    base = rec.base.events
+    assert all(len(e.top) == 5 and e.top[0][1] >= e.p for e in base)
+
+
+def test_a_saved_run_loads_back_event_for_event(sampled, tmp_path):
+    rec, order = sampled
+    path = tmp_path / "run.json"
+    trace_file.save(path, rec)
+    back = trace_file.load(path)
+    for run, again in ((rec.spec, back.spec), (rec.base, back.base)):
+        assert again.events == run.events and again.labels == run.labels and again.end == run.end
+        assert (again.label, again.k, again.speculative) == (run.label, run.k, run.speculative)
+    assert back.info.prompt == PROMPT and back.info.created  # saving dates it
+    assert [w for w, _, _ in replay.in_order(back)] == order  # the order the live run showed them in
+    times = [t for t, _ in replay.race(back)]
+    assert times == sorted(times) and len(times) == len(order)
+    spec, base = replay.after_steps(back, 2)
+    assert len(spec.steps) == 2 and len(base.token_ids) == len(spec.token_ids)  # the baseline keeps pace
+    spec, base = replay.after_steps(back, 10 ** 6)
+    assert spec.end == rec.spec.end and base.end == rec.base.end
+
+
+def good_doc(sampled) -> dict:
+    return json.loads(trace_file.dumps(sampled[0]))
+
+
+def damaged(doc):
+    step = doc["runs"][0]["events"][0]
+    step["accepted"] = len(step["draft"]) + 1
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda doc: json.dumps(doc)[:5000], "not valid JSON"),
+    (lambda doc: "[1, 2, 3]", "not a specviz trace"),
+    (lambda doc: json.dumps({**doc, "format": "something-else"}), "not a specviz trace"),
+    (lambda doc: json.dumps({**doc, "version": 99}), "newer specviz"),
+    (lambda doc: json.dumps({**doc, "runs": []}), "no runs"),
+    (damaged, "speculative event 1 is damaged"),
+    (lambda doc: json.dumps(doc).replace('"p_top": [[[', '"p_top": [["x", [', 1), "should be a list"),
+    (lambda doc: "[" * 100_000, "not a specviz trace"),
+])
+def test_a_bad_file_is_refused_in_one_sentence(sampled, make, words):
+    with pytest.raises(TraceFileError) as info:
+        trace_file.loads(make(good_doc(sampled)))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_file_over_the_size_limit_is_not_read(sampled, tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(" " * 2_000_000 + trace_file.dumps(sampled[0]))
+    with pytest.raises(TraceFileError, match="2.0 MB: this app replays traces of up to 1.0 MB"):
+        trace_file.load(path, max_bytes=1_000_000)
+
+
+def test_cli_replay_prints_what_generate_printed_with_no_model(app_models, tmp_path, capsys, monkeypatch):  # noqa: F811
+    path = tmp_path / "cli.json"
+    args = ["--prompt", PROMPT, "--target", app_models["target"], "--drafter", app_models["draft"],
+            "--max-new-tokens", "20"]
+    assert main(["generate", *args, "--trace", str(path)]) == 0
+    generated = capsys.readouterr().out
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("replay loaded a model"))
+    assert main(["replay", str(path)]) == 0
+    assert capsys.readouterr().out == generated  # the same coloured text and the same summary
+    assert main(["replay", str(path), "--steps"]) == 0
+    lines = re.findall(r"^step \d+ \(\d+ drafted, \d+ kept\): ", capsys.readouterr().out, re.M)
+    assert len(lines) == len(trace_file.load(path).spec.steps)
+    assert main(["replay", str(path), "--speed", "50"]) == 0
+    assert capsys.readouterr().out == generated
+
+
+def test_cli_replay_of_a_bad_file_says_why_without_a_traceback(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text('{"format": "specviz-trace", "version": 2')
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: not a specviz trace") and "Traceback" not in err
+    assert main(["replay", str(tmp_path / "missing.json")]) == 2
+    assert "could not read the trace file" in capsys.readouterr().err
+
