@@ -32,6 +32,7 @@ class Session:
         self.busy = False  # a run is queued or going
         self.stop = False  # Stop was pressed during that run
         self.last = None  # the last playground Frame
+        self.settings = None  # what that frame's run was asked for (a downloaded trace records it)
 
     def should_stop(self) -> bool:
         return self.stop
@@ -104,6 +105,8 @@ class Handlers:
                 return
             if not (yield from self._wait(ticket, session, values)):
                 return
+            if remember:
+                session.settings = settings
             for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
                 if remember:
                     session.last = frame

@@ -9,8 +9,9 @@ import gradio as gr
 from ..render import empty_figures, legend_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
+from . import replay
 from .handlers import Handlers, Session, zero_gpu
-from .policy import Policy, policy_from_env
+from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
 
 REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
@@ -38,7 +39,8 @@ def theme() -> gr.themes.Base:
 
 def launch_options() -> dict:
     """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
-    return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8")}
+    return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8"),
+            "max_file_size": MAX_TRACE_BYTES}  # the page's only upload is a trace to replay
 
 
 def _controls(policy: Policy, examples: list[dict]) -> dict:
@@ -147,6 +149,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
                 with gr.Tabs():
                     with gr.Tab("Playground", id="playground"):
                         drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
+                        replay_controls = replay.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
@@ -154,6 +157,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         generate = run.click(handlers.arm, session, session, **instant).then(
             handlers.generate, session, [*outputs, session], inputs_kwargs=play,
             api_name="generate", **queued)
+        replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
             handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)

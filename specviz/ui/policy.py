@@ -45,6 +45,7 @@ MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gra
 RESIDENT_PER_WEIGHT_BYTE = 2.5  # weights + MKL's packed copies (~1.3x) + activations and KV caches
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
+MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Policy:
     max_waiting: int = 16  # runs waiting for a turn; one more is told the app is busy
     runs_per_visitor: int | None = None  # running or waiting, per browser tab or API client
     model_bytes: int | None = None  # weights kept loaded, least recently used dropped; None: all
+    max_trace_bytes: int = MAX_TRACE_BYTES  # a trace file uploaded to replay (a 1,024-token run is a few MB)
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
@@ -128,7 +130,8 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
     targets = tuple((label, name) for label, name in TARGETS
                     if name == "default" or (weights_bytes(name) or 0) <= budget)
     policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
-                    max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget)
+                    max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget,
+                    max_trace_bytes=8 << 20)
     return replace(policy, **overrides)
 
 

@@ -1,0 +1,248 @@
+"""Export and replay in the page: "Download trace" after a run, and a saved trace played back
+in the Playground's own panels, charts and inspector with no model loaded: as a race at
+the speed the two runs really went (scaled), or step by step.
+
+The replay fills the same Frame a live run fills (runner.py), so every picture is drawn
+by the code that draws a live run. The file is parsed by trace_file.load (JSON only,
+size-capped by the policy, every field checked), and everything shown from it is escaped
+by the renderers like any model text.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from html import escape
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import gradio as gr
+
+from .. import replay as playback
+from ..errors import SpecvizError
+from ..events import StepEvent
+from ..trace_file import Recording, RunInfo, describe_device, load, save
+from .policy import Policy
+from .runner import Frame, throttle
+from .views import error_frame, playground_values
+
+log = logging.getLogger(__name__)
+UPDATE_EVERY = 0.3  # seconds between page updates during a race, as during a live run
+KEEP = 32  # trace files kept for download; older ones are deleted (Gradio serves its own copy)
+SPEEDS = (0.1, 10.0)  # the speed slider's range: x true speed
+
+
+class Replay:
+    """One visitor's loaded trace and how far it has been played. Plain attributes: gr.State."""
+
+    def __init__(self, recording: Recording, name: str):
+        self.recording, self.name = recording, name
+        self.position = 0  # speculative steps shown
+        self.playing = False
+        self.stop = False  # Pause was pressed during a race
+
+
+@dataclass(frozen=True)
+class Controls:
+    download: gr.DownloadButton
+    upload: gr.File
+    about: gr.HTML
+    speed: gr.Slider
+    play: gr.Button
+    pause: gr.Button
+    previous: gr.Button
+    next: gr.Button
+
+
+def controls() -> Controls:
+    """The Export-and-replay block, placed under the Playground's results."""
+    with gr.Accordion("Export and replay", open=True, elem_id="sv-replay-box"):
+        gr.Markdown("Save a run as a trace file, or load one to replay it here with no model: "
+                    "as a race at the speed it ran (scaled below), or one step at a time.")
+        with gr.Row():
+            download = gr.DownloadButton("Download trace", visible=False, elem_id="sv-download", scale=1)
+            upload = gr.File(label="Replay a trace (.json)", file_types=[".json"], type="filepath",
+                             elem_id="sv-replay-file", scale=3, height=120)
+        about = gr.HTML(elem_id="sv-replay-about")
+        with gr.Row(elem_classes="sv-actions"):
+            speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = as it ran)",
+                              elem_id="sv-replay-speed", scale=3, min_width=160)
+            play = gr.Button("Play race", variant="primary", elem_id="sv-replay-play", min_width=90)
+            pause = gr.Button("Pause", elem_id="sv-replay-pause", min_width=80)
+            previous = gr.Button("◀ Previous step", elem_id="sv-replay-previous", min_width=110)
+            next_ = gr.Button("Next step ▶", elem_id="sv-replay-next", min_width=110)
+    return Controls(download, upload, about, speed, play, pause, previous, next_)
+
+
+def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) -> None:
+    """Connect the block: the download follows each playground run; the replay fills `outputs`
+    (the playground's, in playground_values order) and the session the step inspector reads,
+    and a loaded trace puts its prompt in the `prompt` box, so the page shows what was asked."""
+    state = gr.State(None)
+    shown = [*outputs, session, state]
+    instant = dict(queue=False, api_visibility="private")
+    generate.then(offer_download, session, c.download, **instant)
+    c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session], [*shown, c.about, prompt],
+                    **instant)
+    # A race mostly sleeps between events, so a few may run beside the models' line.
+    c.play.click(race, [state, session, c.speed], shown, api_visibility="private", concurrency_limit=4,
+                 concurrency_id="replay")
+    c.pause.click(pause, state, state, **instant)
+    c.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
+    c.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
+
+
+# Download ------------------------------------------------------------------------------------
+
+_folder: list[Path] = []
+
+
+def offer_download(session):
+    """The last playground run as a trace file for the Download button (hidden when none)."""
+    frame, settings = session.last, session.settings
+    if frame is None or settings is None or not frame.spec.events or frame.state in ("error", "waiting"):
+        return gr.DownloadButton(visible=False)
+    config = asdict(settings.config())
+    end = frame.spec.end
+    if end is not None and end.stats.stop_reason == "eos" and end.token_ids:
+        config["eos_token_ids"] = [end.token_ids[-1]]  # the token that ended it: the run's EOS
+    info = RunInfo(target=settings.target, drafter=settings.drafter, prompt=settings.prompt,
+                   greedy=settings.greedy, config=config, source="app", device=describe_device())
+    path = _new_file()
+    save(path, Recording(info, frame.spec, frame.base))
+    return gr.DownloadButton(value=str(path), visible=True)
+
+
+def _new_file() -> Path:
+    """A fresh path in this process's trace folder; the oldest traces beyond KEEP go."""
+    if not _folder:
+        _folder.append(Path(tempfile.mkdtemp(prefix="specviz-traces-")))
+    old = sorted(_folder[0].iterdir(), key=lambda p: p.stat().st_mtime)
+    for p in old[: max(0, len(old) - KEEP + 1)]:
+        shutil.rmtree(p, ignore_errors=True)
+    return Path(tempfile.mkdtemp(dir=_folder[0])) / f"specviz-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+# Replay ---------------------------------------------------------------------------------------
+
+def _frame(r: Replay, spec, base, state: str, message: str, fraction: float | None = None) -> Frame:
+    info = r.recording.info
+    return Frame(base=base, runs=[spec], message=message, state=state, fraction=fraction, greedy=info.greedy,
+                 final=state != "running", target=info.target)
+
+
+def _values(frame: Frame, session, r: Replay | None) -> list:
+    """The playground's values for `frame`; a trace that passed the checks but still cannot be
+    drawn says so in the status line instead of breaking the page."""
+    try:
+        values = playground_values(frame)
+    except Exception as e:  # the renderers met something the loader's checks did not foresee
+        log.exception("could not draw a replayed trace", exc_info=e)
+        frame = error_frame(f"this trace could not be drawn ({type(e).__name__}): is the file damaged?")
+        values = playground_values(frame)
+    # The step inspector reads the shown frame; a download after this offers no run (it is not one).
+    session.last, session.settings = frame, None
+    return [*values, session, r]
+
+
+def _about(r: Replay) -> str:
+    info = r.recording.info
+    where = f" on {info.device}" if info.device else ""
+    mode = "greedy" if info.greedy else "sampling"
+    return f"{r.name}: {info.target}, drafter {info.drafter}, {mode}, recorded{where}"
+
+
+def _card(r: Replay) -> str:
+    """What the loaded trace is, for the block: file, models, settings, machine, date."""
+    info = r.recording.info
+    settings = ", ".join(f"{k} {v}" for k, v in info.config.items() if k in ("k", "dynamic_k", "max_new_tokens"))
+    sampling = info.config.get("sampling")
+    if not info.greedy and isinstance(sampling, dict):
+        settings += ", " + ", ".join(f"{k} {v}" for k, v in sampling.items())
+    lines = [f"<b>{escape(r.name)}</b>: target {escape(info.target)}, drafter {escape(info.drafter)}",
+             f"{'greedy' if info.greedy else 'sampling'}{', ' + escape(settings) if settings else ''}",
+             f"recorded {escape(info.created or '(no date)')}" + (f" on {escape(info.device)}" if info.device else "")
+             + ": the speeds shown are that machine's"]
+    return f'<div class="sv-replay-about">{"<br>".join(lines)}</div>'
+
+
+def open_trace(path, session, policy: Policy):
+    """Load an uploaded trace and show it before its first step: values for the playground's
+    outputs, the session, the replay state, the trace's card and the prompt box."""
+    try:
+        if not path:
+            raise SpecvizError("Choose a trace file to replay.")
+        r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name)
+    except SpecvizError as e:
+        return [*_values(error_frame(str(e)), session, None), "", gr.skip()]
+    spec, base = playback.fresh(r.recording)
+    n = playback.step_count(r.recording)
+    message = f"{_about(r)}. {n} steps: Play race, or Next step to go one at a time."
+    return [*_values(_frame(r, spec, base, "done", message), session, r), _card(r), r.recording.info.prompt]
+
+
+def step(r: Replay | None, session, delta: int):
+    """One speculative step forward or back (the baseline keeps pace, as in a live run)."""
+    if r is None:
+        return _values(error_frame("Load a trace first (Export and replay)."), session, None)
+    n = playback.step_count(r.recording)
+    r.position = min(max(r.position + delta, 0), n)
+    spec, base = playback.after_steps(r.recording, r.position)
+    message = f"Step {r.position} of {n}"
+    if r.position:
+        e = spec.steps[-1]
+        message += f": {len(e.draft)} drafted, {e.accepted} kept, then the target's {e.token_kind} token"
+    return _values(_frame(r, spec, base, "done" if r.position == n else "stopped", message), session, r)
+
+
+def pause(r: Replay | None):
+    if r is not None and r.playing:
+        r.stop = True
+    return r
+
+
+def race(r: Replay | None, session, speed, clock=time.monotonic, sleep=time.sleep):
+    """Both runs from the start, each event at its engine time divided by `speed`; the page
+    updates at a live run's pace (runner.throttle)."""
+    if r is None:
+        yield _values(error_frame("Load a trace first (Export and replay)."), session, None)
+        return
+    try:
+        speed = float(speed)
+    except (TypeError, ValueError):
+        speed = math.nan
+    if not SPEEDS[0] <= speed <= SPEEDS[1]:
+        yield _values(error_frame(f"speed must be from {SPEEDS[0]:g} to {SPEEDS[1]:g}, got {speed}"), session, r)
+        return
+    for frame in throttle(_racing(r, speed, clock, sleep), UPDATE_EVERY, clock=clock):
+        yield _values(frame, session, r)
+
+
+def _racing(r: Replay, speed: float, clock, sleep) -> Iterator[Frame]:
+    """The race's frame after every event, then the finished (or paused) one."""
+    timed = playback.race(r.recording)
+    total = timed[-1][0] if timed else 0.0
+    spec, base = playback.fresh(r.recording)
+    frame = _frame(r, spec, base, "running", f"Replaying at {speed:g}x", 0.0)
+    r.playing, r.stop, r.position = True, False, 0
+    start = clock()
+    try:
+        for t, item in timed:
+            if r.stop:
+                break
+            sleep(max(0.0, start + t / speed - clock()))
+            playback.add(spec, base, item)
+            r.position += isinstance(item[1], StepEvent)
+            frame.message = f"Replaying at {speed:g}x: engine second {t:.2f} of {total:.2f}"
+            frame.fraction = t / total if total else None
+            yield frame
+    finally:
+        r.playing = False
+    paused = r.stop
+    frame.state, frame.fraction, frame.final = ("stopped" if paused else "done"), None, True
+    frame.message = (f"Paused at step {r.position}: Next or Previous step from here, or Play race again." if paused
+                     else f"Replay finished: {_about(r)}. Previous step to go back through it.")
+    yield frame

@@ -1,0 +1,141 @@
+"""Export and replay in the app: the handlers below the page, then a real browser (headless
+Chromium, as test_app_browser.py) where a run's "Download trace" gives a file that loads
+back and an uploaded trace fills the Playground's panels, charts and inspector in an app
+that cannot load any model. Screenshots go to test-output/ (look at them)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+from test_trace_file import record, sampled  # noqa: F401 (sampled is a fixture)
+
+from specviz import trace_file
+from specviz.ui import Policy, Settings, hosted_policy
+from specviz.ui.handlers import Session
+from specviz.ui.layout import launch_options
+from specviz.ui.replay import offer_download, open_trace, race, step
+from specviz.ui.runner import Frame
+
+
+class Clock:
+    """A fake clock that only sleeping moves: a race's schedule without its waiting."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path):  # noqa: F811
+    rec, _ = sampled
+    path = tmp_path / "app.json"
+    trace_file.save(path, rec)
+    session = Session()
+    *values, _, r, card, prompt = open_trace(str(path), session, Policy())
+    assert "app.json" in values[0] and "Play race" in values[0] and "No tokens yet" in values[3]
+    assert prompt == PROMPT and "sampling, k 4" in card  # the page says what was run
+
+    clock = Clock()
+    frames = list(race(r, session, 2.0, clock=clock, sleep=clock.sleep))
+    *values, _, _ = frames[-1]
+    total = max(rec.spec.end.stats.elapsed, rec.base.end.stats.elapsed)
+    assert clock.now == pytest.approx(total / 2)  # the slower run's engine time, at twice its speed
+    assert 'data-state="done"' in values[0]
+    assert values[3].count('data-kind="accepted"') == sum(e.accepted for e in rec.spec.steps)
+    assert values[4].count('data-kind="baseline"') == len(rec.base.events)
+    assert session.last.spec.events == rec.spec.events  # the step inspector reads the replay
+
+    *values, _, _ = step(r, session, -1)  # back from the end: one step before the last
+    assert f"Step {len(rec.spec.steps) - 1} of {len(rec.spec.steps)}" in values[0]
+    r.position = 0
+    *values, _, _ = step(r, session, +1)
+    first = rec.spec.steps[0]
+    assert f"{len(first.draft)} drafted, {first.accepted} kept" in values[0]
+    assert values[3].count('data-kind="rejected"') == len(first.draft) - first.accepted
+
+
+def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811
+    big = tmp_path / "big.json"
+    big.write_text(" " * (9 << 20) + trace_file.dumps(sampled[0]))
+    *values, _, r, card, prompt = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
+    assert r is None and 'data-state="error"' in values[0] and "up to 8.4 MB" in values[0]
+    assert launch_options()["max_file_size"] >= 8 << 20  # Gradio refuses bigger uploads before they land
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
+    *values, _, r, card, prompt = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
+    assert "has no &#x27;drafter&#x27;" in values[0] and "<script>" not in values[0]
+
+
+def test_download_after_a_run_saves_what_the_page_shows(sampled):  # noqa: F811
+    rec, _ = sampled
+    session = Session()
+    assert offer_download(session).visible is False  # nothing has run yet
+    session.last = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
+    session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
+    button = offer_download(session)
+    back = trace_file.load(button.value["path"])
+    assert back.spec.events == rec.spec.events and back.base.events == rec.base.events
+    assert (back.info.target, back.info.drafter, back.info.greedy, back.info.source) == ("tiny", "d", False, "app")
+
+
+# ---- in a browser ----------------------------------------------------------------------------
+
+def no_models():
+    def load(*args, **kwargs):
+        raise AssertionError("a replay loaded a model")
+    return SimpleNamespace(load=load)
+
+
+def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser, app_models, tmp_path):  # noqa: F811
+    rec, _ = record(app_models, temperature=0.0, tokens=40)
+    path = tmp_path / "lesson.json"
+    trace_file.save(path, rec)
+    n = len(rec.spec.steps)
+    with serve_app(app_policy(app_models), models=no_models()) as url:
+        OUT.mkdir(exist_ok=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.locator("#sv-replay-file input[type=file]").set_input_files(str(path))
+        page.wait_for_selector('#sv-status:has-text("Play race")', timeout=HANG)
+        assert page.locator("#sv-prompt textarea").input_value() == PROMPT  # what was asked, shown
+        assert "tiny-draft" in page.locator("#sv-replay-about").inner_text()
+        page.locator("#sv-replay-speed input[type=number]").fill("4")
+        page.locator("#sv-replay-play").click()
+        page.wait_for_selector('#sv-status [data-state="done"]:has-text("Replay finished")', timeout=HANG)
+        spec = page.locator("#sv-spec")
+        for kind in ("accepted", "rejected", "corrected"):
+            assert spec.locator(f'[data-kind="{kind}"]').count() > 0, kind
+        assert page.locator('#sv-base [data-kind="baseline"]').count() == len(rec.base.events)
+        assert "identical to baseline" in page.locator("#sv-check").inner_text()
+        assert page.locator("#sv-chart-throughput .js-plotly-plot .main-svg").count() > 0
+
+        page.locator("#sv-replay-previous").click()
+        page.wait_for_selector(f'#sv-status:has-text("Step {n - 1} of {n}")', timeout=HANG)
+        assert "drafted" in page.locator("#sv-inspector").inner_text()  # the inspector reads the replay
+        page.screenshot(path=str(OUT / "replay.png"), full_page=True)
+        page.close()
+
+
+def test_download_trace_after_a_run_gives_a_file_that_replays(browser, app_models, tmp_path):  # noqa: F811
+    with serve_app(app_policy(app_models, max_new_tokens=16)) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.locator("#sv-prompt textarea").fill(PROMPT)
+        page.locator("#sv-generate").click()
+        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        button = page.locator("#sv-download")
+        button.wait_for(state="visible", timeout=HANG)
+        with page.expect_download(timeout=HANG) as download:
+            button.click()
+        saved = tmp_path / "downloaded.json"
+        download.value.save_as(saved)
+        rec = trace_file.load(saved)
+        assert rec.info.source == "app" and rec.info.prompt == PROMPT and len(rec.spec.token_ids) == 16
+        assert rec.spec.steps[0].p_top and rec.base.events[0].top  # the distributions came along
+        page.close()
