@@ -30,3 +30,73 @@ def test_a_silent_load_phase_counts_its_seconds(monkeypatch):
                 done.set()
     assert "target m: converting" in messages
     assert "target m: converting (1 s)" in messages
+
+
+class Clock:
+    """Fake time: the engine's steps and the page's drawing each move it on."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(clock: Clock, steps: int, step_time: float, state="running"):
+    """A run's frames: loading, then one per engine step, then the final one."""
+    yield runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")], state="loading")
+    frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")], state=state)
+    for _ in range(steps):
+        clock.now += step_time
+        yield frame
+    clock.now += step_time
+    frame.state, frame.final = "done", True
+    yield frame
+
+
+def passed(clock: Clock, frames, draw_text: float, draw_charts: float, **pacing):
+    """(time, charts?) of each frame the throttle passes on; drawing takes the given time."""
+    out = []
+    for f in runner.throttle(frames, clock=clock, timer=clock, **pacing):
+        out.append((clock.now, f.charts))
+        clock.now += draw_charts if f.charts else draw_text
+    return out
+
+
+def test_text_updates_often_and_charts_every_few_seconds():
+    clock = Clock()
+    seen = passed(clock, run(clock, steps=200, step_time=0.05), draw_text=0.01, draw_charts=0.05,
+                  every=0.3, charts_every=2.0)
+    text = [t for t, _ in seen]
+    charts = [t for t, c in seen if c]
+    assert max(b - a for a, b in zip(text, text[1:])) < 0.5  # the text streams
+    assert seen[0][1] and seen[1][1] and seen[-1][1]  # loading, the first running frame and the end: all drawn
+    between = charts[1:-1]  # while running
+    assert all(b - a >= 2.0 for a, b in zip(between, between[1:])) and len(between) >= 3
+    assert len(charts) < len(text) / 4
+
+
+def test_charts_that_are_dear_to_draw_are_drawn_less_often():
+    """Drawing them takes 0.5 s: at duty 0.1 they wait 5 s, so drawing stays near a tenth of the run."""
+    clock = Clock()
+    seen = passed(clock, run(clock, steps=600, step_time=0.05), draw_text=0.01, draw_charts=0.5,
+                  every=0.3, charts_every=2.0, duty=0.1)
+    charts = [t for t, c in seen if c][1:-1]
+    assert all(b - a >= 5.0 for a, b in zip(charts, charts[1:])) and len(charts) >= 3
+    drawing = sum(0.5 if c else 0.01 for _, c in seen)
+    assert drawing / clock.now < 0.2
+
+
+def test_a_frame_without_charts_leaves_them_on_the_page():
+    import gradio as gr
+
+    from specviz.ui.views import compare_values, playground_values
+
+    frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")], state="running")
+    frame.charts = False
+    values = playground_values(frame)
+    assert values[5:11] == [gr.skip()] * 6  # four charts, the step slider, the inspector
+    assert "sv-status" in values[0] and isinstance(values[-1], dict)  # status and summary still update
+    assert compare_values(frame)[2:4] == [gr.skip()] * 2
+    frame.charts = True
+    assert all(v != gr.skip() for v in playground_values(frame))

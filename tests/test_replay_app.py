@@ -15,7 +15,7 @@ from specviz import trace_file
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
-from specviz.ui.replay import offer_download, open_trace, race, step
+from specviz.ui.replay import offer_download, open_trace, pause, race, step
 from specviz.ui.runner import Frame
 
 
@@ -58,6 +58,21 @@ def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path): 
     first = rec.spec.steps[0]
     assert f"{len(first.draft)} drafted, {first.accepted} kept" in values[0]
     assert values[3].count('data-kind="rejected"') == len(first.draft) - first.accepted
+
+
+def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
+    path = tmp_path / "pause.json"
+    trace_file.save(path, sampled[0])
+    session = Session()
+    *_, r, _, _ = open_trace(str(path), session, Policy())
+    clock = Clock()
+    frames = race(r, session, 1.0, clock=clock, sleep=clock.sleep)
+    next(frames)  # the race has started
+    pause(r)
+    *values, _, _ = list(frames)[-1]
+    assert 'data-state="stopped"' in values[0] and f"Paused at step {r.position}" in values[0]
+    shown = len(session.last.spec.events) + len(session.last.base.events)
+    assert 0 < shown < len(sampled[0].spec.events) + len(sampled[0].base.events) and not r.playing
 
 
 def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811

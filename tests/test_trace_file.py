@@ -10,7 +10,7 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 
 from specviz import models, replay, trace_file
 from specviz.cli import main
-from specviz.drafters.choose import draft_model
+from specviz.drafters.choose import draft_model, make_drafter
 from specviz.engine import GenerationConfig, baseline_generate, speculative_generate
 from specviz.events import RunEnd
 from specviz.interleave import interleave
@@ -137,3 +137,17 @@ def test_cli_replay_of_a_bad_file_says_why_without_a_traceback(tmp_path, capsys)
     assert main(["replay", str(tmp_path / "missing.json")]) == 2
     assert "could not read the trace file" in capsys.readouterr().err
 
+
+
+def test_a_tree_step_records_the_target_along_its_chain_view(app_models):  # noqa: F811
+    target = models.load(app_models["target"])
+    ids = models.encode_prompt(target, PROMPT)
+    cfg = GenerationConfig(max_new_tokens=16, k=4, eos_token_ids=target.eos_token_ids)
+    steps = [e for e in speculative_generate(target.model, make_drafter(app_models["medusa"], target), ids, cfg)
+             if not isinstance(e, RunEnd)]
+    trees = [e for e in steps if e.tree is not None]
+    assert trees
+    for e in trees:
+        assert len(e.p_top) == len(e.draft) + 1 and e.q_top == () and e.top == e.p_top[e.accepted]
+        for i, d in enumerate(e.draft):
+            assert dict(e.p_top[i]).get(d, e.p[i]) == pytest.approx(e.p[i])

@@ -48,6 +48,7 @@ class Frame:
     final: bool = False
     target: str = ""
     ahead: int | None = None  # runs ahead of this one in the line, while it waits
+    charts: bool = True  # redraw the charts and the step inspector with this frame (see throttle)
 
     @property
     def spec(self) -> Trace:
@@ -200,11 +201,26 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     yield frame
 
 
-def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic) -> Iterator[Frame]:
-    """Pass on at most one frame per `every` seconds, plus every change of state and the final one."""
-    last, last_state = float("-inf"), None
+def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic, charts_every: float = 2.0,
+             duty: float = 0.1, timer=time.perf_counter) -> Iterator[Frame]:
+    """Pass on at most one frame per `every` seconds, plus every change of state and the final one.
+
+    The text grows at that pace; the charts and the step inspector (frame.charts) only every
+    `charts_every` seconds, and less often when drawing them takes more than `duty` of the
+    time. Four plotly figures cost the server 70-200 ms and the browser more: drawn with every
+    text update they took most of the page's time, and a browser on the same 2-core machine
+    took CPU from the engine. Their cost is what `timer` measures between passing a frame on
+    and being asked for the next one (the handler renders it and Gradio sends it meanwhile).
+    """
+    last = last_charts = float("-inf")
+    last_state, charts_cost = None, 0.0
     for frame in frames:
         now = clock()
-        if frame.final or frame.state != last_state or now - last >= every:
+        changed = frame.final or frame.state != last_state
+        if changed or now - last >= every:
+            frame.charts = changed or now - last_charts >= max(charts_every, charts_cost / duty)
             last, last_state = now, frame.state
+            started = timer()
             yield frame
+            if frame.charts:
+                last_charts, charts_cost = now, timer() - started

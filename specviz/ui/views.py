@@ -38,24 +38,35 @@ def playground_summary(frame: Frame) -> dict:
     }
 
 
-def playground_values(frame: Frame) -> list:
-    """status, check, headline, two panels, four charts, step slider, inspector, summary."""
+def _charts(frame: Frame) -> list:
+    """The four charts, the step slider and the inspector; left as they are (gr.skip) when the
+    frame does not redraw them (runner.throttle paces them)."""
+    if not frame.charts:
+        return [gr.skip()] * 6
     spec, base = frame.spec, frame.base
-    started = bool(spec.events or base.events)
     steps = spec.steps
     n_steps = len(steps)
     # Open the inspector on the latest step that drafted something (the last steps of a run
     # often draft nothing: no room left).
     last = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
     return [
+        *playground_figures(spec, base),
+        gr.Slider(minimum=0, maximum=max(n_steps - 1, 1), value=last, interactive=n_steps > 1),
+        step_html(spec, last),
+    ]
+
+
+def playground_values(frame: Frame) -> list:
+    """status, check, headline, two panels, four charts, step slider, inspector, summary."""
+    spec, base = frame.spec, frame.base
+    started = bool(spec.events or base.events)
+    return [
         status_html(frame.message, frame.state, frame.fraction),
         agreement_html(spec, base, frame.greedy) if started else "",
         headline_html(headline(spec, base)) if started else "",
         panel_html(spec, f"Speculative · {spec.label}", _run_note(spec)),
         panel_html(base, "Baseline · plain decoding", _run_note(base)),
-        *playground_figures(spec, base),
-        gr.Slider(minimum=0, maximum=max(n_steps - 1, 1), value=last, interactive=n_steps > 1),
-        step_html(spec, last),
+        *_charts(frame),
         playground_summary(frame),
     ]
 
@@ -63,7 +74,7 @@ def playground_values(frame: Frame) -> list:
 def compare_values(frame: Frame) -> list:
     """status, table, two charts, side-by-side panels, summary."""
     rows = compare_rows(frame.base, frame.runs, getattr(frame, "rounds", ()))
-    speed, quality = compare_figures(rows)
+    speed, quality = compare_figures(rows) if frame.charts else (gr.skip(), gr.skip())
     summary = {"state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
                "rows": rows,
                "runs": [_run_dict(t) for t in [frame.base, *frame.runs]]}
