@@ -34,7 +34,7 @@ def other(tmp_path_factory):
 
 def _corpus(target, n=12, length=40) -> Corpus:
     """Teacher-forced sequences from the target's own greedy text (what data.py records)."""
-    from specviz.train.data import _teacher_force
+    from specviz.train.generate import teacher_force
 
     g = torch.Generator().manual_seed(0)
     seqs = []
@@ -42,7 +42,7 @@ def _corpus(target, n=12, length=40) -> Corpus:
         prompt = torch.randint(3, target.vocab_size, (6,), generator=g).tolist()
         _, end = collect(baseline_generate(target.model, prompt, GenerationConfig(max_new_tokens=length)))
         ids = torch.tensor(prompt + list(end.token_ids))
-        hidden, top_p, top_ids = _teacher_force(target.model, ids, 8)
+        hidden, top_p, top_ids = teacher_force(target.model, [ids], 8)[0]
         seqs.append(Seq(ids, len(prompt), hidden, top_ids, top_p, f"p{i}", "greedy"))
     return Corpus(seqs, {"vocab": target.vocab_size})
 

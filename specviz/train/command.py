@@ -3,6 +3,7 @@
     python -m specviz train draft                       # embedded target, CPU, ~30 min data + training
     python -m specviz train medusa --target Qwen/Qwen2.5-0.5B-Instruct --device cuda --out my-medusa
     python -m specviz train eagle --resume --out my-eagle   # continue after a kill
+    python -m specviz train eagle --data-only --data-tokens 3000000   # self-distillation data at scale
 """
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import importlib
 import pathlib
 import re
 import sys
+from collections import Counter
 
 from ..errors import SpecvizError
 
 KINDS = {"draft": ("specviz.train.draft", "DRAFT"), "medusa": ("specviz.train.medusa", "MEDUSA"),
          "eagle": ("specviz.train.eagle", "EAGLE")}
 DEFAULT_STEPS = {"draft": 1500, "medusa": 1500, "eagle": 1500}
+DEFAULT_SOURCES = "written,self:500,code:4000,docs:6000"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,9 +45,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     data = p.add_argument_group("data (self-distillation from the target)")
     data.add_argument("--data", default=None, help="data folder (default: $SPECVIZ_CACHE/train/<target fingerprint>)")
-    data.add_argument("--prompts", default=None, help="JSONL prompt file (default: assets/train/prompts.jsonl)")
+    data.add_argument("--prompts", default=None, help="a JSONL prompt file to answer instead of the --sources pool")
     data.add_argument("--data-minutes", type=float, default=None,
                       help="generate data for this long first (default: only when there is none, for 30 min)")
+    data.add_argument("--data-tokens", type=int, default=None,
+                      help="build until the data holds this many target-written tokens (e.g. 3000000)")
+    data.add_argument("--sources", default=DEFAULT_SOURCES,
+                      help="prompt sources, NAME or NAME:COUNT (written: assets/train; self: user turns the "
+                      "target writes; code: stdlib editing tasks; docs: summarising/rewriting doc text)")
+    data.add_argument("--data-batch", type=int, default=32, help="sequences generated per forward")
+    data.add_argument("--generate-dtype", choices=("auto", "fp32", "bf16"), default="auto",
+                      help="precision of the copy that writes the responses (auto: bf16 when the target is "
+                      "fp32; the teacher-forced features and probabilities always come from the target as loaded)")
     data.add_argument("--data-only", action="store_true", help="build or extend the data, then stop")
     data.add_argument("--passes", type=int, default=3, help="responses per prompt: 1 greedy, then sampled")
     data.add_argument("--max-new-tokens", type=int, default=160, help="longest response generated per prompt")
@@ -70,12 +82,16 @@ def main(args) -> int:
     import torch
 
     from .. import models
-    from .data import PROMPTS, build_data, data_dir, load_data
+    from .data import build_data, data_dir, load_data
     from .loop import TrainConfig, check_positive, train
+    from .prompts import gather
 
     check_positive(batch=args.batch, checkpoint_every=args.checkpoint_every, held_out=args.held_out,
                    eval_k=args.eval_k, eval_tokens=args.eval_tokens, passes=args.passes,
-                   max_new_tokens=args.max_new_tokens)
+                   max_new_tokens=args.max_new_tokens, data_batch=args.data_batch)
+    if args.data_tokens is not None:
+        check_positive(data_tokens=args.data_tokens)
+    sources = parse_sources(args.sources)
     if args.steps is not None:
         check_positive(steps=args.steps)
     if args.epochs is not None and not args.epochs > 0:
@@ -101,12 +117,22 @@ def main(args) -> int:
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))
-    if args.data_minutes is not None or not have:
-        minutes = args.data_minutes or 30.0
-        say(f"building training data in {folder} for up to {minutes:g} min "
-            "(the target answers the prompt set; resumable)")
-        build_data(target, folder, prompts=args.prompts or PROMPTS, passes=args.passes,
-                   max_new_tokens=args.max_new_tokens, budget_s=60 * minutes, seed=args.seed)
+    if args.data_minutes is not None or args.data_tokens is not None or not have:
+        minutes = args.data_minutes or (None if args.data_tokens else 30.0)
+        say(f"building training data in {folder}" + (f" for up to {minutes:g} min" if minutes else "")
+            + (f" until it holds {args.data_tokens:,} target-written tokens" if args.data_tokens else "")
+            + " (the target answers the prompt pool; resumable)")
+        writer = generation_model(target, args.generate_dtype)
+        if args.prompts:
+            prompts = args.prompts
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            prompts = gather(sources, args.seed, target_loaded=target, cache=folder, model=writer)
+            counts = Counter(r["source"] for r in prompts)
+            say(f"prompts: {len(prompts)} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+        build_data(target, folder, prompts=prompts, passes=args.passes, max_new_tokens=args.max_new_tokens,
+                   batch=args.data_batch, budget_s=None if minutes is None else 60 * minutes,
+                   budget_tokens=args.data_tokens, seed=args.seed, generate_model=writer, log=say)
     corpus = load_data(target, folder)
     say(f"data: {len(corpus.sequences)} sequences, {corpus.tokens} tokens "
         f"({corpus.response_tokens} written by the target)")
@@ -124,6 +150,34 @@ def main(args) -> int:
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0
+
+
+def parse_sources(spec: str) -> dict[str, int]:
+    """--sources "written,self:500,code:4000" -> {"written": 0, "self": 500, "code": 4000} (0: the whole set)."""
+    from .prompts import SOURCES
+
+    out = {}
+    for part in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, count = part.partition(":")
+        if name not in SOURCES or (count and not (count.isdigit() and int(count) > 0)):
+            raise SpecvizError(f"--sources: {part!r} is not NAME or NAME:COUNT with NAME one of {', '.join(SOURCES)}")
+        if name != "written" and not count:
+            raise SpecvizError(f"--sources: say how many prompts {name!r} should make, e.g. {name}:1000")
+        out[name] = int(count or 0)
+    if not out:
+        raise SpecvizError("--sources names no prompt source")
+    return out
+
+
+def generation_model(target, dtype: str):
+    """The model that writes the responses: a bf16 copy when asked (auto: when the target is fp32)."""
+    import torch
+
+    from .generate import bf16_copy
+
+    if dtype == "bf16" or (dtype == "auto" and target.dtype == torch.float32):
+        return bf16_copy(target.model) if target.dtype != torch.bfloat16 else target.model
+    return target.model
 
 
 def say(message: str) -> None:

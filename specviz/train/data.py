@@ -1,34 +1,40 @@
-"""Training data by self-distillation: the target answers the project's own prompts.
+"""Training data by self-distillation: the target answers a pool of prompts.
 
-Two passes per batch of prompts:
-1. generate: the target writes a response to each prompt (batched, left padding; the
-   first pass is greedy, later passes sample so the same prompt gives new text);
-2. teacher-force: one forward over prompt + response records, after every token, the
+Two passes per batch of prompts (train/generate.py):
+1. generate: the target writes a response to each prompt (many per forward, left padding;
+   the first pass is greedy, later passes sample so the same prompt gives new text);
+2. teacher-force: one forward over the finished sequences records, after every token, the
    target's final hidden state (post norm: exactly its LM head's input) and its top-K
    next-token probabilities.
 Prompt positions are kept too: teacher-forcing text is ~3x cheaper than generating it,
 so the prompts themselves are extra distillation data for free.
 
-On disk under `$SPECVIZ_CACHE/train/<target fingerprint[:12]>/`: `meta.json` (settings and
-which (prompt, pass) pairs are done) and `shard-NNNNN.pt` files, each a list of sequences.
-Building is resumable: a killed run keeps every finished shard and skips those prompts.
+On disk under `$SPECVIZ_CACHE/train/<target fingerprint[:12]>/`: `meta.json` (settings,
+which (prompt, pass) pairs are done, which shards hold them) and `shard-NNNNN.pt` files,
+each a list of sequences. Building is resumable: meta.json is written after its shard, so
+a killed run keeps every finished shard and a shard meta.json does not list is redone.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import pathlib
+import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from ..errors import SpecvizError
+from .generate import generate, teacher_force
+from .prompts import PROMPTS, read_prompts
 
-PROMPTS = pathlib.Path(__file__).resolve().parents[2] / "assets" / "train" / "prompts.jsonl"
 TOP_K = 32  # how many of the target's next-token probabilities each position keeps
 FORMAT = 1
+WINDOW = 8  # batches per window of prompts sorted by length (less padding, same mix)
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Seq:
     top_p: torch.Tensor  # (T, K) half: their probabilities
     prompt_id: str = ""
     variant: str = "greedy"  # which pass wrote the response ("greedy", "sample1", ...)
+    source: str = "written"  # which prompt source ("written", "self", "code", "docs")
 
 
 @dataclass
@@ -48,10 +55,12 @@ class Corpus:
     meta: dict = field(default_factory=dict)
 
     def split(self, held_out: int) -> tuple["Corpus", "Corpus"]:
-        """(train, held): `held_out` prompts chosen by a hash of their id, so the choice does
-        not move when more data is added. Held prompts keep only their greedy response, and
-        none of their responses is trained on."""
-        keys = sorted({s.prompt_id for s in self.sequences}, key=_stable_hash)
+        """(train, held): `held_out` prompts chosen by a hash of their id among the written
+        prompts (among all when there are none), so the choice moves neither when more passes
+        nor when more generated prompts are added. Held prompts keep only their greedy
+        response, and none of their responses is trained on."""
+        written = {s.prompt_id for s in self.sequences if s.source == "written"}
+        keys = sorted(written or {s.prompt_id for s in self.sequences}, key=_stable_hash)
         held_ids = set(keys[:held_out])
         train = [s for s in self.sequences if s.prompt_id not in held_ids]
         held = [s for s in self.sequences if s.prompt_id in held_ids and s.variant == "greedy"]
@@ -103,43 +112,29 @@ def data_dir(target_loaded) -> pathlib.Path:
     return cache_dir() / "train" / fingerprint(target_loaded.model)[:12]
 
 
-def read_prompts(path: str | pathlib.Path = PROMPTS) -> list[dict]:
-    """The prompt set: JSON lines with "id" and "prompt" (and "category")."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise SpecvizError(f"prompt file {path} not found")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SpecvizError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-            raise SpecvizError(f"{path}:{n}: each line needs a non-empty \"prompt\" string")
-        row.setdefault("id", f"line-{n}")
-        rows.append(row)
-    if not rows:
-        raise SpecvizError(f"prompt file {path} holds no prompts")
-    return rows
-
-
 def load_data(target_loaded, folder: str | pathlib.Path | None = None) -> Corpus:
-    """Every cached sequence for this target (ids long, hidden/top_p half)."""
+    """Every cached sequence for this target (ids long, hidden/top_p half, memory-mapped)."""
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
-    shards = sorted(folder.glob("shard-*.pt"))
+    meta = _read_meta(folder)
+    shards = _shards(folder, meta)
     if not shards:
         raise SpecvizError(f"no training data in {folder}: build it first "
                            "(`python -m specviz train draft` builds it when missing)")
-    meta = _read_meta(folder)
     seqs = []
-    for shard in shards:
-        for row in torch.load(shard, weights_only=True):
+    for name in shards:
+        for row in torch.load(folder / name, weights_only=True, mmap=True):
             seqs.append(Seq(ids=row["ids"].long(), response_start=int(row["response_start"]),
                             hidden=row["hidden"], top_ids=row["top_ids"].long(), top_p=row["top_p"],
-                            prompt_id=row["prompt_id"], variant=row["variant"]))
+                            prompt_id=row["prompt_id"], variant=row["variant"],
+                            source=row.get("source", "written")))
     return Corpus(seqs, meta)
+
+
+def _shards(folder: pathlib.Path, meta: dict) -> list[str]:
+    """The shards meta.json lists (data from before it listed them: every shard file)."""
+    if "shards" in meta:
+        return list(meta["shards"])
+    return sorted(p.name for p in folder.glob("shard-*.pt"))
 
 
 def _read_meta(folder: pathlib.Path) -> dict:
@@ -147,116 +142,152 @@ def _read_meta(folder: pathlib.Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _write_meta(folder: pathlib.Path, meta: dict) -> None:
+    tmp = folder / ".meta.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(folder / "meta.json")  # atomic: the commit point of each shard
+
+
+def bytes_per_token(hidden: int, top_k: int = TOP_K) -> int:
+    """Disk per stored position: the hidden state (fp16), top-K ids (int32) and
+    probabilities (fp16), and the token id itself (int32)."""
+    return 2 * hidden + (4 + 2) * top_k + 4
+
+
+def disk_estimate(hidden: int, top_k: int, response_tokens: int, prompt_tokens: int) -> int:
+    return bytes_per_token(hidden, top_k) * (response_tokens + prompt_tokens)
+
+
+def plan(rows: list[dict], lengths: dict, passes: int, batch: int, seed: int) -> list[list[tuple[int, dict]]]:
+    """Every (pass, prompt) in build order, cut into batches. Prompts come in one seeded
+    shuffle (the same each pass, so a budget cut still covers every source and category),
+    sorted by length within windows of WINDOW batches so a batch pads little. A pure
+    function of its inputs: a resumed build makes the batches an unbroken one makes."""
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    out = []
+    for p in range(passes):
+        for w in range(0, len(order), batch * WINDOW):
+            window = sorted(order[w:w + batch * WINDOW], key=lambda i: lengths[rows[i]["id"]])
+            out += [[(p, rows[i]) for i in window[b:b + batch]] for b in range(0, len(window), batch)]
+    return out
+
+
 def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
-               prompts: str | pathlib.Path = PROMPTS, passes: int = 3, max_new_tokens: int = 160,
-               batch: int = 16, top_k: int = TOP_K, budget_s: float | None = None, seed: int = 0,
-               temperature: float = 0.8, progress: bool = True,
-               log: Callable[[str], None] | None = None) -> pathlib.Path:
+               prompts: str | pathlib.Path | list[dict] = PROMPTS, passes: int = 3, max_new_tokens: int = 160,
+               batch: int = 32, top_k: int = TOP_K, budget_s: float | None = None,
+               budget_tokens: int | None = None, seed: int = 0, temperature: float = 0.8,
+               generate_model=None, progress: bool = True, log: Callable[[str], None] | None = None) -> pathlib.Path:
     """Generate responses and record the target's hidden states and top-K probabilities.
 
-    Pass 0 is greedy, passes 1.. sample at `temperature`. Stops after `budget_s` seconds
-    (finishing the batch in hand); run again to continue where it stopped.
+    prompts: a JSONL file or rows ({"id", "prompt", "source"?}, e.g. from prompts.gather).
+    Pass 0 is greedy, passes 1.. sample at `temperature`. Stops once `budget_tokens`
+    target-written tokens are stored or after `budget_s` seconds (finishing the batch in
+    hand); run again to continue where it stopped. generate_model: what writes the
+    responses (e.g. a bf16 copy of the target); the teacher-forced pass always runs the
+    target itself. Before starting it states the disk the token budget needs, and refuses
+    when the disk lacks it.
     """
+    from tqdm.auto import tqdm
+
     from .. import models
 
-    if batch < 1 or max_new_tokens < 1 or passes < 1 or top_k < 1:
-        raise SpecvizError("batch, max new tokens, passes and top-k must all be positive")
+    if batch < 1 or max_new_tokens < 1 or passes < 1 or top_k < 1 or (budget_tokens is not None and budget_tokens < 1):
+        raise SpecvizError("batch, max new tokens, passes, top-k and the token budget must all be positive")
+    say = log or (lambda m: None)
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = read_prompts(prompts)
-    meta = _read_meta(folder)
+    rows = read_prompts(prompts) if isinstance(prompts, (str, pathlib.Path)) else list(prompts)
     settings = {"format": FORMAT, "top_k": top_k, "max_new_tokens": max_new_tokens,
-                "temperature": temperature, "target": target_loaded.name,
-                "vocab": target_loaded.vocab_size}
+                "temperature": temperature, "target": target_loaded.name, "vocab": target_loaded.vocab_size}
+    meta = _read_meta(folder)
     if meta and meta.get("settings") != settings:
         raise SpecvizError(f"{folder} holds data built with other settings {meta.get('settings')}; "
                            "delete it or use another folder")
-    done = set(tuple(x) for x in meta.get("done", []))
-    meta.setdefault("settings", settings)
-    meta.setdefault("seconds", 0.0)
-    meta["vocab"] = target_loaded.vocab_size
-    meta["prompts"] = pathlib.Path(prompts).name if pathlib.Path(prompts) != PROMPTS else "assets/train/prompts.jsonl"
+    meta = {"settings": settings, "seconds": 0.0, "tokens": 0, "response_tokens": 0, "done": [], **meta,
+            "shards": _shards(folder, meta), "vocab": target_loaded.vocab_size}
+    counts = Counter(r.get("source", "written") for r in rows)  # what a model card quotes
+    meta["prompts"] = (f"{pathlib.Path(prompts).name} ({len(rows)} prompts)" if isinstance(prompts, (str, pathlib.Path))
+                       else f"{len(rows):,} prompts ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    done = set(tuple(x) for x in meta["done"])
 
-    # Same shuffled order in every pass, so a budget cut still covers every category.
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    todo = [(p, rows[i]) for p in range(passes) for i in order if (rows[i]["id"], p) not in done]
-    encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for _, r in todo}
-    start = time.perf_counter()
-    shard_no = len(list(folder.glob("shard-*.pt")))
-    from tqdm.auto import tqdm
+    encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
+    batches = plan(rows, {k: len(v) for k, v in encoded.items()}, passes, batch, seed)
+    todo = [(j, [(p, r) for p, r in b if (r["id"], p) not in done]) for j, b in enumerate(batches)]
+    todo = [(j, b) for j, b in todo if b]
+    _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say)
 
-    bar = tqdm(total=len(todo), desc="self-distillation", unit="prompt", disable=not progress)
-    for b in range(0, len(todo), batch):
-        if budget_s is not None and time.perf_counter() - start > budget_s:
-            break
-        chunk = todo[b:b + batch]
-        pass_no = chunk[0][0]
-        prompts_ids = [encoded[r["id"]] for _, r in chunk]
-        gen = torch.Generator().manual_seed(seed * 1000003 + b)
-        responses = _generate(target_loaded, prompts_ids, max_new_tokens,
-                              None if pass_no == 0 else temperature, gen)
-        out = []
-        for (p, r), prompt_ids, response in zip(chunk, prompts_ids, responses):
-            ids = torch.tensor(prompt_ids + response, dtype=torch.long)
-            hidden, top_p, top_ids = _teacher_force(target_loaded.model, ids, top_k)
-            out.append({"ids": ids.int(), "response_start": len(prompt_ids), "hidden": hidden,
-                        "top_ids": top_ids.int(), "top_p": top_p, "prompt_id": r["id"],
-                        "variant": "greedy" if p == 0 else f"sample{p}"})
-        tmp = folder / f".shard-{shard_no:05d}.tmp"
-        torch.save(out, tmp)
-        tmp.replace(folder / f"shard-{shard_no:05d}.pt")  # atomic: a kill never leaves half a shard
-        shard_no += 1
-        done.update((r["id"], p) for p, r in chunk)
-        meta["done"] = sorted(done)
-        meta["response_tokens"] = meta.get("response_tokens", 0) + sum(len(x) for x in responses)
-        meta["tokens"] = meta.get("tokens", 0) + sum(len(o["ids"]) for o in out)
-        elapsed = time.perf_counter() - start
-        (folder / "meta.json").write_text(json.dumps({**meta, "seconds": meta["seconds"] + elapsed}))
-        bar.update(len(chunk))
-        bar.set_postfix(response_tokens=meta["response_tokens"])
-        if log:
-            log(f"{elapsed:7.1f}s pass {pass_no} shard {shard_no}: {meta['response_tokens']} response "
-                f"tokens, {meta['tokens']} tokens in all")
-    bar.close()
-    meta["seconds"] += time.perf_counter() - start
-    (folder / "meta.json").write_text(json.dumps(meta))
-    return folder
-
-
-@torch.inference_mode()
-def _generate(target_loaded, prompts: list[list[int]], max_new_tokens: int,
-              temperature: float | None, generator: torch.Generator) -> list[list[int]]:
-    """Responses (up to and including the first eos) for a batch, left-padded."""
-    model = target_loaded.model
     eos = list(target_loaded.eos_token_ids)
     pad = target_loaded.tokenizer.pad_token_id
     pad = eos[0] if pad is None else pad
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    kwargs = dict(do_sample=False) if temperature is None else dict(
-        do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    if temperature is not None:
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
-    out = model.generate(input_ids=ids.to(target_loaded.device), attention_mask=mask.to(target_loaded.device),
-                         max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-                         repetition_penalty=1.0, **kwargs)
-    responses = []
-    for row in out[:, width:].tolist():
-        cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-        responses.append(row[:cut])
-    return responses
+    bar = tqdm(total=budget_tokens, initial=min(meta["response_tokens"], budget_tokens or 1 << 62),
+               desc="self-distillation", unit="tok", unit_scale=True, disable=not progress)
+    start = time.perf_counter()
+    for j, chunk in todo:
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+        if budget_tokens is not None and meta["response_tokens"] >= budget_tokens:
+            break
+        t0 = time.perf_counter()
+        # generate: the whole batch at once; sampled passes draw from a generator seeded by
+        # the batch's place in the plan, so a resumed build writes the same text
+        pass_no = chunk[0][0]
+        prompt_ids = [encoded[r["id"]] for _, r in chunk]
+        responses = generate(generate_model or target_loaded.model, prompt_ids, max_new_tokens, eos, pad,
+                             temperature=None if pass_no == 0 else temperature,
+                             generator=torch.Generator().manual_seed(seed * 1_000_003 + j))
+        t1 = time.perf_counter()
+        # teacher-force: the target itself over the finished sequences
+        seqs = [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)]
+        forced = teacher_force(target_loaded.model, seqs, top_k, pad)
+        t2 = time.perf_counter()
+        out = [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
+                "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}",
+                "source": r.get("source", "written")}
+               for ids, q, (h, p, i), (n, r) in zip(seqs, prompt_ids, forced, chunk)]
+        # save: the shard first, then meta.json that lists it (a kill in between redoes it)
+        name = f"shard-{len(meta['shards']):05d}.pt"
+        torch.save(out, folder / f".{name}.tmp")
+        (folder / f".{name}.tmp").replace(folder / name)
+        written = sum(map(len, responses))
+        done.update((r["id"], n) for n, r in chunk)
+        meta.update(done=sorted(done), shards=meta["shards"] + [name],
+                    response_tokens=meta["response_tokens"] + written,
+                    tokens=meta["tokens"] + sum(len(x) for x in seqs), seconds=meta["seconds"] + t2 - t0,
+                    generate_seconds=meta.get("generate_seconds", 0.0) + t1 - t0,
+                    force_seconds=meta.get("force_seconds", 0.0) + t2 - t1)
+        _write_meta(folder, meta)
+        bar.update(written)
+        bar.set_postfix_str(f"pass {pass_no}, {name}, generate {written / (t1 - t0):.0f} tok/s, "
+                            f"teacher-force {sum(map(len, seqs)) / (t2 - t1):.0f} tok/s")
+    bar.close()
+    say(f"data: {meta['response_tokens']:,} target-written tokens ({meta['tokens']:,} with prompts) in "
+        f"{len(meta['shards'])} shards, {meta['seconds'] / 60:.1f} min of building so far")
+    return folder
 
 
-@torch.inference_mode()
-def _teacher_force(model, ids: torch.Tensor, top_k: int):
-    """(hidden (T, H) half, top_p (T, K) half, top_ids (T, K)) of the target over `ids`."""
-    device = next(model.parameters()).device
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    h = body(input_ids=ids.view(1, -1).to(device)).last_hidden_state[0]  # post final norm
-    probs = torch.softmax(model.get_output_embeddings()(h).float(), dim=-1)
-    top_p, top_ids = torch.topk(probs, top_k, dim=-1)
-    return h.float().half().cpu(), top_p.half().cpu(), top_ids.cpu()
+def _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say) -> None:
+    """Say how much disk the build needs; refuse when a token budget would not fit."""
+    items = [r["id"] for _, b in todo for _, r in b]
+    if not items:
+        return
+    hidden = target_loaded.model.config.hidden_size
+    prompt_mean = sum(len(encoded[i]) for i in items) / len(items)
+    if budget_tokens is None:
+        need = disk_estimate(hidden, top_k, len(items) * max_new_tokens, round(prompt_mean * len(items)))
+        say(f"disk: up to {need / 1e9:.1f} GB for every remaining prompt ({bytes_per_token(hidden, top_k)} "
+            f"bytes per token); a time cap stops it sooner")
+        return
+    want = max(0, budget_tokens - meta["response_tokens"])
+    done = len(meta["done"])
+    # Mean response length so far, else half the cap: a low guess means more prompts, more disk.
+    mean = meta["response_tokens"] / done if done else max_new_tokens / 2
+    prompt_tokens = round(prompt_mean * min(len(items), math.ceil(want / max(mean, 1))))
+    need = disk_estimate(hidden, top_k, want, prompt_tokens)
+    free = shutil.disk_usage(folder).free
+    say(f"disk: ~{need / 1e9:.2f} GB for {want:,} more target-written tokens + ~{prompt_tokens:,} prompt "
+        f"tokens, at {bytes_per_token(hidden, top_k)} bytes per token (hidden {hidden} fp16, top-{top_k} "
+        f"ids int32 + probabilities fp16, token id); {free / 1e9:.1f} GB free")
+    if need * 1.05 > free:
+        raise SpecvizError(f"not enough disk for {budget_tokens:,} tokens of training data in {folder}: it "
+                           f"needs about {need / 1e9:.1f} GB and {free / 1e9:.1f} GB are free. Free some space, "
+                           "give --data another folder, or ask for fewer --data-tokens")

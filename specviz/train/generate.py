@@ -1,0 +1,132 @@
+"""The two target passes of self-distillation, batched: write responses, then teacher-force.
+
+`generate` decodes many sequences per forward (left padding, one position id per row) and
+drops a row from the batch the step it ends, so a long straggler does not carry a full
+batch of finished rows. `teacher_force` runs ONE forward over finished sequences (right
+padding: under a causal mask a row's real tokens never see the padding after them) and
+keeps the final hidden state and the top-K next-token probabilities at every position.
+
+Precision: `generate` may run a bf16 copy of the target (the text only has to be the
+target's own kind of text); `teacher_force` runs the target as loaded (fp32 on CPU), so
+the features and probabilities a drafter learns from are the ones it meets at inference.
+"""
+from __future__ import annotations
+
+import torch
+
+LOGIT_ROWS = 2048  # positions per LM-head chunk: (rows, vocab) fp32 logits stay ~400 MB at 49k vocab
+FORCE_TOKENS = 8192  # padded tokens per teacher-forced forward (activations stay a few hundred MB)
+
+
+def pad_left(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask), each (B, longest): prompts right-aligned so every row's next token is at -1."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+@torch.inference_mode()
+def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int], pad: int, *,
+             temperature: float | None = None, generator: torch.Generator | None = None) -> list[list[int]]:
+    """Each prompt's response, up to and including its first eos (or `max_new_tokens` long).
+
+    temperature None is greedy; otherwise tokens are sampled from softmax(logits / T)
+    with `generator`, so a seed fixes the text."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids, mask = pad_left(prompts, pad)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # each row counts from its own first real token
+    cache = DynamicCache()
+    body, head = _body(model), model.get_output_embeddings()
+
+    def forward(ids, mask, pos):  # last position's logits; the head sees (B, H), which keeps
+        # bf16 on the plain matmul path (a (B, 1, H) input took a batched copy of the weight)
+        return head(body(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache).last_hidden_state[:, -1])
+
+    logits = forward(ids, mask, pos)
+    rows = torch.arange(len(prompts))  # which prompt each batch row still is
+    next_pos = pos[:, -1] + 1
+    eos_t = torch.tensor(sorted(set(eos)), device=device)
+    out: list[list[int]] = [[] for _ in prompts]
+    for step in range(max_new_tokens):
+        # pick: argmax, or one draw per row from the tempered distribution
+        if temperature is None:
+            tok = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits.float() / temperature, -1).cpu()
+            tok = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)
+        for r, t in zip(rows.tolist(), tok.tolist()):
+            out[r].append(t)
+        if step == max_new_tokens - 1:
+            break
+        # drop rows that just wrote eos: the cache, mask and positions lose them too
+        live = ~torch.isin(tok, eos_t)
+        if not bool(live.all()):
+            if not bool(live.any()):
+                break
+            keep = live.nonzero()[:, 0]
+            cache.batch_select_indices(keep)
+            rows, tok, mask, next_pos = rows[keep.cpu()], tok[keep], mask[keep], next_pos[keep]
+        # step: one new token per live row
+        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+        logits = forward(tok[:, None], mask, next_pos[:, None])
+        next_pos = next_pos + 1
+    return out
+
+
+@torch.inference_mode()
+def teacher_force(model, sequences: list[torch.Tensor], top_k: int, pad: int = 0, max_tokens: int = FORCE_TOKENS):
+    """For each sequence: (hidden (T, H) half, top_p (T, K) half, top_ids (T, K) long), the
+    target's final hidden state (post norm: its LM head's input) and top-K next tokens after
+    every token. One forward per group of similar lengths holding at most `max_tokens`
+    padded tokens (a batch usually fits in one)."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    out, group = [None] * len(sequences), []
+    for i in order + [None]:
+        longest = len(sequences[i]) if i is not None else 0
+        if group and (i is None or (len(group) + 1) * longest > max_tokens):
+            for j, got in zip(group, _force(model, [sequences[j] for j in group], top_k, pad)):
+                out[j] = got
+            group = []
+        if i is not None:
+            group.append(i)
+    return out
+
+
+def _force(model, sequences, top_k, pad):
+    device = next(model.parameters()).device
+    lengths = [len(s) for s in sequences]
+    ids = torch.full((len(sequences), max(lengths)), pad, dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, :len(s)] = s
+    h = _body(model)(input_ids=ids.to(device)).last_hidden_state
+    head = model.get_output_embeddings()
+    # Only real positions go through the LM head, in chunks so the logits stay small.
+    flat = torch.cat([h[i, :n] for i, n in enumerate(lengths)])
+    top_p, top_ids = [], []
+    for a in range(0, len(flat), LOGIT_ROWS):
+        probs = torch.softmax(head(flat[a:a + LOGIT_ROWS]).float(), dim=-1)
+        p, t = torch.topk(probs, top_k, dim=-1)
+        top_p.append(p.cpu())
+        top_ids.append(t.cpu())
+    top_p, top_ids = torch.cat(top_p).half().split(lengths), torch.cat(top_ids).split(lengths)
+    hidden = flat.float().half().cpu().split(lengths)
+    return list(zip(hidden, top_p, top_ids))
+
+
+def _body(model):
+    """The decoder stack without the LM head (its output is post final norm)."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+
+
+def bf16_copy(model):
+    """A bfloat16 copy of `model` for generation (the original is left as it is)."""
+    import copy
+
+    return copy.deepcopy(model).to(torch.bfloat16)

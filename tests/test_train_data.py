@@ -1,0 +1,213 @@
+"""Self-distillation data at scale: prompt sources, batched generation, the disk estimate, resume."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from specviz import models
+from specviz.engine import GenerationConfig, baseline_generate, collect
+from specviz.errors import SpecvizError
+from specviz.train import data as data_mod
+from specviz.train.command import parse_sources
+from specviz.train.data import Corpus, Seq, build_data, bytes_per_token, load_data
+from specviz.train.generate import generate, teacher_force
+from specviz.train.prompts import (PROMPTS, gather, row, self_written, shares_bench_text, user_header,
+                                   user_turn_ok)
+from specviz.train.tasks import doc_files, doc_tasks, passages_of
+
+from tiny_folder import make_tiny_model_dir
+
+BENCH = PROMPTS.parents[1] / "bench" / "default.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return models.load(str(make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "tiny")), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    words = "the cat sat on the mat and said hello world to a big red dog".split()
+    rows = [{"id": f"p{i}", "prompt": " ".join(words[(i + j) % len(words)] for j in range(3 + i % 11))}
+            for i in range(20)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _bench_grams(n=8):
+    grams = set()
+    for line in BENCH.read_text().splitlines():
+        r = json.loads(line)
+        for t in r.get("turns") or [{"content": r["prompt"]}]:
+            w = re.findall(r"[a-z0-9']+", t["content"].lower())
+            grams |= {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+    return grams
+
+
+# --- prompt sources ---------------------------------------------------------------------
+
+def test_offline_sources_are_deterministic_labelled_and_share_no_text_with_the_bench():
+    a = gather({"code": 30, "docs": 30}, seed=3)
+    assert a == gather({"code": 30, "docs": 30}, seed=3)
+    assert a != gather({"code": 30, "docs": 30}, seed=4)
+    assert {r["source"] for r in a} == {"code", "docs"} and len(a) == 60
+    assert len({r["id"] for r in a}) == len(a)
+    assert all(r["id"] == row(r["source"], r["category"], r["prompt"])["id"] for r in a)  # named by their text
+    bench = _bench_grams()
+    for r in a:
+        w = re.findall(r"[a-z0-9']+", r["prompt"].lower())
+        assert not {tuple(w[i:i + 8]) for i in range(len(w) - 7)} & bench, r["id"]
+
+
+def test_code_tasks_carry_real_code_and_name_what_to_change():
+    for r in gather({"code": 30}, seed=0):
+        code = r["prompt"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+        ast.parse(code)  # a whole function or class from the standard library
+        rename = re.search(r"rename `(\w+)` to `(\w+)`|name `(\w+)` to `(\w+)`", r["prompt"])
+        if rename:
+            old = rename.group(1) or rename.group(3)
+            assert re.search(rf"\b{old}\b", code)
+
+
+def test_doc_passages_come_from_text_files_where_they_exist(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    readme = tmp_path / "pkg" / "README.txt"
+    readme.write_text("A tool that sorts the lines of a file by length.\n\n" + "It reads standard input. " * 20)
+    assert readme in doc_files((tmp_path, tmp_path / "missing"))
+    assert passages_of(readme) == [readme.read_text().strip()]
+    assert all(r["category"] in ("summarisation", "rewriting", "translation") for r in doc_tasks(10, 0, row))
+
+
+def test_user_turn_filter():
+    assert user_turn_ok("How do I make a simple tomato soup for four people?")
+    assert not user_turn_ok("Hi there")  # too short
+    assert not user_turn_ok("<|im_start|>user\nWhat is the capital of Peru, please?")  # template tokens
+    assert not user_turn_ok("Tell me about <b>bold</b> tags now", specials=("<b>",))
+    assert not user_turn_ok("the cat the cat the cat the cat the cat the cat the cat")  # a loop
+    assert not user_turn_ok("#### 1234 %%%% 5678 //// 9999 ==== $$$$ @@@@")  # not language
+    bench = json.loads(BENCH.read_text().splitlines()[0])["turns"][0]["content"]
+    assert shares_bench_text(bench) and shares_bench_text("So: " + " ".join(bench.split()[2:10]) + " then")
+    assert not shares_bench_text("How do I make a simple tomato soup for four people?")
+
+
+def test_self_written_user_turns_are_deterministic_and_distinct(tiny, tmp_path):
+    assert user_header(tiny.tokenizer) == "<|im_start|>user\n"
+    kwargs = dict(batch=8, max_new_tokens=60, keep=lambda text: True, progress=False)
+    a = self_written(tiny, 3, seed=1, **kwargs)
+    assert a and a == self_written(tiny, 3, seed=1, **kwargs)
+    assert len({r["prompt"] for r in a}) == len(a) and {r["source"] for r in a} == {"self"}
+    pooled = gather({"self": 3}, seed=1, target_loaded=tiny, cache=tmp_path, **kwargs)
+    assert pooled == a and (tmp_path / "prompts-self.jsonl").is_file()
+    assert gather({"self": 3}, seed=1, target_loaded=tiny, cache=tmp_path, keep=lambda t: False) == a  # cached
+
+
+# --- generation -------------------------------------------------------------------------
+
+def test_batched_generation_equals_one_at_a_time_greedy(tiny):
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, tiny.vocab_size, (n,), generator=g).tolist() for n in (1, 4, 9, 17, 33, 40)]
+    eos = list(tiny.eos_token_ids)
+    batched = generate(tiny.model, prompts, 24, eos, pad=eos[0])
+    assert batched == [generate(tiny.model, [p], 24, eos, pad=eos[0])[0] for p in prompts]
+    for p, got in zip(prompts, batched):  # and both are plain greedy decoding
+        _, end = collect(baseline_generate(tiny.model, p, GenerationConfig(max_new_tokens=24)))
+        assert got == list(end.token_ids)
+    sample = lambda: generate(tiny.model, prompts, 24, eos, eos[0], temperature=0.8,  # noqa: E731
+                              generator=torch.Generator().manual_seed(5))
+    assert sample() == sample()
+
+
+def test_teacher_forced_batch_equals_one_sequence_at_a_time(tiny):
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(3, tiny.vocab_size, (n,), generator=g) for n in (5, 30, 12)]
+    together = teacher_force(tiny.model, seqs, 8, max_tokens=40)  # two forwards: 5+12 padded, then 30
+    for s, (h, p, i) in zip(seqs, together):
+        h1, p1, i1 = teacher_force(tiny.model, [s], 8)[0]
+        assert h.shape == (len(s), 32) and torch.equal(i, i1)
+        torch.testing.assert_close(h, h1, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(p, p1, atol=2e-3, rtol=2e-3)
+
+
+# --- building ---------------------------------------------------------------------------
+
+def test_disk_estimate_matches_the_shards_and_a_full_disk_is_refused(tiny, prompt_file, tmp_path, monkeypatch):
+    assert bytes_per_token(576, 32) == 576 * 2 + 32 * 4 + 32 * 2 + 4  # SmolLM2-135M: 1,348 bytes
+    said = []
+    folder = build_data(tiny, tmp_path / "d", prompts=prompt_file, passes=1, max_new_tokens=40, batch=8,
+                        budget_tokens=200, progress=False, log=said.append)
+    assert any("bytes per token" in s for s in said)
+    meta = json.loads((folder / "meta.json").read_text())
+    on_disk = sum((folder / n).stat().st_size for n in meta["shards"])
+    per_token = bytes_per_token(tiny.model.config.hidden_size)
+    assert per_token <= on_disk / meta["tokens"] < 1.6 * per_token  # plus the files' own overhead
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(SpecvizError, match="not enough disk"):
+        build_data(tiny, tmp_path / "e", prompts=prompt_file, passes=1, budget_tokens=10**6, progress=False)
+    assert not list((tmp_path / "e").glob("shard-*"))
+
+
+def test_a_token_budget_stops_the_build_and_a_larger_one_continues_it(tiny, prompt_file, tmp_path):
+    kw = dict(prompts=prompt_file, passes=2, max_new_tokens=20, batch=4, progress=False)
+    build_data(tiny, tmp_path, budget_tokens=60, **kw)
+    first = json.loads((tmp_path / "meta.json").read_text())
+    assert 60 <= first["response_tokens"] < 60 + 4 * 20
+    build_data(tiny, tmp_path, budget_tokens=200, **kw)
+    corpus = load_data(tiny, tmp_path)
+    keys = [(s.prompt_id, s.variant) for s in corpus.sequences]
+    assert len(keys) == len(set(keys)) and corpus.response_tokens >= 200
+
+
+def test_resume_after_a_killed_run_gives_the_unbroken_result(tiny, prompt_file, tmp_path, monkeypatch):
+    kw = dict(prompts=prompt_file, passes=2, max_new_tokens=16, batch=6, progress=False)
+    build_data(tiny, tmp_path / "whole", **kw)
+    real, calls = data_mod._write_meta, []
+
+    def killed(folder, meta):  # dies after its third shard is on disk, before meta.json lists it
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(folder, meta)
+
+    monkeypatch.setattr(data_mod, "_write_meta", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_data(tiny, tmp_path / "split", **kw)
+    assert len(list((tmp_path / "split").glob("shard-*.pt"))) == 3  # one shard no meta.json lists
+    monkeypatch.setattr(data_mod, "_write_meta", real)
+    build_data(tiny, tmp_path / "split", **kw)
+    whole, split = load_data(tiny, tmp_path / "whole"), load_data(tiny, tmp_path / "split")
+    assert [(s.prompt_id, s.variant) for s in split.sequences] == [(s.prompt_id, s.variant) for s in whole.sequences]
+    assert all(torch.equal(a.ids, b.ids) and torch.equal(a.top_ids, b.top_ids)  # sampled passes too
+               for a, b in zip(whole.sequences, split.sequences))
+
+
+def test_held_out_prompts_stay_put_when_generated_sources_grow():
+    def seq(pid, source):
+        return Seq(torch.tensor([1, 2, 3]), 1, torch.zeros(3, 4), torch.zeros(3, 2), torch.zeros(3, 2), pid,
+                   "greedy", source)
+
+    written = [seq(f"w{i}", "written") for i in range(30)]
+    small = Corpus(written + [seq(f"code-{i}", "code") for i in range(10)])
+    large = Corpus(written + [seq(f"code-{i}", "code") for i in range(500)])
+    held = [s.prompt_id for s in small.split(5)[1].sequences]
+    assert held == [s.prompt_id for s in large.split(5)[1].sequences] and all(h.startswith("w") for h in held)
+
+
+def test_cli_sources_and_a_token_budget(tiny, prompt_file, tmp_path, capsys):
+    from specviz.cli import main as cli_main
+
+    assert parse_sources("written,code:10") == {"written": 0, "code": 10}
+    for bad in ("code", "nope:3", "docs:-1", ""):
+        with pytest.raises(SpecvizError, match="--sources"):
+            parse_sources(bad)
+    argv = ["train", "draft", "--target", tiny.source, "--device", "cpu", "--data", str(tmp_path), "--data-only",
+            "--prompts", str(prompt_file), "--data-tokens", "50", "--max-new-tokens", "12", "--passes", "1"]
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err
+    assert "bytes per token" in err and "50 target-written tokens" in err
+    assert load_data(tiny, tmp_path).response_tokens >= 50
