@@ -40,6 +40,11 @@ class StepEvent:
     # of the drafter at each draft position (empty when the drafter gave no q).
     p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    # The same rows before temperature, top-k and top-p, for reshaping them live (the
+    # distribution view): the top RAW_TOP (token, log-prob at temperature 1) of the target's
+    # raw logits and of the drafter's q brought back to temperature 1 (empty: not recorded).
+    p_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
+    q_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     @property
     def rejected(self) -> tuple[int, ...]:

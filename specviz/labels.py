@@ -37,7 +37,7 @@ class Labeler:
             at_token.pieces(event.draft[: event.accepted])
             token = at_token.push(event.token)
             tree = self._tree(event.tree) if event.tree is not None else ()
-            rows = {"p_top": tuple(map(self._row, event.p_top)), "q_top": tuple(map(self._row, event.q_top))}
+            rows = {name: tuple(map(self._row, getattr(event, name))) for name in ("p_top", "q_top", "p_raw", "q_raw")}
             self.out.pieces(event.emitted)
         else:
             draft, tree, rows = (), (), {}

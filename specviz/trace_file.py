@@ -238,7 +238,7 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = "its draft, p, acceptance and texts disagree in length"
         elif any(x is not None and len(x) != n for x in (e.q, e.draws)):
             problem = "its q or draws do not match its draft"
-        elif len(e.p_top) not in (0, n + 1) or len(e.q_top) not in (0, n):
+        elif any(len(r) not in (0, n + 1) for r in (e.p_top, e.p_raw)) or any(len(r) not in (0, n) for r in (e.q_top, e.q_raw)):
             problem = "its top-k rows do not match its draft"
         elif e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
             problem = "its token kind or ids are invalid"
@@ -247,7 +247,9 @@ def _check(e, labels: Labels, where: str) -> None:
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
     for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
                                 ("p_top", labels.p_top, getattr(e, "p_top", ())),
-                                ("q_top", labels.q_top, getattr(e, "q_top", ()))):
+                                ("q_top", labels.q_top, getattr(e, "q_top", ())),
+                                ("p_raw", labels.p_raw, getattr(e, "p_raw", ())),
+                                ("q_raw", labels.q_raw, getattr(e, "q_raw", ()))):
         if any(texts) and [len(r) for r in texts] != [len(r) for r in tokens]:  # texts, when kept, one per token
             problem = problem or f"its {name} texts do not match its {name} tokens"
     if problem:

@@ -16,7 +16,7 @@ from .drafters.base import Draft
 from .events import StepEvent, TreeDraft
 from .forward import forward, rollback, to_host
 from .layers import KVCache
-from .sampling import Processor, Sampling, sample
+from .sampling import Processor, Sampling, fit_vocab, sample
 from .tree import check_parents, depths, greedy_walk, tree_mask
 from .verify import one_hot_q, verify_greedy, verify_sampled
 
@@ -39,6 +39,8 @@ class Verdict:
     tree: TreeDraft | None = None
     p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    p_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
+    q_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
     hidden: torch.Tensor | None = None  # rows of the pending token and the kept drafts
 
     @property
@@ -50,13 +52,34 @@ class Verdict:
         emitted, times, greedy)."""
         return StepEvent(draft=self.draft, q=self.q, p=self.p, accept_prob=self.accept_prob, draws=self.draws,
                          accepted=self.accepted, token=self.token, token_p=self.token_p, token_kind=self.token_kind,
-                         top=self.top, tree=self.tree, p_top=self.p_top, q_top=self.q_top, **step)
+                         top=self.top, tree=self.tree, p_top=self.p_top, q_top=self.q_top,
+                         p_raw=self.p_raw, q_raw=self.q_raw, **step)
 
 
 def _rows(values: list[float], ids: list[float], width: int) -> tuple[tuple[tuple[int, float], ...], ...]:
     """Flattened (rows, width) torch.topk results back as rows of (token, prob) pairs."""
     return tuple(tuple((int(ids[r + j]), values[r + j]) for j in range(width))
                  for r in range(0, len(values), width)) if width else ()
+
+
+RAW_TOP = 32  # tokens per row whose temperature-1 log-probs a step records (distribution view)
+FLOOR = -1e4  # log-probs of tokens a top-k / top-p cut removed (-inf is not JSON); exp() is 0
+
+
+def _raw_top(logits: torch.Tensor, processor: Processor, q: torch.Tensor | None, top: int):
+    """The top RAW_TOP temperature-1 log-probs of the target's raw logits and of the drafter's
+    q (its processed probabilities, brought back to temperature 1: q = softmax(l / T), so
+    T * log q is l up to a constant; a token a cut removed stays at FLOOR)."""
+    if not top:
+        return None
+    width = min(RAW_TOP, processor.vocab_size)
+    lp = torch.log_softmax(fit_vocab(logits.float(), processor.vocab_size), -1)
+    p_v, p_i = torch.topk(lp, width)
+    if q is None:
+        return p_v.clamp_min(FLOOR), p_i, p_v.new_zeros(0), p_i.new_zeros(0)
+    lq = torch.log_softmax((processor.s.temperature or 1.0) * torch.log(q.float()), -1)
+    q_v, q_i = torch.topk(lq, min(width, q.shape[-1]))
+    return p_v.clamp_min(FLOOR), p_i, q_v.clamp_min(FLOOR), q_i
 
 
 def trees_verifiable(cache, sampling: Sampling) -> bool:
@@ -92,10 +115,11 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
     top_v, top_i = torch.topk(p, width)
     q_width = min(width, draft.q.shape[-1]) if draft.q is not None else 0
     q_v, q_i = torch.topk(draft.q, q_width) if q_width else (a.new_zeros(0), a.new_zeros(0))
+    raw = _raw_top(logits, processor, draft.q, top) or (a.new_zeros(0),) * 4
 
     # One host synchronisation: everything the step reports, in one transfer.
-    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i) = to_host(
-        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i, q_v, q_i)
+    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i, *raw) = to_host(
+        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i, q_v, q_i, *raw)
     n = int(n[0])
     p_top = _rows(top_v, top_i, width)
     rollback(cache, context + n)
@@ -104,6 +128,9 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
         accept_prob=tuple(a), draws=None if greedy else tuple(draws), accepted=n, token=int(token[0]),
         token_p=token_p[0], top=p_top[n] if width else (), hidden=h[: n + 1] if hidden else None,
         p_top=p_top, q_top=_rows(q_v, q_i, q_width),
+        # rounded: 6 decimals of a log-prob are plenty, and they are most of a trace file's bytes
+        p_raw=_rows([round(v, 6) for v in raw[0]], raw[1], len(raw[1]) // (k + 1)),
+        q_raw=_rows([round(v, 6) for v in raw[2]], raw[3], len(raw[3]) // k) if k else (),
     )
 
 

@@ -23,6 +23,8 @@ class Labels:
     tree: tuple[str, ...] = ()  # one per tree node (StepEvent.tree.tokens), when the step drafted a tree
     p_top: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.p_top entry, row by row (each token on its own)
     q_top: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.q_top entry, row by row
+    p_raw: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.p_raw entry, row by row
+    q_raw: tuple[tuple[str, ...], ...] = ()  # one per StepEvent.q_raw entry, row by row
 
 
 @dataclass

@@ -1,0 +1,137 @@
+"""The distribution view: at one position of one step, the target's p and the drafter's q as
+paired bars, the residual the corrected token is drawn from, the overlap (the chance a
+draft is accepted) and the draw u against p/q, reshaped with any temperature / top-p.
+
+Reads a Trace (events and labels) like every renderer; the maths is specviz.distribution.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+
+import plotly.graph_objects as go
+
+from ..distribution import REST, accept_prob, one_hot, overlap, reshape, residual
+from ..events import StepEvent
+from .charts import COLORS, FONT
+from .html import VISIBLE_WHITESPACE
+from .trace import Trace
+
+SHOWN = 12  # bars per series: the most probable tokens of p or q (the rest is one bar)
+P_COLOR, Q_COLOR, R_COLOR = COLORS["corrected"], COLORS["bonus"], COLORS["rejected"]  # Okabe-Ito
+
+
+@dataclass(frozen=True)
+class Position:
+    """One position of one step, reshaped: what the figure and the card show."""
+
+    step: StepEvent
+    row: int  # 0..len(draft)-1 a draft position, len(draft) the bonus position
+    p: dict
+    q: dict  # {} at the bonus position (nothing drafted there)
+    names: dict  # token id -> display text
+    raw: bool  # reshaped from raw logits (False: an older trace, only the processed top)
+
+    @property
+    def drafted(self) -> int | None:
+        return self.step.draft[self.row] if self.row < len(self.step.draft) else None
+
+
+def _rows(e: StepEvent, labels, row: int):
+    """(target row, drafter row or None, names, raw?) as (token, log-prob) pairs."""
+    raw = bool(e.p_raw)
+    p_rows, q_rows = (e.p_raw, e.q_raw) if raw else (e.p_top, e.q_top)
+    p_names, q_names = (labels.p_raw, labels.q_raw) if raw else (labels.p_top, labels.q_top)
+    as_log = (lambda r: r) if raw else (lambda r: [(t, math.log(x) if x > 0 else -1e4) for t, x in r])
+    names = {}
+    for rows, texts in ((p_rows, p_names), (q_rows, q_names)):
+        if row < len(rows) and row < len(texts):
+            names.update({t: s for (t, _), s in zip(rows[row], texts[row])})
+    if row < len(e.draft) and row < len(labels.draft):
+        names[e.draft[row]] = labels.draft[row]
+    p = as_log(p_rows[row]) if row < len(p_rows) else []
+    q = as_log(q_rows[row]) if row < len(q_rows) else None
+    return p, q, names, raw
+
+
+def position(trace: Trace, index: int, row: int, temperature: float, top_p: float) -> Position | None:
+    """Step `index`'s position `row` (both clamped), reshaped; None when there is no step."""
+    steps = [(e, lab) for e, lab in zip(trace.events, trace.labels) if isinstance(e, StepEvent)]
+    if not steps:
+        return None
+    e, labels = steps[min(max(int(index or 0), 0), len(steps) - 1)]
+    row = min(max(int(row or 0), 0), len(e.draft))
+    p_row, q_row, names, raw = _rows(e, labels, row)
+    p = reshape(p_row, temperature, top_p)
+    if row == len(e.draft):
+        q = {}
+    elif q_row is None:
+        q = one_hot(e.draft[row])  # a drafter that gives a token, no distribution
+    else:
+        q = reshape(q_row, temperature, top_p)
+    return Position(e, row, p, q, names, raw)
+
+
+def _name(pos: Position, t: int) -> str:
+    if t == REST:
+        return "other tokens"
+    text = pos.names.get(t, f"#{t}").translate(VISIBLE_WHITESPACE)
+    return f"{text!r}"[1:-1] if text.strip() else f"␣{text}" if text else f"#{t}"
+
+
+def figure(pos: Position | None) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template="plotly_white", font=FONT, height=320, margin=dict(l=50, r=10, t=48, b=70),
+                      barmode="group", legend=dict(orientation="h", y=1.12, x=0), yaxis=dict(range=[0, 1.05]))
+    if pos is None:
+        fig.update_layout(title="run something, then pick a step")
+        return fig
+    res = residual(pos.p, pos.q) if pos.q else {}
+    tokens = sorted(set(pos.p) | set(pos.q), key=lambda t: (t == REST, -max(pos.p.get(t, 0), pos.q.get(t, 0))))
+    tokens = [t for t in tokens if t != REST][:SHOWN] + ([REST] if REST in pos.p or REST in pos.q else [])
+    x = [_name(pos, t) for t in tokens]
+    # distinct x labels even when two tokens print alike
+    x = [f"{s} " * (1 + x[:i].count(s)) if x[:i].count(s) else s for i, s in enumerate(x)]
+    fig.add_bar(x=x, y=[pos.p.get(t, 0) for t in tokens], name="p (target)", marker_color=P_COLOR)
+    if pos.q:
+        fig.add_bar(x=x, y=[pos.q.get(t, 0) for t in tokens], name="q (drafter)", marker_color=Q_COLOR)
+        fig.add_bar(x=x, y=[res.get(t, 0) for t in tokens], name="residual norm(max(0, p − q))",
+                    marker_color=R_COLOR, marker_pattern_shape="/")
+    if pos.drafted is not None and pos.drafted in tokens:
+        fig.add_annotation(x=x[tokens.index(pos.drafted)], y=1.0, text="drafted", showarrow=True, arrowhead=2, ay=-20)
+    where = f"draft position {pos.row + 1}" if pos.q else "bonus position (all drafts kept)"
+    fig.update_layout(title=dict(text=f"Step {pos.step.step}, {where}", font=dict(size=14)),
+                      yaxis_title="probability")
+    return fig
+
+
+def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
+    """The numbers beside the bars: overlap, the draw u against p/q, the verdict, what is shown."""
+    if pos is None:
+        return '<div class="sv-dist sv-muted">Run something (or replay a trace), then pick a step.</div>'
+    e, lines = pos.step, []
+    if pos.q:
+        a = overlap(pos.p, pos.q)
+        lines.append(f"<b>overlap Σ min(p, q) = {a:.3f}</b>: the chance the drafter's token is accepted here")
+        x = pos.drafted
+        ap = accept_prob(pos.p, pos.q, x)
+        name = escape(_name(pos, x))
+        lines.append(f"drafted <code>{name}</code>: p = {pos.p.get(x, 0):.3f}, q = {pos.q.get(x, 0):.3f}, "
+                     f"min(1, p/q) = {ap:.3f}")
+        if e.draws is not None and pos.row < len(e.draws):
+            u = e.draws[pos.row]
+            kept = "kept" if u < ap else "rejected: the corrected token is drawn from the residual"
+            lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept}")
+        elif e.greedy:
+            lines.append("greedy run: kept only if it is the target's top token; the bars show the "
+                         "distributions a sampled run would compare")
+        if pos.row > e.accepted:
+            lines.append("(in the run this position was not checked: an earlier draft was rejected)")
+    else:
+        lines.append("every draft was accepted: the same target pass gives this bonus token from p")
+    scope = (f"Reshaped with temperature {temperature:g}, top-p {top_p:g} over the recorded top tokens "
+             "(the rest is one estimated bar)" if pos.raw else
+             "This trace holds only the processed top tokens: shown as recorded")
+    lines.append(f'<span class="sv-muted">{escape(scope)}. The run used the recorded p, q and u.</span>')
+    return f'<div class="sv-dist" data-row="{pos.row}">{"<br>".join(lines)}</div>'

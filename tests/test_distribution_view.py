@@ -1,0 +1,111 @@
+"""The distribution view's maths, checked by enumeration over small hand-made distributions,
+and what a step records for it (specviz.distribution, verify_step's raw top)."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from conftest import noisy_copy
+from specviz import DraftModel, GenerationConfig, Sampling, collect, speculative_generate
+from specviz.distribution import REST, accept_prob, nucleus, one_hot, overlap, reshape, residual
+from specviz.render import distribution as view
+from specviz.render.trace import Labels, Trace
+
+CASES = [
+    ({0: 0.5, 1: 0.3, 2: 0.2}, {0: 0.2, 1: 0.2, 2: 0.6}),
+    ({0: 0.7, 1: 0.3}, {0: 0.7, 1: 0.3}),
+    ({0: 1.0}, {1: 0.5, 2: 0.5}),
+    ({0: 0.1, 1: 0.1, 2: 0.8}, {2: 1.0}),
+]
+
+
+@pytest.mark.parametrize("p, q", CASES)
+def test_overlap_is_the_probability_the_drafted_token_is_accepted(p, q):
+    # draw x ~ q, keep it with probability min(1, p/q): enumerate every x
+    assert sum(qx * accept_prob(p, q, x) for x, qx in q.items()) == pytest.approx(overlap(p, q))
+
+
+@pytest.mark.parametrize("p, q", CASES)
+def test_accept_or_resample_from_the_residual_gives_exactly_p(p, q):
+    a, r = overlap(p, q), residual(p, q)
+    for x in set(p) | set(q):
+        out = q.get(x, 0) * accept_prob(p, q, x) + (1 - a) * r.get(x, 0)
+        assert out == pytest.approx(p.get(x, 0))
+
+
+def test_residual_is_empty_when_the_drafter_is_the_target():
+    assert residual({0: 0.4, 1: 0.6}, {0: 0.4, 1: 0.6}) == {}
+    assert overlap({0: 0.4, 1: 0.6}, {0: 0.4, 1: 0.6}) == pytest.approx(1.0)
+
+
+def test_reshape_of_a_whole_vocabulary_is_the_tempered_softmax():
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    raw = list(enumerate(torch.log_softmax(logits, -1).tolist()))
+    for t in (0.3, 1.0, 1.7):
+        want = torch.softmax(logits / t, -1).tolist()
+        got = reshape(raw, t)
+        assert REST not in got
+        assert [got[i] for i in range(4)] == pytest.approx(want)
+    assert reshape(raw, 0.0) == {0: 1.0}  # greedy
+
+
+def test_reshape_keeps_the_tail_mass_as_one_bar_at_temperature_one():
+    raw = [(5, math.log(0.5)), (6, math.log(0.3))]
+    got = reshape(raw, 1.0)
+    assert got == pytest.approx({5: 0.5, 6: 0.3, REST: 0.2})
+    assert reshape(raw, 0.5)[REST] < 0.2 < reshape(raw, 2.0)[REST]  # cooler: the tail shrinks
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.5, {0}), (0.51, {0, 1}), (0.8, {0, 1}), (0.81, {0, 1, 2}), (1.0, {0, 1, 2})])
+def test_nucleus_keeps_the_smallest_prefix_reaching_top_p(top_p, kept):
+    got = nucleus({0: 0.5, 1: 0.3, 2: 0.2}, top_p)
+    assert set(got) == kept and sum(got.values()) == pytest.approx(1.0)
+
+
+def test_a_drafter_without_q_is_one_hot():
+    p = {0: 0.25, 1: 0.75}
+    assert overlap(p, one_hot(1)) == 0.75 and residual(p, one_hot(1)) == {0: 1.0, 1: 0.0}
+
+
+def _same_shape(got: dict, top) -> None:
+    """The recorded top tokens in the reshaped row: exactly in the run's proportions (their
+    share of the whole differs only by how the unrecorded tail is estimated)."""
+    kept = [(t, x) for t, x in top if x > 1e-3 and got.get(t, 0) > 0]
+    (t0, x0), rest = kept[0], kept[1:]
+    for t, x in rest:
+        assert got[t] / got[t0] == pytest.approx(x / x0, rel=1e-3)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(0.0, 1.0), (1.0, 1.0), (0.8, 1.0), (1.3, 0.9)])
+def test_a_step_records_raw_top_that_reshapes_to_the_run_s_p_and_q(target, prompts, temperature, top_p):
+    sampling = Sampling(temperature=temperature, top_p=top_p, seed=1)
+    steps, _ = collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[2],
+                                            GenerationConfig(k=3, max_new_tokens=12, sampling=sampling)))
+    t = temperature or 1.0  # greedy runs record the temperature-1 softmax
+    for s in steps:
+        assert len(s.p_raw) == len(s.draft) + 1 and len(s.q_raw) == len(s.draft)
+        for raw, top in [*zip(s.p_raw, s.p_top), *zip(s.q_raw, s.q_top)]:
+            got = reshape(raw, t, top_p)
+            _same_shape(got, top)
+            if t == 1.0 and top_p == 1.0:  # the run's own settings at temperature 1: exact
+                assert [got[k] for k, _ in top] == pytest.approx([x for _, x in top], abs=1e-5)
+
+
+def test_the_view_draws_every_position_of_a_step(target, prompts):
+    steps, _ = collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[2],
+                                            GenerationConfig(k=3, max_new_tokens=8,
+                                                             sampling=Sampling(temperature=1.0, seed=2))))
+    trace = Trace("draft")
+    for s in steps:
+        trace.add(s, Labels(draft=("x",) * len(s.draft), p_raw=tuple(("t",) * len(r) for r in s.p_raw),
+                            q_raw=tuple(("t",) * len(r) for r in s.q_raw)))
+    e = steps[0]
+    for row in range(len(e.draft) + 1):
+        pos = view.position(trace, 0, row, 0.7, 0.95)
+        assert sum(pos.p.values()) == pytest.approx(1.0)
+        assert bool(pos.q) == (row < len(e.draft))
+        assert view.figure(pos).data and "sv-dist" in view.card_html(pos, 0.7, 0.95)
+    assert view.position(Trace("empty"), 0, 0, 1.0, 1.0) is None

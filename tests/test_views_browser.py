@@ -1,0 +1,41 @@
+"""Issue 11's teaching views in a real browser (Chromium via playwright): the distribution
+view at a step, reshaped live; screenshots go to test-output/ (look at them)."""
+from __future__ import annotations
+
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_models):  # noqa: F811
+    """One sampled run on the tiny models, shared by the tests below."""
+    with serve_app(app_policy(app_models, max_new_tokens=20)) as url:
+        OUT.mkdir(exist_ok=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.get_by_label("sampling").check()
+        page.locator("#sv-prompt textarea").fill(PROMPT)
+        page.locator("#sv-generate").click()
+        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        yield page
+        page.close()
+
+
+def test_the_distribution_view_shows_p_q_residual_and_reshapes_live(page):
+    box = page.locator("#sv-dist-box")
+    box.scroll_into_view_if_needed()
+    page.wait_for_selector("#sv-dist-card .sv-dist", timeout=HANG)
+    card = page.locator("#sv-dist-card")
+    assert "overlap Σ min(p, q)" in card.inner_text() and "draw u" in card.inner_text()
+    legend = page.locator("#sv-dist-plot .legendtext").all_text_contents()
+    assert any("p (target)" in t for t in legend) and any("q (drafter)" in t for t in legend)
+    assert any("residual" in t for t in legend)
+    before = card.inner_text()
+    slider = page.locator("#sv-dist-temperature input[type=number]")
+    slider.fill("0.3")
+    slider.press("Enter")
+    page.wait_for_selector('#sv-dist-card:has-text("temperature 0.3")', timeout=HANG)
+    assert card.inner_text() != before  # the same step, reshaped with no new run
+    box.screenshot(path=str(OUT / "distribution.png"))
