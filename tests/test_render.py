@@ -99,6 +99,12 @@ def test_tokens_cut_at_eos_are_not_shown():
     assert t.text() == "a<eos>"
 
 
+def test_a_token_holding_a_line_break_flows_inline_and_the_rest_are_whole_boxes():
+    t = spec_trace((step(0, [1, 2], 2, 3), Labels(draft=("x", ":\n    "), token=" y")))
+    out = tokens_html(t)
+    assert re.findall(r'class="(tok [^"]*)"', out) == ["tok tok-accepted", "tok tok-accepted tok-nl", "tok tok-bonus"]
+
+
 def test_step_without_draft_is_the_targets_own_token():
     t = spec_trace((step(0, [], 0, 4), Labels(token="w")))
     out = tokens_html(t)
@@ -109,6 +115,8 @@ def test_empty_run_renders_placeholders_not_errors():
     spec, base = Trace("prompt lookup"), Trace("baseline", speculative=False)
     assert kinds(tokens_html(spec)) == [] and "No tokens yet" in tokens_html(spec)
     assert len(playground_figures(spec, base)) == 4
+    for fig in playground_figures(spec, base):  # plotly's own empty range ran from -1
+        assert tuple(fig.layout.yaxis.range) == (0, 1)
     assert step_html(spec, 0).startswith('<div class="sv-inspect sv-empty">')
     assert agreement(spec, base) == (None, None)
     h = headline(spec, base)

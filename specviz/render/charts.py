@@ -34,8 +34,12 @@ def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.
 
 
 def _waiting(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
+    """A chart with nothing to draw yet: its message on empty axes from 0 (plotly's own
+    default range for no data, -1 to 4 or so, made counts and rates look negative)."""
     fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
                        font=dict(size=14, color="#888"))
+    fig.update_xaxes(range=[0, 1], showticklabels=False, showgrid=False)
+    fig.update_yaxes(range=[0, 1], showticklabels=False, showgrid=False)
     return fig
 
 
@@ -154,7 +158,8 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
     names = [r["run"] for r in rows]
     colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
     labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" + (
-        f" ({r['speedup_min']:.2f}–{r['speedup_max']:.2f})" if r.get("speedup_min") is not None else "")
+        f" ({r['speedup_min']:.2f}–{r['speedup_max']:.2f})"
+        if r.get("speedup_min") is not None and r["speedup_max"] > r["speedup_min"] else "")
         for r in rows]
     speed.add_bar(y=names, x=[r["tokens_per_s"] or 0 for r in rows], orientation="h", marker_color=colors,
                   text=labels, textposition="auto", showlegend=False,

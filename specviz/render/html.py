@@ -4,7 +4,9 @@ Colours come from the event that produced a token (accepted draft, rejected draf
 target's corrected token, the bonus token, a baseline token; which tokens show, and as
 what, is kinds.shown_tokens, shared with the terminal), never from searching the
 decoded text. All model text is HTML-escaped; whitespace is kept by `white-space:
-pre-wrap` in the stylesheet (assets/style.css), so code keeps its layout.
+pre-wrap` in the stylesheet (assets/style.css), so code keeps its layout, and each token is
+one inline box (lines break between tokens, not inside one); a token holding a line break
+is marked `tok-nl` and flows inline, so its break is a break.
 
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
 `data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts.
@@ -32,17 +34,22 @@ VISIBLE_WHITESPACE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
 
 def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "") -> str:
     """One token element. `text` and `tip` are model-derived and therefore escaped."""
-    classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "")
+    classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "") + (" tok-nl" if "\n" in text else "")
     return (
         f'<span class="{classes}" data-kind="{kind}" data-step="{step}" '
         f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
     )
 
 
-def legend_html(kinds=("accepted", "rejected", "corrected", "bonus", "baseline")) -> str:
+# The legend above the panels: one line on a wide screen; the full sentence is its tooltip.
+KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own, after a refusal",
+              "bonus": "free extra token", "baseline": "plain decoding"}
+
+
+def legend_html(kinds=("accepted", "rejected", "corrected", "bonus", "baseline"), short: bool = False) -> str:
     items = "".join(
-        f'<span class="sv-legend-item"><span class="tok tok-{k} sv-swatch">{k}</span>'
-        f'<span class="sv-legend-text">{escape(KIND_HELP[k])}</span></span>'
+        f'<span class="sv-legend-item" title="{escape(KIND_HELP[k])}"><span class="tok tok-{k} sv-swatch">{k}</span>'
+        f'<span class="sv-legend-text">{escape(KIND_SHORT[k] if short else KIND_HELP[k])}</span></span>'
         for k in kinds
     )
     return f'<div class="sv-legend" role="list">{items}</div>'

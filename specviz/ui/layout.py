@@ -1,4 +1,5 @@
-"""The page: shared prompt and settings on the left, Playground and Compare tabs on the right."""
+"""The page: the target and decoding settings on the left; the shared prompt, then the
+Playground and Compare tabs, on the right."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,7 @@ import pathlib
 
 import gradio as gr
 
-from ..render import empty_figures, legend_html
+from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
 from . import distribution, replay
@@ -22,6 +23,8 @@ INTRO = (
     "drafted token shown where it was proposed. Right: the same target decoding one token per pass. "
     "Hover a token for its probabilities; pick a step below to see its verdicts."
 )
+READY = "Ready: pick a drafter and press Generate."
+WAITING = "Press Generate: the tokens appear here as they are decoded."
 
 
 def load_examples(path: pathlib.Path = ASSETS / "examples.json") -> list[dict]:
@@ -43,38 +46,45 @@ def launch_options() -> dict:
             "max_file_size": MAX_TRACE_BYTES}  # the page's only upload is a trace to replay
 
 
-def _controls(policy: Policy, examples: list[dict]) -> dict:
-    """The shared prompt and settings, keyed by the Settings field (and API parameter) each fills."""
-    d = Settings(prompt=examples[0]["prompt"] if examples else "")  # the defaults, from the engine's
-    prompt = gr.Textbox(label="Prompt", lines=7, max_lines=24, value=d.prompt, elem_id="sv-prompt")
-    if examples:
-        gr.Examples(examples=[[e["prompt"]] for e in examples], inputs=[prompt], cache_examples=False,
-                    example_labels=[e["name"] for e in examples], label="Examples")
+def _settings(policy: Policy) -> dict:
+    """The target and the decoding settings (the left column), keyed by the Settings field (and
+    API parameter) each fills; the ones most often changed come first, above the fold."""
+    d = Settings(prompt="")  # the defaults, from the engine's
     target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
                          allow_custom_value=not policy.hosted, elem_id="sv-target",
                          info="the model whose output we want" + ("" if policy.hosted else
                                                                  "; or type a Hub id or a local folder"))
     with gr.Accordion("Decoding settings", open=True):
-        k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step")
-        dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k (longer after full accepts, shorter after rejections)")
+        k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step", elem_id="sv-k")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
         with gr.Group(visible=not d.greedy) as sampling_group:
             temperature = gr.Slider(0.05, 2.0, value=d.temperature or SAMPLING_TEMPERATURE, step=0.05,
                                     label="temperature")
             top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
+        # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
+        max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
+                                   step=1, label="max new tokens", elem_id="sv-max-new-tokens")
+        dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k (longer after full accepts, shorter after rejections)")
         repetition_penalty = gr.Slider(0.8, 2.0, value=d.repetition_penalty, step=0.05,
                                        label="repetition penalty (1 = off)")
-        with gr.Row():
-            seed = gr.Number(d.seed, precision=0, label="seed", min_width=100)
-            max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
-                                       step=1, label="max new tokens", min_width=160)
+        seed = gr.Number(d.seed, precision=0, label="seed")
         chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template")
     mode.change(lambda m: gr.Group(visible=m == SAMPLING), mode, sampling_group, queue=False,
                 api_visibility="private")
-    return dict(prompt=prompt, target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,
+    return dict(target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,
                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, seed=seed,
                 max_new_tokens=max_new_tokens, chat=chat)
+
+
+def _prompt(examples: list[dict]) -> gr.Textbox:
+    """The prompt both tabs run, above them, with the examples that fill it."""
+    prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, value=examples[0]["prompt"] if examples else "",
+                        elem_id="sv-prompt")
+    if examples:
+        gr.Examples(examples=[[e["prompt"]] for e in examples], inputs=[prompt], cache_examples=False,
+                    example_labels=[e["name"] for e in examples], label="Examples")
+    return prompt
 
 
 def _playground_tab(policy: Policy):
@@ -84,11 +94,16 @@ def _playground_tab(policy: Policy):
                               info="none, prompt lookup, layer skip, the trained EAGLE / Medusa / distilled drafters, or a draft model sharing the target's tokenizer")
         run = gr.Button("Generate", variant="primary", scale=1, min_width=110, elem_id="sv-generate")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-stop")
-    outputs = [gr.HTML(label="status", elem_id="sv-status"), gr.HTML(label="greedy check", elem_id="sv-check"),
+    # What the page shows before (and after a reload during) a run: never blank blocks.
+    outputs = [gr.HTML(status_html(READY), label="status", elem_id="sv-status"),
+               gr.HTML(label="greedy check", elem_id="sv-check"),
                gr.HTML(label="headline numbers", elem_id="sv-headline")]
+    gr.HTML(legend_html(short=True), elem_classes="sv-legend-box")
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
-        outputs.append(gr.HTML(label="speculative text", elem_id="sv-spec", min_width=300))
-        outputs.append(gr.HTML(label="baseline text", elem_id="sv-base", min_width=300))
+        outputs.append(gr.HTML(panel_html(Trace("speculative"), "Speculative", placeholder=WAITING),
+                               label="speculative text", elem_id="sv-spec", min_width=300))
+        outputs.append(gr.HTML(panel_html(Trace("baseline", speculative=False), "Baseline · plain decoding",
+                                          placeholder=WAITING), label="baseline text", elem_id="sv-base", min_width=300))
     blank = empty_figures()
     with gr.Row(elem_classes="sv-charts"):
         outputs += [gr.Plot(blank[0], label="acceptance chart", show_label=False, min_width=300, elem_id="sv-chart-acceptance"),
@@ -98,7 +113,7 @@ def _playground_tab(policy: Policy):
                     gr.Plot(blank[3], label="draft positions chart", show_label=False, min_width=300, elem_id="sv-chart-positions")]
     with gr.Accordion("Step inspector", open=True, elem_id="sv-inspector-box"):
         step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, elem_id="sv-step")
-        inspector = gr.HTML(label="step inspector", elem_id="sv-inspector")
+        inspector = gr.HTML(step_html(Trace("speculative"), 0), label="step inspector", elem_id="sv-inspector")
     outputs += [step, inspector]
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         outputs.append(gr.JSON(label="summary", elem_id="sv-summary"))
@@ -110,16 +125,18 @@ def _compare_tab(policy: Policy):
         drafters = gr.Dropdown(list(policy.drafters), value=list(policy.compare_drafters), multiselect=True,
                                allow_custom_value=not policy.hosted, label="Drafters to compare", scale=4,
                                elem_id="sv-compare-drafters",
-                               info="each runs the same prompt and settings, after one baseline run")
+                               info="each runs the same prompt and settings as the baseline: all warmed up, "
+                                    "then taking turns, three times")
         run = gr.Button("Compare", variant="primary", scale=1, min_width=110, elem_id="sv-compare")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
-    outputs = [gr.HTML(label="status", elem_id="sv-compare-status"),
+    outputs = [gr.HTML(status_html("Pick drafters and press Compare."), label="status", elem_id="sv-compare-status"),
                gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True,
                             column_widths=["30%"] + ["10%"] * 7)]
     # Full width, one above the other: horizontal bars need room for the run names.
     outputs += [gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
                 gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality")]
-    outputs.append(gr.HTML(label="outputs side by side", elem_id="sv-compare-panels"))
+    outputs.append(gr.HTML(side_by_side_html(Trace("baseline", speculative=False), []), label="outputs side by side",
+                           elem_id="sv-compare-panels"))
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         outputs.append(gr.JSON(label="summary", elem_id="sv-compare-summary"))
     return drafters, run, stop, outputs
@@ -141,11 +158,12 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session())
-        gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p>{legend_html()}</div>')
-        with gr.Row(equal_height=False):
+        gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>')
+        with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
-                controls = _controls(policy, examples)
+                controls = _settings(policy)
             with gr.Column(scale=3, min_width=320):
+                controls = dict(prompt=_prompt(examples)) | controls
                 with gr.Tabs():
                     with gr.Tab("Playground", id="playground"):
                         drafter, run, stop, step, inspector, outputs = _playground_tab(policy)

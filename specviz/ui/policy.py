@@ -26,9 +26,10 @@ from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 # (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
 # the one model that needs no Hugging Face Hub; the others share its tokenizer.
 TARGETS = (
-    ("SmolLM2-135M-Instruct (embedded, offline)", "default"),
-    ("SmolLM2-360M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-360M-Instruct"),
-    ("SmolLM2-1.7B-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
+    # Short labels: the menu is as wide as the settings column (the '-Instruct' ones were cut off).
+    ("SmolLM2-135M (embedded)", "default"),
+    ("SmolLM2-360M (Hub)", "HuggingFaceTB/SmolLM2-360M-Instruct"),
+    ("SmolLM2-1.7B (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct"),
 )
 PARAMETERS = {"default": 134.5e6, "HuggingFaceTB/SmolLM2-360M-Instruct": 362e6,
               "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.71e9}  # to judge fit before downloading
