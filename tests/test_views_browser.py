@@ -39,3 +39,21 @@ def test_the_distribution_view_shows_p_q_residual_and_reshapes_live(page):
     page.wait_for_selector('#sv-dist-card:has-text("temperature 0.3")', timeout=HANG)
     assert card.inner_text() != before  # the same step, reshaped with no new run
     box.screenshot(path=str(OUT / "distribution.png"))
+
+
+def test_the_exactness_check_draws_first_tokens_both_ways_and_gives_a_p_value(page):
+    # cooler than the default, so the tiny random model's first tokens fill a few bins
+    temperature = page.get_by_label("number input for temperature", exact=True)
+    temperature.fill("0.3")
+    temperature.press("Enter")
+    page.locator("#sv-exact-box").get_by_text("Is sampling exact?").click()  # opens the accordion
+    n = page.locator("#sv-exact-n input[type=number]")
+    n.fill("100")
+    n.press("Enter")
+    page.locator("#sv-exact-run").click()
+    page.wait_for_selector("#sv-exact-result .sv-exact", timeout=HANG)
+    result = page.locator("#sv-exact-result").inner_text()
+    assert "p-value" in result and "100 draws each way" in result
+    legend = page.locator("#sv-exact-plot .legendtext").all_text_contents()
+    assert "speculative" in legend and "plain sampling" in legend
+    page.locator("#sv-exact-box").screenshot(path=str(OUT / "exactness.png"))

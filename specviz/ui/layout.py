@@ -10,7 +10,7 @@ import gradio as gr
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
-from . import distribution, replay
+from . import distribution, exactness, replay
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
@@ -168,6 +168,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
                     with gr.Tab("Playground", id="playground"):
                         drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
                         dist_controls = distribution.controls()
+                        exact_controls = exactness.controls(policy)
                         replay_controls = replay.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
@@ -178,6 +179,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
             api_name="generate", **queued)
         replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
         distribution.wire(dist_controls, session, step)
+        exactness.wire(exact_controls, policy, models, drafter, controls)
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
             handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)

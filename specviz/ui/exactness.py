@@ -1,0 +1,157 @@
+"""The "Is sampling exact?" block: the first token drawn N times speculatively and N times
+plainly (same settings, seeds 0..N-1), both histograms, and a chi-square p-value.
+
+Cheap: each speculative draw is one prefill, one draft and one verify step; each plain draw
+one prefill and one token. The greedy check above compares whole texts token for token;
+this is its counterpart for sampling, where only distributions can agree.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from html import escape
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from ..engine import baseline_generate, speculative_generate
+from ..errors import SpecvizError
+from ..events import StepEvent, TokenEvent
+from ..exactness import chi_square
+from ..render.charts import COLORS, FONT
+from ..render.html import VISIBLE_WHITESPACE
+from ..render.status import status_html
+from ..render.trace import Trace
+from . import runner
+from .policy import Policy
+from .settings import Settings
+
+SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
+
+
+def limit(policy: Policy) -> int:
+    """Draws per sampler: a hosted app shares its CPU with every visitor."""
+    return 100 if policy.hosted else 500
+
+
+@dataclass(frozen=True)
+class Controls:
+    n: gr.Slider
+    run: gr.Button
+    status: gr.HTML
+    plot: gr.Plot
+    result: gr.HTML
+
+
+def controls(policy: Policy) -> Controls:
+    with gr.Accordion("Is sampling exact? (first token, many seeds)", open=False, elem_id="sv-exact-box"):
+        gr.Markdown("With sampling the two panels differ by chance, so the greedy check cannot apply. "
+                    "This draws the first token N times each way with the settings on the left and the "
+                    "drafter above (seeds 0..N-1) and asks whether the two histograms could come from one "
+                    "distribution.")
+        with gr.Row(elem_classes="sv-actions"):
+            n = gr.Slider(20, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
+                          elem_id="sv-exact-n", scale=3, min_width=160)
+            run = gr.Button("Draw and compare", variant="primary", elem_id="sv-exact-run", min_width=120)
+        status = gr.HTML(elem_id="sv-exact-status")
+        plot = gr.Plot(show_label=False, elem_id="sv-exact-plot")
+        result = gr.HTML(elem_id="sv-exact-result")
+    return Controls(n, run, status, plot, result)
+
+
+def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
+    tokens = sorted(set(spec) | set(base), key=lambda t: -(spec[t] + base[t]))
+    shown, rest = tokens[:SHOWN], tokens[SHOWN:]
+    x = [repr(names.get(t, f"#{t}").translate(VISIBLE_WHITESPACE))[1:-1] or f"#{t}" for t in shown]
+    x = [f"{s} " * (1 + x[:i].count(s)) if x[:i].count(s) else s for i, s in enumerate(x)]
+    ys = [[c[t] for t in shown] + ([sum(c[t] for t in rest)] if rest else []) for c in (spec, base)]
+    x += ["other tokens"] if rest else []
+    fig = go.Figure()
+    fig.add_bar(x=x, y=ys[0], name="speculative", marker_color=COLORS["speculative"])
+    fig.add_bar(x=x, y=ys[1], name="plain sampling", marker_color=COLORS["baseline"])
+    fig.update_layout(template="plotly_white", font=FONT, height=300, barmode="group",
+                      margin=dict(l=50, r=10, t=40, b=70), legend=dict(orientation="h", y=1.12, x=0),
+                      title=dict(text="first token, counts", font=dict(size=14)), yaxis_title="draws")
+    return fig
+
+
+def verdict_html(spec: Counter, base: Counter) -> str:
+    stat, dof, p = chi_square(spec, base)
+    n = sum(spec.values())
+    if not dof:
+        text = ("Nothing to test yet: no two tokens came up often enough (5 expected draws each way) to "
+                "compare. Draw more, or lower the temperature.")
+    else:
+        reading = ("consistent with one distribution, as exactness promises" if p >= 0.01 else
+                   "surprising if both came from one distribution: worth investigating")
+        text = f"chi-square {stat:.2f} on {dof} degrees of freedom, <b>p-value {p:.3f}</b>: {reading}."
+    return f'<div class="sv-exact" data-p="{p:.4f}">{text} <span class="sv-muted">({n} draws each way)</span></div>'
+
+
+def _loading(gen, frame):
+    """Pass on a runner generator's progress as status lines; return what it returns."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
+        yield status_html(frame.message, "loading", frame.fraction), gr.skip(), gr.skip()
+
+
+def _first(events) -> int:
+    """The first token a run emits (closing the run there: one step is all it takes)."""
+    for e in events:
+        if isinstance(e, StepEvent) and e.emitted:
+            return e.emitted[0]
+        if isinstance(e, TokenEvent):
+            return e.token
+    raise SpecvizError("the run ended before its first token")
+
+
+def draw(policy: Policy, models, n, drafter, **controls):
+    """Stream (status, plot, result) while drawing; a problem is one status line."""
+    spec, base, names = Counter(), Counter(), {}
+    frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("draws")])
+    never = lambda: False  # noqa: E731 (bounded by N and the policy's time limit instead)
+    try:
+        s = Settings.from_controls(drafter=drafter, **controls)
+        if s.greedy:
+            raise SpecvizError("Switch Decoding to sampling first: greedy runs are checked token for token above.")
+        n = int(float(n))
+        if not 1 <= n <= limit(policy):
+            raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
+        policy.check(s)
+        target, ids, cfg = yield from _loading(runner._prepare(s, policy, models, frame, never), frame)
+        made = yield from _loading(runner.make_drafter(models, s.drafter, target, frame, never, policy.model_bytes),
+                                   frame)
+        # k + 1 new tokens: room for a full draft, so the first token really went through verification
+        cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
+        start, shown = time.monotonic(), 0.0
+        for seed in range(n):
+            c = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
+            spec[_first(speculative_generate(target.model, made, ids, c))] += 1
+            base[_first(baseline_generate(target.model, ids, replace(c, max_new_tokens=1)))] += 1
+            now = time.monotonic()
+            if policy.max_run_seconds and now - start > policy.max_run_seconds:
+                break
+            if now - shown > 1.0 or seed == n - 1:
+                shown = now
+                names.update({t: models.decode(target, [t]) for t in set(spec) | set(base) if t not in names})
+                yield (status_html(f"Drawn {seed + 1} of {n} first tokens each way…", "running", (seed + 1) / n),
+                       figure(spec, base, names), gr.skip())
+    except Exception as e:  # a readable line, never a traceback in the page
+        yield status_html(runner.readable(e, policy.hosted), "error"), gr.skip(), ""
+        return
+    drawn = sum(spec.values())
+    yield (status_html(f"Done: {drawn} first tokens each way.", "done"), figure(spec, base, names),
+           verdict_html(spec, base))
+
+
+def wire(c: Controls, policy: Policy, models, drafter, controls: dict) -> None:
+    """The button runs `draw` with the playground's drafter and the settings on the left."""
+    def run(n, d, *values):
+        yield from draw(policy, models, n, d, **dict(zip(controls, values)))
+
+    c.run.click(run, [c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
+                concurrency_limit=1, concurrency_id="exactness")

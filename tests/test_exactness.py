@@ -1,0 +1,41 @@
+"""The chi-square test behind the in-app exactness check (specviz.exactness)."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from specviz.exactness import OTHER, chi_square, pooled, survival
+
+
+@pytest.mark.parametrize("stat, dof, want", [(3.841458820694124, 1, 0.05), (0.0, 3, 1.0), (9.21034037197618, 2, 0.01),
+                                            (2.0, 2, 0.36787944117144233)])  # dof 2: exp(-x/2)
+def test_survival_is_the_chi_square_tail(stat, dof, want):
+    assert survival(stat, dof) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_hand_computed_two_by_two_table():
+    # a: 30 x, 10 y; b: 20 x, 20 y. Expected 25/15 in each run: chi2 = 4*(25/25) ... by hand
+    stat, dof, p = chi_square(Counter({1: 30, 2: 10}), Counter({1: 20, 2: 20}))
+    want = 2 * (5**2 / 25) + 2 * (5**2 / 15)
+    assert stat == pytest.approx(want) and dof == 1 and p == pytest.approx(survival(want, 1))
+
+
+def test_identical_counts_are_not_surprising_and_different_ones_are():
+    same = Counter({1: 50, 2: 30, 3: 20})
+    assert chi_square(same, same)[2] == pytest.approx(1.0)
+    assert chi_square(same, Counter({1: 20, 2: 30, 3: 50}))[2] < 1e-4
+
+
+def test_rare_tokens_are_pooled_and_one_bin_tests_nothing():
+    bins = pooled(Counter({1: 40, 7: 1, 8: 1}), Counter({1: 40, 9: 2}))
+    assert bins[0] == (1, 40, 40) and bins[-1] == (OTHER, 2, 2)
+    assert chi_square(Counter({5: 10}), Counter({5: 10})) == (0.0, 0, 1.0)
+
+
+def test_matches_scipy_where_it_is_installed():
+    stats = pytest.importorskip("scipy.stats")
+    a, b = Counter({1: 33, 2: 21, 3: 26, 4: 20}), Counter({1: 25, 2: 30, 3: 25, 4: 20})
+    stat, dof, p = chi_square(a, b)
+    want = stats.chi2_contingency([[a[t] for t in (1, 2, 3, 4)], [b[t] for t in (1, 2, 3, 4)]], correction=False)
+    assert stat == pytest.approx(want.statistic) and dof == want.dof and p == pytest.approx(want.pvalue)
