@@ -123,7 +123,7 @@ def generate(args) -> int:
         trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"])
 
     result = {
-        "text": models.decode(target, end.token_ids),
+        "text": "".join(models.token_strings(target, end.token_ids)),  # whole characters
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
@@ -134,7 +134,7 @@ def generate(args) -> int:
         "steps": [event_to_dict(s) for s in steps],
     }
     if base is not None:
-        result["baseline"] = {"text": models.decode(target, base.token_ids), "token_ids": list(base.token_ids),
+        result["baseline"] = {"text": "".join(models.token_strings(target, base.token_ids)), "token_ids": list(base.token_ids),
                               "tokens_per_s": base.stats.tokens_per_s, "stats": base.stats.to_dict()}
         result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
         if sampling.greedy:

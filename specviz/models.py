@@ -342,28 +342,17 @@ def decode(loaded: Loaded, ids: Iterable[int]) -> str:
 
 
 def token_strings(loaded: Loaded, ids: Iterable[int]) -> list[str]:
-    """Display text of each token, such that "".join(result) == decode(loaded, ids).
+    """Display text of each token: "".join(result) is decode(loaded, ids) without a last
+    character the ids leave unfinished.
 
     Decoding a token alone goes wrong in two ways: SentencePiece drops a word's leading
     space at the start of a decode, and byte-level BPE splits one character's UTF-8 bytes
-    over several tokens. So each token's text is what it adds to a short window of the
-    tokens before it; a token that ends mid-character shows as "" and the token that
-    completes the character shows all of it.
+    over several tokens. detok.Detokenizer handles both: a token that ends mid-character
+    shows as "" and the token that completes the character shows all of it.
     """
-    ids = _as_list(ids)
-    pieces = []
-    start = 0  # the window: tokens of the last piece shown, then the ones still pending
-    shown = 0  # first token not yet reflected in any piece
-    for i in range(len(ids)):
-        before = decode(loaded, ids[start:shown])
-        after = decode(loaded, ids[start:i + 1])
-        last = i == len(ids) - 1
-        if len(after) > len(before) and (not after.endswith("\ufffd") or last):
-            pieces.append(after[len(before):])
-            start, shown = shown, i + 1
-        else:
-            pieces.append("")
-    return pieces
+    from .detok import Detokenizer
+
+    return Detokenizer(lambda part: decode(loaded, part)).pieces(_as_list(ids))
 
 
 def _as_list(ids) -> list[int]:

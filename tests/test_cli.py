@@ -156,3 +156,35 @@ def test_the_real_command_exits_non_zero_without_a_traceback(folders):
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and "error: the prompt is empty" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_text_never_ends_in_half_a_character(capsys, folders, monkeypatch):
+    """A run cut mid-emoji (the token limit came before its last byte) has no U+FFFD: the
+    --json text, the baseline's and the printed answer keep the open character back."""
+    from specviz import engine
+    from specviz.events import RunEnd, RunStats, TokenEvent
+
+    target = models.load(str(folders["target"]))
+    ids = models.encode_prompt(target, "hi 👋", chat=False)[:-1]
+    assert models.decode(target, ids).endswith("\ufffd")
+    stats = RunStats(len(ids), len(ids), len(ids) + 1, 0, 0, 0.1, 0.0, 0.1, 0.2, "max_new_tokens")
+
+    def speculative(target_model, drafter, prompt, cfg, should_stop=None):
+        for n, t in enumerate(ids):
+            yield StepEvent(step=n, position=n, draft=(), q=None, p=(), accept_prob=(), draws=None, accepted=0,
+                            token=t, token_p=0.9, token_kind="bonus", emitted=(t,), top=(), draft_time=0.0,
+                            verify_time=0.01, elapsed=0.01 * (n + 1), greedy=True)
+        yield RunEnd(tuple(ids), stats)
+
+    def baseline(target_model, prompt, cfg, should_stop=None):
+        for n, t in enumerate(ids):
+            yield TokenEvent(step=n, token=t, p=0.9, time=0.01, elapsed=0.01 * (n + 1))
+        yield RunEnd(tuple(ids), stats)
+
+    monkeypatch.setattr(engine, "speculative_generate", speculative)
+    monkeypatch.setattr(engine, "baseline_generate", baseline)
+    args = ["--prompt", "say hi", "--target", str(folders["target"]), "--drafter", "none"]
+    r = run_json(capsys, *args)
+    assert r["text"] == r["baseline"]["text"] == "hi "
+    assert main(["generate", *args]) == 0
+    assert "\ufffd" not in capsys.readouterr().out
