@@ -36,7 +36,7 @@ def test_generate_returns_both_runs_and_a_greedy_check(client, app_models):
     assert 'data-kind="baseline"' in base and "&lt;b&gt;" not in spec  # prompt not echoed
     assert 'data-identical="true"' in check and 'data-metric="speedup"' in head
     assert len(charts) == 4 and all(c["type"] == "plotly" for c in charts)
-    assert "min(1, p/q)" in inspector
+    assert "target's top token" in inspector  # greedy: the rule applied, the argmax test
     assert summary["headline"]["alpha"] == pytest.approx(summary["speculative"]["acceptance_rate"])
 
 
