@@ -13,7 +13,7 @@ def page(browser, app_models):  # noqa: F811
     """One sampled run on the tiny models, shared by the tests below."""
     with serve_app(app_policy(app_models, max_new_tokens=20)) as url:
         OUT.mkdir(exist_ok=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, has_touch=True)  # taps too
         page.goto(url)
         page.get_by_label("sampling").check()
         page.locator("#sv-prompt textarea").fill(PROMPT)
@@ -57,3 +57,44 @@ def test_the_exactness_check_draws_first_tokens_both_ways_and_gives_a_p_value(pa
     legend = page.locator("#sv-exact-plot .legendtext").all_text_contents()
     assert "speculative" in legend and "plain sampling" in legend
     page.locator("#sv-exact-box").screenshot(path=str(OUT / "exactness.png"))
+
+
+CARD = "el => getComputedStyle(el, '::after').content"  # the hover card is the token's ::after
+
+
+def test_hide_rejected_drafts_hides_them_in_the_page_with_no_new_run(page):
+    spec = page.locator("#sv-spec")
+    spec.scroll_into_view_if_needed()
+    rejected = spec.locator('[data-kind="rejected"]')
+    assert rejected.count() > 0 and rejected.first.is_visible()
+    status = page.locator("#sv-status").inner_text()
+    page.locator("#sv-hide-rejected input[type=checkbox]").check()
+    page.wait_for_function("!document.querySelector('#sv-spec [data-kind=rejected]').checkVisibility()", timeout=HANG)
+    assert all(not r.is_visible() for r in rejected.all())
+    assert spec.locator('[data-kind="accepted"]').first.is_visible()
+    assert page.locator("#sv-status").inner_text() == status  # nothing ran
+    spec.screenshot(path=str(OUT / "hide-rejected.png"))
+    page.locator("#sv-hide-rejected input[type=checkbox]").uncheck()
+    page.wait_for_function("document.querySelector('#sv-spec [data-kind=rejected]').checkVisibility()", timeout=HANG)
+
+
+def test_the_hover_card_opens_from_the_keyboard_and_by_a_tap(page):
+    tokens = page.locator('#sv-spec .tok[data-tip]')
+    first, second = tokens.nth(0), tokens.nth(1)
+    assert second.evaluate(CARD) == "none"
+    first.focus()
+    page.keyboard.press("Tab")  # keyboard focus moves to the next token and shows its card
+    assert second.evaluate("el => el === document.activeElement")
+    assert "step" in second.evaluate(CARD)
+    page.keyboard.press("Escape")
+    page.locator("#sv-spec .sv-panel-title").click()  # focus elsewhere: no card
+    third = tokens.nth(2)
+    third.tap()  # a tap pins the card open ...
+    assert "p (target)" in third.evaluate(CARD)
+    box = page.locator("#sv-spec").bounding_box()  # the card hangs below the panel: take room for it
+    page.screenshot(path=str(OUT / "hover-card-tap.png"),
+                    clip=dict(x=box["x"], y=box["y"], width=box["width"], height=box["height"] + 90))
+    third.tap()  # ... and a second tap closes it
+    assert not third.evaluate("el => el.classList.contains('sv-tip-open')")
+    page.mouse.move(0, 0)  # (the emulated tap also left the pointer over it: a mouse would hover)
+    assert third.evaluate(CARD) == "none"

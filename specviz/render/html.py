@@ -9,7 +9,8 @@ one inline box (lines break between tokens, not inside one); a token holding a l
 is marked `tok-nl` and flows inline, so its break is a break.
 
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
-`data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts.
+`data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts, and
+`tabindex` so the card opens from the keyboard too (ui/reading.py).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "")
     """One token element. `text` and `tip` are model-derived and therefore escaped."""
     classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "") + (" tok-nl" if "\n" in text else "")
     return (
-        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" '
+        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" tabindex="0" '
         f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
     )
 

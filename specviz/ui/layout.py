@@ -10,7 +10,7 @@ import gradio as gr
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
-from . import distribution, exactness, replay
+from . import distribution, exactness, reading, replay
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
@@ -99,6 +99,7 @@ def _playground_tab(policy: Policy):
                gr.HTML(label="greedy check", elem_id="sv-check"),
                gr.HTML(label="headline numbers", elem_id="sv-headline")]
     gr.HTML(legend_html(short=True), elem_classes="sv-legend-box")
+    reading.controls()
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
         outputs.append(gr.HTML(panel_html(Trace("speculative"), "Speculative", placeholder=WAITING),
                                label="speculative text", elem_id="sv-spec", min_width=300))
