@@ -109,3 +109,17 @@ def test_the_view_draws_every_position_of_a_step(target, prompts):
         assert bool(pos.q) == (row < len(e.draft))
         assert view.figure(pos).data and "sv-dist" in view.card_html(pos, 0.7, 0.95)
     assert view.position(Trace("empty"), 0, 0, 1.0, 1.0) is None
+
+
+def test_a_step_plays_in_the_engine_s_phases():
+    from specviz.events import StepEvent
+    from specviz.ui.stepping import phases
+
+    e = StepEvent(step=0, position=0, draft=(5, 6, 7), q=(0.5, 0.4, 0.3), p=(0.6, 0.1, 0.2),
+                  accept_prob=(1.0, 0.25, 0.66), draws=(0.3, 0.8, 0.1), accepted=1, token=9, token_p=0.4,
+                  token_kind="corrected", emitted=(5, 9), top=(), draft_time=0, verify_time=0, elapsed=0, greedy=False)
+    got = phases(e, Labels(draft=("a", "b", "c"), token="z"))
+    assert [name for name, _ in got] == ["draft", "verify", "accept/reject", "correction"]
+    assert "“b” rejected" in got[2][1] and "0.80 vs 0.25" in got[2][1] and "norm(max(0, p − q))" in got[3][1]
+    bonus = StepEvent(**{**e.__dict__, "accepted": 3, "token_kind": "bonus", "emitted": (5, 6, 7, 9)})
+    assert phases(bonus, Labels(draft=("a", "b", "c"), token="z"))[-1][0] == "bonus"

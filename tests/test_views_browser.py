@@ -98,3 +98,23 @@ def test_the_hover_card_opens_from_the_keyboard_and_by_a_tap(page):
     assert not third.evaluate("el => el.classList.contains('sv-tip-open')")
     page.mouse.move(0, 0)  # (the emulated tap also left the pointer over it: a mouse would hover)
     assert third.evaluate(CARD) == "none"
+
+
+def test_step_through_plays_a_step_in_phases_then_steps_on(page):
+    page.locator("#sv-step-live").scroll_into_view_if_needed()
+    page.locator("#sv-step-live").click()
+    page.wait_for_selector('#sv-status:has-text("Stepping through this run")', timeout=HANG)
+    assert page.locator('#sv-spec [data-kind]').count() == 0  # back to the start: nothing emitted yet
+    speed = page.locator("#sv-replay-speed input[type=number]")
+    speed.fill("1")
+    speed.press("Enter")
+    page.locator("#sv-step-phases").click()
+    page.wait_for_selector('#sv-status:has-text("2/4 verify")', timeout=HANG)  # the phases, one by one
+    page.locator("#sv-status").scroll_into_view_if_needed()
+    page.locator("#sv-status").evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(OUT / "step-phases.png"))  # the phase named in the status line, the panels below
+    page.wait_for_selector('#sv-status [data-state="stopped"]:has-text("Step 1 of")', timeout=HANG)
+    assert "4/4" in page.locator("#sv-status").inner_text()
+    assert page.locator('#sv-spec [data-step="0"]').count() > 0  # the step is in the panel now
+    page.locator("#sv-replay-next").click()
+    page.wait_for_selector('#sv-status:has-text("Step 2 of")', timeout=HANG)

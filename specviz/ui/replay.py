@@ -25,6 +25,7 @@ from .. import replay as playback
 from ..errors import SpecvizError
 from ..events import StepEvent
 from ..trace_file import Recording, RunInfo, describe_device, load, save
+from . import stepping
 from .policy import Policy
 from .runner import Frame, throttle
 from .views import error_frame, playground_values
@@ -55,6 +56,7 @@ class Controls:
     pause: gr.Button
     previous: gr.Button
     next: gr.Button
+    stepping: stepping.Controls
 
 
 def controls() -> Controls:
@@ -74,7 +76,8 @@ def controls() -> Controls:
             pause = gr.Button("Pause", elem_id="sv-replay-pause", min_width=80)
             previous = gr.Button("◀ Previous step", elem_id="sv-replay-previous", min_width=110)
             next_ = gr.Button("Next step ▶", elem_id="sv-replay-next", min_width=110)
-    return Controls(download, upload, about, speed, play, pause, previous, next_)
+        steps = stepping.controls()
+    return Controls(download, upload, about, speed, play, pause, previous, next_, steps)
 
 
 def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) -> None:
@@ -93,6 +96,9 @@ def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) 
     c.pause.click(pause, state, state, **instant)
     c.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
     c.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
+    c.stepping.live.click(step_through, session, shown, **instant)
+    c.stepping.phases.click(play_phases, [state, session, c.speed], shown, api_visibility="private",
+                            concurrency_limit=4, concurrency_id="replay")
 
 
 # Download ------------------------------------------------------------------------------------
@@ -100,19 +106,27 @@ def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) 
 _folder: list[Path] = []
 
 
-def offer_download(session):
-    """The last playground run as a trace file for the Download button (hidden when none)."""
+def recording(session) -> Recording | None:
+    """The last playground run as a Recording (None when there is no finished-enough run)."""
     frame, settings = session.last, session.settings
     if frame is None or settings is None or not frame.spec.events or frame.state in ("error", "waiting"):
-        return gr.DownloadButton(visible=False)
+        return None
     config = asdict(settings.config())
     end = frame.spec.end
     if end is not None and end.stats.stop_reason == "eos" and end.token_ids:
         config["eos_token_ids"] = [end.token_ids[-1]]  # the token that ended it: the run's EOS
     info = RunInfo(target=settings.target, drafter=settings.drafter, prompt=settings.prompt,
                    greedy=settings.greedy, config=config, source="app", device=describe_device())
+    return Recording(info, frame.spec, frame.base)
+
+
+def offer_download(session):
+    """The last playground run as a trace file for the Download button (hidden when none)."""
+    rec = recording(session)
+    if rec is None:
+        return gr.DownloadButton(visible=False)
     path = _new_file()
-    save(path, Recording(info, frame.spec, frame.base))
+    save(path, rec)
     return gr.DownloadButton(value=str(path), visible=True)
 
 
@@ -196,6 +210,25 @@ def step(r: Replay | None, session, delta: int):
         e = spec.steps[-1]
         message += f": {len(e.draft)} drafted, {e.accepted} kept, then the target's {e.token_kind} token"
     return _values(_frame(r, spec, base, "done" if r.position == n else "stopped", message), session, r)
+
+
+def step_through(session):
+    """Step-through mode for the run just made: its recorded events, replayed from the start."""
+    rec = recording(session)
+    if rec is None:
+        return _values(error_frame("Generate a run first, then step through it."), session, None)
+    r = Replay(rec, "this run")
+    spec, base = playback.fresh(rec)
+    n = playback.step_count(rec)
+    return _values(_frame(r, spec, base, "stopped", f"Stepping through this run: {n} steps. Next step, or "
+                                                    "Play next step in phases."), session, r)
+
+
+def play_phases(r: Replay | None, session, speed, sleep=time.sleep):
+    if r is None:
+        yield _values(error_frame("Step through a run, or load a trace, first."), session, None)
+        return
+    yield from stepping.play(r, session, speed, _values, _frame, sleep)
 
 
 def pause(r: Replay | None):
