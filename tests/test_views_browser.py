@@ -34,6 +34,7 @@ def test_the_distribution_view_shows_p_q_residual_and_reshapes_live(page):
     assert any("residual" in t for t in legend)
     before = card.inner_text()
     slider = page.locator("#sv-dist-temperature input[type=number]")
+    assert float(slider.input_value()) == 0.7  # the step opens at the run's own temperature
     slider.fill("0.3")
     slider.press("Enter")
     page.wait_for_selector('#sv-dist-card:has-text("temperature 0.3")', timeout=HANG)

@@ -122,7 +122,7 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
         if e.draws is not None and pos.row < len(e.draws):
             u = e.draws[pos.row]
             kept = "kept" if u < ap else "rejected: the corrected token is drawn from the residual"
-            lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept}")
+            lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept} (at these settings)")
         elif e.greedy:
             lines.append("greedy run: kept only if it is the target's top token; the bars show the "
                          "distributions a sampled run would compare")

@@ -47,10 +47,19 @@ def show(session, step, row, temperature, top_p):
     return view.figure(pos), view.card_html(pos, t, p), gr.Slider(maximum=max(rows, 2), value=pos.row + 1 if pos else 1)
 
 
+def at_run_settings(session, step, row, temperature, top_p):
+    """A new step opens at the run's own temperature and top-p (greedy: the temperature-1
+    softmax it records), so the bars first show what the run compared; a replay keeps the sliders."""
+    s = getattr(session, "settings", None)
+    if s is not None:
+        temperature, top_p = (1.0, 1.0) if s.greedy else (s.temperature, s.top_p)
+    return (*show(session, step, row, temperature, top_p), temperature, top_p)
+
+
 def wire(c: Controls, session, step: gr.Slider) -> None:
     """Redraw when the step changes (a run, a replay or the visitor moves it) or a control moves."""
     inputs, outputs = [session, step, c.row, c.temperature, c.top_p], [c.plot, c.card, c.row]
     instant = dict(queue=False, api_visibility="private", show_progress="hidden")
-    step.change(show, inputs, outputs, **instant)
+    step.change(at_run_settings, inputs, [*outputs, c.temperature, c.top_p], **instant)
     for control in (c.row, c.temperature, c.top_p):
         control.input(show, inputs, outputs, **instant)
