@@ -13,6 +13,8 @@ import pathlib
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
 
+pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
+
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]

@@ -17,6 +17,8 @@ from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixt
 
 from specviz.ui.policy import TARGETS
 
+pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
+
 
 @pytest.fixture(scope="module")
 def url(app_models):

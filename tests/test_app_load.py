@@ -66,6 +66,7 @@ def plain_greedy(target: str, prompt: str, n: int) -> list[int]:
     return list(end.token_ids)
 
 
+@pytest.mark.slow  # nine gradio_client sessions
 def test_visitors_wait_their_turn_get_their_own_results_and_the_next_is_told_busy(gated_app, app_models):
     url, gate = gated_app
     target = app_models["target"]

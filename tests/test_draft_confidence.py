@@ -85,6 +85,7 @@ def drafter_for(name: str, small):
     ("medusa", CONFIDENCE),  # feature drafters draft their sampled chains through the same loop
     ("eagle", CONFIDENCE),
 ])
+@pytest.mark.slow  # thousands of sampled runs for a chi-square test
 def test_dynamic_drafts_keep_the_target_distribution(small, joint, fake_clock, name, confidence):
     drafter = drafter_for(name, small)
     counts = sample_joint(lambda seed: speculative_generate(small, drafter, PROMPT, config(seed, confidence)))
@@ -105,6 +106,7 @@ def test_the_confidence_stop_does_stop(small, fake_clock):
     assert first_drafts(CONFIDENCE) == {1, 2}
 
 
+@pytest.mark.slow
 def test_the_check_catches_the_old_discarding_stop(small, joint, fake_clock, monkeypatch):
     """Control: with the old rule the same check fails, so it has the power to see this bug."""
     monkeypatch.setattr(draft_model_module, "autoregressive_draft", discarding_draft)

@@ -122,6 +122,7 @@ def test_feature_drafters_see_the_target_state_of_every_token_but_the_newest(mon
     torch.testing.assert_close(seen, h[: seen.shape[0]], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # torch.compile
 def test_compiled_decoder_stack_computes_the_same_logits():
     """--compile: dynamo traces the stack with dynamic lengths (the eager backend keeps the
     test quick; inductor only changes the kernels)."""

@@ -165,6 +165,7 @@ def test_greedy_with_repetition_penalty_matches_too(target, prompts):
             assert end.token_ids == base.token_ids
 
 
+@pytest.mark.slow  # thousands of sampled runs for a chi-square test
 @pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset"])
 def test_sampled_tokens_follow_the_target(kind):
     """Chi-square of the first three sampled tokens against the exact joint, with a head

@@ -107,6 +107,7 @@ def no_models():
     return SimpleNamespace(load=load)
 
 
+@pytest.mark.slow  # a real browser
 def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser, app_models, tmp_path):  # noqa: F811
     rec, _ = record(app_models, temperature=0.0, tokens=40)
     path = tmp_path / "lesson.json"
@@ -137,6 +138,7 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         page.close()
 
 
+@pytest.mark.slow  # a real browser
 def test_download_trace_after_a_run_gives_a_file_that_replays(browser, app_models, tmp_path):  # noqa: F811
     with serve_app(app_policy(app_models, max_new_tokens=16)) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})

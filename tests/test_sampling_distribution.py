@@ -67,6 +67,7 @@ def assert_matches(counts, joint):
     assert chisquare(obs, exp).pvalue > 1e-3
 
 
+@pytest.mark.slow  # thousands of sampled runs for a chi-square test
 @pytest.mark.parametrize("drafter", ["pld", "draft-model", "baseline"])
 def test_first_three_tokens_follow_the_target(small, joint, drafter):
     assert abs(sum(joint.values()) - 1) < 1e-5
@@ -81,6 +82,7 @@ def test_first_three_tokens_follow_the_target(small, joint, drafter):
     assert_matches(sample_joint(run), joint)
 
 
+@pytest.mark.slow
 def test_the_check_can_tell_a_wrong_distribution(small, joint):
     """The same test rejects the drafter's own distribution: it has the power to fail."""
     other = noisy_copy(small, 0.5, seed=11)

@@ -7,6 +7,8 @@ from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixt
 
 import pytest
 
+pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
+
 
 @pytest.fixture(scope="module")
 def page(browser, app_models):  # noqa: F811
