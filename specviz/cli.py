@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import fields
 
-from . import bench
+from . import bench, threads
 from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
@@ -102,6 +102,7 @@ def generate(args) -> int:
     from .render.trace import Trace
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
+    print(f"specviz: {threads.apply()}", file=sys.stderr, flush=True)
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
@@ -123,7 +124,7 @@ def generate(args) -> int:
         trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"])
 
     result = {
-        "text": "".join(models.token_strings(target, end.token_ids)),  # whole characters
+        "text": "".join(models.token_strings(target, _without_eos(target, end.token_ids))),  # whole characters
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
@@ -134,8 +135,9 @@ def generate(args) -> int:
         "steps": [event_to_dict(s) for s in steps],
     }
     if base is not None:
-        result["baseline"] = {"text": "".join(models.token_strings(target, base.token_ids)), "token_ids": list(base.token_ids),
-                              "tokens_per_s": base.stats.tokens_per_s, "stats": base.stats.to_dict()}
+        result["baseline"] = {"text": "".join(models.token_strings(target, _without_eos(target, base.token_ids))),
+                              "token_ids": list(base.token_ids), "tokens_per_s": base.stats.tokens_per_s,
+                              "stats": base.stats.to_dict()}
         result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
         if sampling.greedy:
             result["identical_to_baseline"] = end.token_ids == base.token_ids
@@ -145,6 +147,13 @@ def generate(args) -> int:
         _print_coloured(target, steps, sys.stdout, traces["spec"].labels)
         _print_summary(result, sys.stdout)
     return 0
+
+
+def _without_eos(target, ids) -> list[int]:
+    """The output's ids without the end-of-turn token that stopped it: it ends the text, it is
+    not part of it (token_ids keep it: the engine did emit it)."""
+    ids = list(ids)
+    return ids[:-1] if ids and ids[-1] in target.eos_token_ids else ids
 
 
 def _warm_up(target, prompt, cfg, drafter) -> None:
@@ -177,8 +186,11 @@ def _print_coloured(target, steps, out, labels=None, each=None) -> None:
     for s, shown in zip(steps, labels):
         if each is not None:
             each(s)
+        ids = list(s.draft) + [s.token]
         texts = shown.draft + (shown.token,)
         for kind, i in shown_tokens(s):
+            if kind != "rejected" and ids[i] in target.eos_token_ids:
+                continue  # the end-of-turn token that stopped the run (a rejected one still shows)
             out.write(f"{ANSI[kind]}{texts[i]}{RESET}" if colour else PLAIN[kind].format(texts[i]))
     out.write("\n\n")
 
