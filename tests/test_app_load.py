@@ -76,7 +76,7 @@ def test_visitors_wait_their_turn_get_their_own_results_and_the_next_is_told_bus
             for i, (c, p) in enumerate(zip(clients, prompts))]
 
     # One run holds the models (stuck behind the gate), seven wait, each told its place.
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # only a guard against a hang: a busy machine is slow
     while sorted(latest(j).get("ahead") or 0 for j in jobs) != list(range(VISITORS)):
         assert time.monotonic() < deadline, [latest(j).get("message") for j in jobs]
         time.sleep(0.05)
