@@ -39,3 +39,29 @@ def test_matches_scipy_where_it_is_installed():
     stat, dof, p = chi_square(a, b)
     want = stats.chi2_contingency([[a[t] for t in (1, 2, 3, 4)], [b[t] for t in (1, 2, 3, 4)]], correction=False)
     assert stat == pytest.approx(want.statistic) and dof == want.dof and p == pytest.approx(want.pvalue)
+
+
+def test_the_draws_wait_their_turn_in_the_apps_one_line():
+    """The draws are model work: they queue behind a playground run, are refused when the
+    line is full, and leave the line when done (a hosted app never runs two at once)."""
+    from specviz.ui.exactness import queued
+    from specviz.ui.limits import Line
+
+    ran = []
+
+    def run():
+        ran.append(True)
+        yield "drawn", None, "result"
+
+    full = Line(slots=1, waiting=0)
+    other = full.join()
+    refused = list(queued(full, run))
+    assert len(refused) == 1 and "busy" in refused[0][0] and not ran
+
+    line = Line(slots=1, waiting=2)
+    other = line.join()
+    updates = queued(line, run)
+    assert "1 run ahead of you" in next(updates)[0] and not ran
+    line.leave(other)
+    assert next(updates) == ("drawn", None, "result") and ran
+    assert list(updates) == [] and len(line) == 0

@@ -24,6 +24,7 @@ from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
 from . import runner
+from .limits import Busy, Line
 from .policy import Policy
 from .settings import Settings
 
@@ -148,10 +149,31 @@ def draw(policy: Policy, models, n, drafter, **controls):
            verdict_html(spec, base))
 
 
-def wire(c: Controls, policy: Policy, models, drafter, controls: dict) -> None:
-    """The button runs `draw` with the playground's drafter and the settings on the left."""
+def queued(line: Line, run):
+    """`run`'s updates once it is this run's turn in the app's one Line of runs (limits.py):
+    the draws are model work like any run, so a visitor cannot start them beside a run of
+    the playground and double the load a hosted app allows."""
+    try:
+        ticket = line.join()
+    except Busy as e:
+        yield status_html(str(e), "busy"), gr.skip(), ""
+        return
+    try:
+        ahead = line.ahead(ticket)
+        while ahead:
+            yield status_html(f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you.",
+                              "waiting"), gr.skip(), gr.skip()
+            ahead = line.wait(ticket, 1.0)
+        yield from run()
+    finally:
+        line.leave(ticket)
+
+
+def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Line) -> None:
+    """The button runs `draw` with the playground's drafter and the settings on the left,
+    in its turn in `line` (the handlers' Line)."""
     def run(n, d, *values):
-        yield from draw(policy, models, n, d, **dict(zip(controls, values)))
+        yield from queued(line, lambda: draw(policy, models, n, d, **dict(zip(controls, values))))
 
     c.run.click(run, [c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
                 concurrency_limit=1, concurrency_id="exactness")
