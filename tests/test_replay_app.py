@@ -15,7 +15,7 @@ from specviz import trace_file
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
-from specviz.ui.replay import offer_download, open_trace, pause, race, step
+from specviz.ui.replay import offer_download, open_trace, pause, play_phases, race, step, step_through
 from specviz.ui.runner import Frame
 
 
@@ -91,12 +91,26 @@ def test_download_after_a_run_saves_what_the_page_shows(sampled):  # noqa: F811
     rec, _ = sampled
     session = Session()
     assert offer_download(session).visible is False  # nothing has run yet
-    session.last = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
+    session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
     session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
     button = offer_download(session)
     back = trace_file.load(button.value["path"])
     assert back.spec.events == rec.spec.events and back.base.events == rec.base.events
     assert (back.info.target, back.info.drafter, back.info.greedy, back.info.source) == ("tiny", "d", False, "app")
+
+
+def test_stepping_through_a_run_keeps_it_for_download_and_another_step_through(sampled):  # noqa: F811
+    rec, _ = sampled
+    session = Session()
+    session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
+    session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
+    *values, _, r = step_through(session)
+    list(play_phases(r, session, 10.0, sleep=lambda s: None))  # a step played: the page shows the replay
+    assert len(session.last.spec.steps) == 1  # the step inspector reads what is shown
+    back = trace_file.load(offer_download(session).value["path"])  # the run itself, not the replay
+    assert back.spec.events == rec.spec.events and back.info.drafter == "d"
+    *values, _, again = step_through(session)
+    assert again is not None and "Stepping through this run" in values[0]
 
 
 # ---- in a browser ----------------------------------------------------------------------------

@@ -31,8 +31,9 @@ class Session:
     def __init__(self):
         self.busy = False  # a run is queued or going
         self.stop = False  # Stop was pressed during that run
-        self.last = None  # the last playground Frame
-        self.settings = None  # what that frame's run was asked for (a downloaded trace records it)
+        self.last = None  # the playground Frame on screen (a run's or a replay's): the step inspector reads it
+        self.run = None  # the last playground run's Frame, kept while a replay is on screen
+        self.settings = None  # what that run was asked for (a downloaded trace records it)
 
     def should_stop(self) -> bool:
         return self.stop
@@ -109,7 +110,7 @@ class Handlers:
                 session.settings = settings
             for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
                 if remember:
-                    session.last = frame
+                    session.last = session.run = frame
                 yield [*values(frame), session]
         finally:
             if ticket is not None:

@@ -108,7 +108,7 @@ _folder: list[Path] = []
 
 def recording(session) -> Recording | None:
     """The last playground run as a Recording (None when there is no finished-enough run)."""
-    frame, settings = session.last, session.settings
+    frame, settings = session.run, session.settings
     if frame is None or settings is None or not frame.spec.events or frame.state in ("error", "waiting"):
         return None
     config = asdict(settings.config())
@@ -157,8 +157,9 @@ def _values(frame: Frame, session, r: Replay | None) -> list:
         log.exception("could not draw a replayed trace", exc_info=e)
         frame = error_frame(f"this trace could not be drawn ({type(e).__name__}): is the file damaged?")
         values = playground_values(frame)
-    # The step inspector reads the shown frame; a download after this offers no run (it is not one).
-    session.last, session.settings = frame, None
+    # The step inspector reads the shown frame; the live run (session.run) stays, so Download
+    # trace and Step through this run still work after a replay.
+    session.last = frame
     return [*values, session, r]
 
 
