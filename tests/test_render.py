@@ -111,6 +111,31 @@ def test_step_without_draft_is_the_targets_own_token():
     assert kinds(out) == ["bonus"] and "undrafted" in out and "nothing was drafted" in out
 
 
+@pytest.mark.parametrize("phase, want", [
+    ("draft", ["drafted", "drafted", "drafted"]),  # pending: proposed, not yet judged
+    ("verify", ["checking", "checking", "checking"]),  # the target's one forward pass over them
+    ("accept/reject", ["accepted", "rejected", "rejected"]),  # verdicts, no target token yet
+    ("correction", ["accepted", "rejected", "rejected", "corrected"]),  # the target's own token
+])
+def test_a_step_played_in_phases_draws_after_the_text_so_far(phase, want):
+    before = (step(0, [1, 2], 2, 7), Labels(draft=("a", "b"), token="C", top=("C", "z")))
+    e, lab = step(1, [3, 4, 5], 1, 8), Labels(draft=("d", "<e>", "\n"), token="+", top=("+", "z"))
+    out = tokens_html(spec_trace(before), playing=(e, lab, phase))
+    assert kinds(out) == ["accepted", "accepted", "bonus", *want]
+    assert texts(out)[3:] == ["d", "<e>", "↵", "+"][: len(want)]  # drafted whitespace shown, text escaped
+    assert "<e>" not in out and "&lt;e&gt;" in out
+    if phase in ("draft", "verify"):
+        assert f'class="tok tok-{want[0]}"' in out and 'data-step="1"' in out
+
+
+def test_a_bonus_phase_and_an_undrafted_step_play_too():
+    e, lab = step(0, [1, 2], 2, 9), Labels(draft=("a", "b"), token="+", top=("+", "z"))
+    assert kinds(tokens_html(Trace("x"), playing=(e, lab, "accept/reject"))) == ["accepted", "accepted"]
+    assert kinds(tokens_html(Trace("x"), playing=(e, lab, "bonus"))) == ["accepted", "accepted", "bonus"]
+    e, lab = step(0, [], 0, 9), Labels(token="+", top=("+", "z"))
+    assert 'class="sv-text sv-empty"' in tokens_html(Trace("x"), playing=(e, lab, "draft"))  # nothing drafted
+
+
 def test_empty_run_renders_placeholders_not_errors():
     spec, base = Trace("prompt lookup"), Trace("baseline", speculative=False)
     assert kinds(tokens_html(spec)) == [] and "No tokens yet" in tokens_html(spec)

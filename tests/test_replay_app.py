@@ -12,6 +12,7 @@ from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixt
 from test_trace_file import record, sampled  # noqa: F401 (sampled is a fixture)
 
 from specviz import trace_file
+from specviz.render.kinds import shown_tokens
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
@@ -111,6 +112,24 @@ def test_stepping_through_a_run_keeps_it_for_download_and_another_step_through(s
     assert back.spec.events == rec.spec.events and back.info.drafter == "d"
     *values, _, again = step_through(session)
     assert again is not None and "Stepping through this run" in values[0]
+
+
+def test_next_step_in_phases_draws_drafts_pending_then_checked_then_judged(sampled):  # noqa: F811
+    rec, _ = sampled
+    session = Session()
+    session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
+    session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
+    *_, r = step_through(session)
+    first = next(e for e in rec.spec.steps if e.draft)
+    r.position = rec.spec.steps.index(first)
+    panels = [values[3] for *values, _, _ in play_phases(r, session, 10.0, sleep=lambda s: None)]
+    k, shown = len(first.draft), shown_tokens(first)
+    assert [p.count('data-kind="drafted"') for p in panels] == [k, 0, 0, 0]
+    assert [p.count('data-kind="checking"') for p in panels] == [0, k, 0, 0]
+    judged = [kind for kind, _ in shown if kind in ("accepted", "rejected")]
+    assert [p.count(f'data-step="{first.step}"') for p in panels] == [k, k, len(judged), len(shown)]
+    assert f'data-kind="{first.token_kind}" data-step="{first.step}"' in panels[3]
+    assert f'data-kind="{first.token_kind}" data-step="{first.step}"' not in panels[2]
 
 
 # ---- in a browser ----------------------------------------------------------------------------

@@ -112,12 +112,22 @@ def test_step_through_plays_a_step_in_phases_then_steps_on(page):
     speed.fill("1")
     speed.press("Enter")
     page.locator("#sv-step-phases").click()
-    page.wait_for_selector('#sv-status:has-text("2/4 verify")', timeout=HANG)  # the phases, one by one
-    page.locator("#sv-status").scroll_into_view_if_needed()
+    # the phases, one by one, in the panel: the drafts pending, then being checked, then judged
+    page.wait_for_selector('#sv-status:has-text("1/4 draft")', timeout=HANG)
+    page.wait_for_selector('#sv-spec [data-kind="drafted"]', timeout=HANG)
+    assert page.locator('#sv-spec [data-kind="accepted"], #sv-spec [data-kind="rejected"]').count() == 0
     page.locator("#sv-status").evaluate("el => el.scrollIntoView({block: 'start'})")
-    page.screenshot(path=str(OUT / "step-phases.png"))  # the phase named in the status line, the panels below
+    page.screenshot(path=str(OUT / "step-phases-draft.png"))  # the phase named above, the drafts below
+    page.wait_for_selector('#sv-status:has-text("2/4 verify")', timeout=HANG)
+    page.wait_for_selector('#sv-spec [data-kind="checking"]', timeout=HANG)
+    page.locator("#sv-spec").screenshot(path=str(OUT / "step-phases-verify.png"))
+    page.wait_for_selector('#sv-spec [data-kind="accepted"], #sv-spec [data-kind="rejected"]', timeout=HANG)
+    assert page.locator('#sv-spec [data-kind="drafted"], #sv-spec [data-kind="checking"]').count() == 0
     page.wait_for_selector('#sv-status [data-state="stopped"]:has-text("Step 1 of")', timeout=HANG)
     assert "4/4" in page.locator("#sv-status").inner_text()
     assert page.locator('#sv-spec [data-step="0"]').count() > 0  # the step is in the panel now
     page.locator("#sv-replay-next").click()
     page.wait_for_selector('#sv-status:has-text("Step 2 of")', timeout=HANG)
+    page.locator("#sv-step-live").click()  # the live run is still there to step through again
+    page.wait_for_selector('#sv-status:has-text("Stepping through this run")', timeout=HANG)
+    assert page.locator("#sv-download").is_visible()

@@ -106,28 +106,55 @@ def step_spans(e: StepEvent, labels: Labels) -> list[str]:
     return spans
 
 
+# One step played in phases (ui/stepping.py): its drafts pending, then being checked, then judged,
+# then the whole step. The names are stepping.phases' own.
+PHASE_KINDS = {"draft": "drafted", "verify": "checking"}
+PHASE_TIPS = {"drafted": "drafted: not yet checked by the target",
+              "checking": "being checked: the target scores every draft in one forward pass"}
+
+
+def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
+    """Step `e` as it stands in `phase`: draft and verify show every draft pending (drafted
+    text is not output yet, so its whitespace is shown, as a rejected draft's is);
+    accept/reject shows the verdicts without the target's token; correction or bonus, the
+    whole step, as step_spans draws it."""
+    if phase in PHASE_KINDS:
+        kind = PHASE_KINDS[phase]
+        return [token_span(kind, text.translate(VISIBLE_WHITESPACE),
+                           f"step {e.step} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step)
+                for i, text in enumerate(labels.draft)]
+    spans = step_spans(e, labels)
+    if phase == "accept/reject":
+        return [s for (kind, _), s in zip(shown_tokens(e), spans) if kind in ("accepted", "rejected")]
+    return spans
+
+
 def baseline_span(e: TokenEvent, labels: Labels) -> str:
     return token_span("baseline", labels.token, f"token {e.step} · p (target) = {_fmt(e.p)}", e.step)
 
 
-def tokens_html(trace: Trace, placeholder: str = "No tokens yet.") -> str:
-    """The run's text, token by token, inside a whitespace-preserving block."""
+def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tuple | None = None) -> str:
+    """The run's text, token by token, inside a whitespace-preserving block; `playing`, a step
+    being played in phases as (StepEvent, Labels, phase), is drawn after it (phase_spans)."""
     spans = []
     for event, labels in zip(trace.events, trace.labels):
         if isinstance(event, StepEvent):
             spans.extend(step_spans(event, labels))
         else:
             spans.append(baseline_span(event, labels))
+    if playing is not None:
+        spans.extend(phase_spans(*playing))
     if not spans:
         body = f'<span class="sv-placeholder">{escape(trace.error or placeholder)}</span>'
         return f'<div class="sv-text sv-empty" data-run="{escape(trace.label)}">{body}</div>'
     return f'<div class="sv-text" data-run="{escape(trace.label)}">{"".join(spans)}</div>'
 
 
-def panel_html(trace: Trace, title: str, note: str = "", placeholder: str = "No tokens yet.") -> str:
+def panel_html(trace: Trace, title: str, note: str = "", placeholder: str = "No tokens yet.",
+               playing: tuple | None = None) -> str:
     """A titled panel around `tokens_html`, with a one-line note (speed, state) on the right."""
     note_html = f'<span class="sv-panel-note">{escape(note)}</span>' if note else ""
     return (
         f'<section class="sv-panel"><header class="sv-panel-head"><span class="sv-panel-title">'
-        f"{escape(title)}</span>{note_html}</header>{tokens_html(trace, placeholder)}</section>"
+        f"{escape(title)}</span>{note_html}</header>{tokens_html(trace, placeholder, playing)}</section>"
     )

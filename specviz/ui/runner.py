@@ -49,6 +49,7 @@ class Frame:
     target: str = ""
     ahead: int | None = None  # runs ahead of this one in the line, while it waits
     charts: bool = True  # redraw the charts and the step inspector with this frame (see throttle)
+    playing: tuple | None = None  # a step played in phases, (StepEvent, Labels, phase), after spec's text
 
     @property
     def spec(self) -> Trace:

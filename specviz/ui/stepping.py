@@ -59,7 +59,8 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
 
 
 def play(r, session, speed, values, frame_of, sleep=time.sleep):
-    """The next step in phases: the page before it with each phase named, then the page after it.
+    """The next step in phases: the page before it with the step drawn as it stands in each
+    phase (drafts pending, being checked, judged) and the phase named, then the page after it.
     `values(frame, session, r)` and `frame_of(r, spec, base, state, message)` are replay's."""
     n = playback.step_count(r.recording)
     if r.position >= n:
@@ -73,7 +74,9 @@ def play(r, session, speed, values, frame_of, sleep=time.sleep):
     pause = PHASE_SECONDS / max(float(speed or 1.0), 0.1)
     for i, (name, text) in enumerate(steps[:-1]):
         message = f"Step {r.position + 1} of {n} · {i + 1}/{len(steps)} {name}: {text}"
-        yield values(frame_of(r, *before, "running", message), session, r)
+        frame = frame_of(r, *before, "running", message)
+        frame.playing = (e, labels, name)  # the step so far, after the text before it (html.phase_spans)
+        yield values(frame, session, r)
         sleep(pause)
     r.position += 1
     name, text = steps[-1]

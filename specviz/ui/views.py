@@ -64,7 +64,7 @@ def playground_values(frame: Frame) -> list:
         status_html(frame.message, frame.state, frame.fraction),
         agreement_html(spec, base, frame.greedy) if started else "",
         headline_html(headline(spec, base)) if started else "",
-        panel_html(spec, f"Speculative · {spec.label}", _run_note(spec)),
+        panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
         panel_html(base, "Baseline · plain decoding", _run_note(base)),
         *_charts(frame),
         playground_summary(frame),
