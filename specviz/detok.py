@@ -64,3 +64,36 @@ class Detokenizer:
 def settled_text(decode: Callable[[list[int]], str], ids: Iterable[int]) -> str:
     """The text of `ids` without a last character they leave unfinished."""
     return "".join(Detokenizer(decode).pieces(ids))
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE (GPT-2 and its descendants, SmolLM2 among them) writes each byte as a
+    printable character: printable Latin-1 bytes stand for themselves, the other bytes for
+    the characters from U+0100 on, in byte order. This maps those characters back."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)]
+    alphabet = {chr(b): b for b in printable}
+    others = [b for b in range(256) if b not in alphabet.values()]
+    alphabet.update({chr(256 + i): b for i, b in enumerate(others)})
+    return alphabet
+
+
+BYTE_LEVEL = _byte_level_alphabet()
+
+
+def alone(tokenizer, token: int, text: str) -> str:
+    """A candidate token's text on its own (top-k lists, the distribution view). Where it is
+    only part of a character, its bytes instead of U+FFFD: 'Hello \\xf0\\x9f' says what the
+    token holds, '�' does not. `text` is its plain decode; returned as is when whole."""
+    if INCOMPLETE not in text or tokenizer is None:
+        return text
+    raw = tokenizer.convert_ids_to_tokens(int(token))
+    if not isinstance(raw, str) or not raw:
+        return text
+    if raw.startswith("<0x") and raw.endswith(">") and len(raw) == 6:  # SentencePiece's byte fallback
+        data = bytes([int(raw[3:5], 16)])
+    elif all(ch in BYTE_LEVEL for ch in raw):
+        data = bytes(BYTE_LEVEL[ch] for ch in raw)
+    else:
+        return text
+    return data.decode("utf-8", errors="backslashreplace")

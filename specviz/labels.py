@@ -4,12 +4,12 @@ A token's text depends on the tokens before it (SentencePiece drops a word's lea
 at the start of a decode; byte-level BPE splits one character's UTF-8 bytes over several
 tokens), so the panels' text comes from one detok.Detokenizer per run: a token that ends
 mid-character shows "" and the one that completes it the whole character. The candidates
-of the top-k lists are shown each on its own. The app, the CLI and a saved
+of the top-k lists are shown each on its own (a piece of a character as its bytes). The app, the CLI and a saved
 trace (trace_file.py) all label with this one class, so a replay shows what the run showed.
 """
 from __future__ import annotations
 
-from .detok import Detokenizer
+from .detok import Detokenizer, alone
 from .events import StepEvent
 from .render.trace import Labels
 
@@ -24,7 +24,8 @@ class Labeler:
 
     def _text(self, token: int) -> str:
         if token not in self._alone:
-            self._alone[token] = self.models.decode(self.loaded, [token])
+            text = self.models.decode(self.loaded, [token])
+            self._alone[token] = alone(getattr(self.loaded, "tokenizer", None), token, text)
         return self._alone[token]
 
     def _row(self, pairs) -> tuple[str, ...]:

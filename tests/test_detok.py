@@ -9,6 +9,7 @@ character boundaries; and on the embedded SmolLM2 tokenizer.
 from __future__ import annotations
 
 import random
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -150,3 +151,21 @@ def test_the_embedded_tokenizer_never_shows_half_a_character():
     for e in _steps(ids, 0):
         trace.add(e, labeler.label(e))
     assert trace.text() == TEXT
+
+
+def test_a_candidate_that_is_part_of_a_character_shows_its_bytes(tokenizer):
+    """Top-k lists and the distribution view label each candidate on its own: a piece of a
+    character shows the bytes it holds (\\xNN), never U+FFFD, and whole tokens are unchanged."""
+    decode = _decoder(tokenizer)
+    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    labeler = _labeler(tokenizer)
+    pieces = [t for t in ids if BAD in decode([t])]
+    assert pieces  # this tokenizer does split characters
+    for t in pieces:
+        shown = labeler._text(t)
+        assert BAD not in shown and "\\x" in shown
+        parts = re.split(r"\\x([0-9a-f]{2})", shown)  # text, hex byte, text, ...
+        data = b"".join(bytes([int(p, 16)]) if i % 2 else p.encode() for i, p in enumerate(parts))
+        assert data.decode("utf-8", "replace") == decode([t])  # the very bytes the decoder saw
+    whole = [t for t in ids if BAD not in decode([t])]
+    assert whole and all(labeler._text(t) == decode([t]) for t in whole)
