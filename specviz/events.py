@@ -41,8 +41,9 @@ class StepEvent:
     p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     # The same rows before temperature, top-k and top-p, for reshaping them live (the
-    # distribution view): the top RAW_TOP (token, log-prob at temperature 1) of the target's
-    # raw logits and of the drafter's q brought back to temperature 1 (empty: not recorded).
+    # distribution view): the top GenerationConfig.raw_top (token, log-prob at temperature 1)
+    # of the target's raw logits and of the drafter's q brought back to temperature 1 (empty:
+    # not recorded).
     p_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
 

@@ -62,17 +62,16 @@ def _rows(values: list[float], ids: list[float], width: int) -> tuple[tuple[tupl
                  for r in range(0, len(values), width)) if width else ()
 
 
-RAW_TOP = 32  # tokens per row whose temperature-1 log-probs a step records (distribution view)
 FLOOR = -1e4  # log-probs of tokens a top-k / top-p cut removed (-inf is not JSON); exp() is 0
 
 
-def _raw_top(logits: torch.Tensor, processor: Processor, q: torch.Tensor | None, top: int):
-    """The top RAW_TOP temperature-1 log-probs of the target's raw logits and of the drafter's
+def _raw_top(logits: torch.Tensor, processor: Processor, q: torch.Tensor | None, width: int):
+    """The top `width` temperature-1 log-probs of the target's raw logits and of the drafter's
     q (its processed probabilities, brought back to temperature 1: q = softmax(l / T), so
     T * log q is l up to a constant; a token a cut removed stays at FLOOR)."""
-    if not top:
+    if not width:
         return None
-    width = min(RAW_TOP, processor.vocab_size)
+    width = min(width, processor.vocab_size)
     lp = torch.log_softmax(fit_vocab(logits.float(), processor.vocab_size), -1)
     p_v, p_i = torch.topk(lp, width)
     if q is None:
@@ -89,7 +88,8 @@ def trees_verifiable(cache, sampling: Sampling) -> bool:
 
 
 def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draft, processor: Processor,
-                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool | tuple = False) -> Verdict:
+                 generator: torch.Generator, *, greedy: bool, top: int, raw_top: int = 0,
+                 hidden: bool | tuple = False) -> Verdict:
     """Verify a chain draft after `context` tokens (the pending one included; the cache holds
     all but it) and cut the cache back to the context plus the kept drafts."""
     d, k = draft.tokens, draft.tokens.numel()
@@ -115,7 +115,7 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
     top_v, top_i = torch.topk(p, width)
     q_width = min(width, draft.q.shape[-1]) if draft.q is not None else 0
     q_v, q_i = torch.topk(draft.q, q_width) if q_width else (a.new_zeros(0), a.new_zeros(0))
-    raw = _raw_top(logits, processor, draft.q, top) or (a.new_zeros(0),) * 4
+    raw = _raw_top(logits, processor, draft.q, raw_top) or (a.new_zeros(0),) * 4
 
     # One host synchronisation: everything the step reports, in one transfer.
     (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i, *raw) = to_host(

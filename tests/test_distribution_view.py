@@ -94,6 +94,19 @@ def test_a_step_records_raw_top_that_reshapes_to_the_run_s_p_and_q(target, promp
                 assert [got[k] for k, _ in top] == pytest.approx([x for _, x in top], abs=1e-5)
 
 
+def test_raw_top_0_records_no_log_probs_and_changes_nothing_else(target, prompts):
+    """The bench times runs and never shows a distribution: raw_top=0 skips the log-probs
+    (~2 ms a step on a real vocabulary), and the run is otherwise the very same."""
+    def run(raw_top):
+        cfg = GenerationConfig(k=3, max_new_tokens=12, raw_top=raw_top, sampling=Sampling(temperature=0.8, seed=4))
+        return collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[2], cfg))[0]
+
+    with_raw, without = run(32), run(0)
+    assert all(len(s.p_raw[0]) == 32 for s in with_raw) and all(not s.p_raw and not s.q_raw for s in without)
+    assert [(s.draft, s.q, s.p, s.draws, s.emitted, s.p_top, s.q_top) for s in with_raw] == \
+        [(s.draft, s.q, s.p, s.draws, s.emitted, s.p_top, s.q_top) for s in without]
+
+
 def test_the_view_draws_every_position_of_a_step(target, prompts):
     steps, _ = collect(speculative_generate(target, DraftModel(noisy_copy(target, 0.05)), prompts[2],
                                             GenerationConfig(k=3, max_new_tokens=8,

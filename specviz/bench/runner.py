@@ -148,6 +148,7 @@ class Runner:
         return GenerationConfig(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
+            raw_top=0,  # the distribution view's log-probs: the bench only times and counts
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
