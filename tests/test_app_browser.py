@@ -49,6 +49,16 @@ def browser():
         chromium.close()
 
 
+def generated(browser, url):
+    """A desktop-sized page of the app at `url` after one finished Generate of PROMPT."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    return page
+
+
 @pytest.fixture(scope="module")
 def url(app_models):
     with serve_app(app_policy(app_models, max_new_tokens=24)) as address:
@@ -57,11 +67,7 @@ def url(app_models):
 
 def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, url):
     OUT.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(url)
-    page.locator("#sv-prompt textarea").fill(PROMPT)
-    page.locator("#sv-generate").click()
-    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page = generated(browser, url)
 
     spec = page.locator("#sv-spec")
     for kind in ("accepted", "rejected", "corrected", "bonus"):
@@ -102,11 +108,7 @@ def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url)
 
 def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
     with serve_app(app_policy(app_models, max_new_tokens=40, default_drafter=app_models["medusa"])) as address:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(address)
-        page.locator("#sv-prompt textarea").fill(PROMPT)
-        page.locator("#sv-generate").click()
-        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        page = generated(browser, address)
         box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
         box.fill("0")
         box.press("Enter")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
-from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+from test_app_browser import HANG, OUT, browser, generated  # noqa: F401 (browser is a fixture)
 from test_trace_file import record, sampled  # noqa: F401 (sampled is a fixture)
 
 from specviz import trace_file
@@ -174,11 +174,7 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
 @pytest.mark.slow  # a real browser
 def test_download_trace_after_a_run_gives_a_file_that_replays(browser, app_models, tmp_path):  # noqa: F811
     with serve_app(app_policy(app_models, max_new_tokens=16)) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(url)
-        page.locator("#sv-prompt textarea").fill(PROMPT)
-        page.locator("#sv-generate").click()
-        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        page = generated(browser, url)
         button = page.locator("#sv-download")
         button.wait_for(state="visible", timeout=HANG)
         with page.expect_download(timeout=HANG) as download:
