@@ -1,0 +1,112 @@
+"""What a serving engine tells us about one request, as plain records.
+
+The rates follow the local engine's meanings (events.RunStats), so `stats.acceptance_rate`,
+`stats.mean_accepted_length` and `stats.tokens_per_s` mean the same in a local and a server run:
+  alpha  accepted drafts / drafted tokens
+  tau    tokens per target pass over the steps that drafted (accepted drafts + the target's own
+         token), vLLM's `mean_acceptance_length`
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed piece of output: what the server sent together, and when it arrived.
+
+    vLLM sends one chunk per engine step, so with speculation a chunk holds the step's kept
+    drafts and the target's own token. `tokens` is how many tokens it holds when the server
+    says (None: unknown, e.g. an engine that reports no per-chunk count)."""
+
+    t: float  # seconds from sending the request to receiving this chunk
+    text: str
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """One request's speculation, from the engine's own per-request fields.
+
+    per_step_accepted / per_step_drafted: one entry per verify step that drafted (vLLM's
+    `detailed` level; None when the engine gives only totals)."""
+
+    engine: str  # "vllm", "sglang", "llama.cpp"
+    drafted: int
+    accepted: int
+    steps: int | None = None  # verify steps that drafted
+    k: int | None = None  # configured draft length (the most a step drafts)
+    per_step_accepted: tuple[int, ...] | None = None
+    per_step_drafted: tuple[int, ...] | None = None
+    histogram: tuple[int, ...] | None = None  # steps that kept exactly j drafts, j = 0..k
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens per verify step (kept drafts + the target's own token); None without a step count."""
+        if not self.steps:
+            return None
+        return 1.0 + self.accepted / self.steps
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """P(draft i kept | the step drafted at least i tokens), i = 1..k, from the per-step arrays."""
+        if self.per_step_accepted is None or self.per_step_drafted is None:
+            return []
+        longest = max(self.per_step_drafted, default=0)
+        rates = []
+        for i in range(1, longest + 1):
+            offered = sum(1 for d in self.per_step_drafted if d >= i)
+            kept = sum(1 for a, d in zip(self.per_step_accepted, self.per_step_drafted) if d >= i and a >= i)
+            rates.append(kept / offered if offered else 0.0)
+        return rates
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_length=self.mean_accepted_length,
+                 per_position_acceptance=self.per_position_acceptance)
+        return d
+
+
+@dataclass
+class ServerRun:
+    """One streamed completion from a server: its text, chunk timings and the engine's numbers."""
+
+    url: str
+    model: str
+    text: str = ""
+    chunks: list[Chunk] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None  # the server's usage count (the chunks' count when it gives none)
+    elapsed_s: float = 0.0  # request sent -> stream closed
+    finish_reason: str | None = None
+    spec: SpecStats | None = None
+    raw_metrics: dict = field(default_factory=dict)  # the engine's per-request fields, as sent
+    error: str | None = None  # a failed request keeps what arrived before the failure
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to the first chunk with text."""
+        return next((c.t for c in self.chunks if c.text), None)
+
+    @property
+    def tokens(self) -> int:
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(c.tokens or 0 for c in self.chunks)
+
+    @property
+    def inter_token_s(self) -> float | None:
+        """Mean seconds per output token after the first ((end - first) / (tokens - 1): vLLM's TPOT)."""
+        first = self.ttft_s
+        if first is None or self.tokens < 2:
+            return None
+        last = max(c.t for c in self.chunks)
+        return (last - first) / (self.tokens - 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
