@@ -1,0 +1,165 @@
+"""One streamed completion from an OpenAI-compatible server, chunk by chunk.
+
+Only the standard library: a server run must not need anything the app does not already have.
+The request asks for usage on every chunk (`stream_options.continuous_usage_stats`, vLLM's and
+SGLang's extension), so each chunk's token count is known; a server that refuses the option is
+asked again without it, and then the chunk counts stay unknown (None).
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Callable
+
+from ..errors import SpecvizError
+from . import engines
+from .records import Chunk, ServerRun
+
+USER_AGENT = "specviz"
+
+
+def check_url(url: str) -> str:
+    """The server's base URL without a trailing slash or /v1; a sentence for anything else."""
+    parsed = urllib.parse.urlparse(url.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise SpecvizError(f"server URL must look like http://127.0.0.1:8000, not {url!r}")
+    base = url.strip().rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def get_json(url: str, path: str, timeout_s: float = 10.0) -> dict:
+    """GET base + path as JSON; a sentence naming the server when it does not answer."""
+    base = check_url(url)
+    try:
+        with urllib.request.urlopen(_request(base + path), timeout=timeout_s) as r:
+            return json.loads(r.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise SpecvizError(f"the server at {base} did not answer {path}: {_reason(e)}") from None
+
+
+def server_model(url: str, timeout_s: float = 10.0) -> str:
+    """The first model the server lists (GET /v1/models)."""
+    data = get_json(url, "/v1/models", timeout_s).get("data") or []
+    if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+        raise SpecvizError(f"the server at {check_url(url)} lists no model at /v1/models")
+    return str(data[0]["id"])
+
+
+def stream_completion(url: str, prompt: str, *, model: str | None = None, max_tokens: int = 128,
+                      temperature: float = 0.0, seed: int | None = None, chat: bool = True,
+                      timeout_s: float = 120.0, on_chunk: Callable[[ServerRun], None] | None = None,
+                      stop: Callable[[], bool] | None = None, messages: list[dict] | None = None) -> ServerRun:
+    """Stream one completion: chat messages (chat=True) or a raw prompt (/v1/completions).
+
+    Never raises for a failed request: the run keeps what arrived and says why in `.error`
+    (a load sweep counts failures; the CLI prints them). Raises SpecvizError only for a URL
+    that is not one. `on_chunk(run)` is called after every chunk; `stop()` returning True
+    closes the stream early (the run keeps its chunks, error "stopped"). `messages` (chat only)
+    sends a whole conversation instead of `prompt` as one user turn."""
+    base = check_url(url)
+    run = ServerRun(url=base, model=model or "")
+    if not run.model:
+        try:
+            run.model = server_model(base, min(timeout_s, 10.0))
+        except SpecvizError as e:
+            run.error = str(e)
+            return run
+    body = {"model": run.model, "max_tokens": int(max_tokens), "temperature": float(temperature),
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if seed is not None:
+        body["seed"] = int(seed)
+    if chat:
+        body["messages"] = messages or [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    start = time.perf_counter()
+    try:
+        try:
+            response = _post(base + path, body, timeout_s)
+        except urllib.error.HTTPError as e:
+            if e.code != 400 or "continuous_usage_stats" not in _error_text(e):
+                raise
+            body["stream_options"] = {"include_usage": True}  # a server without per-chunk usage
+            response = _post(base + path, body, timeout_s)
+        with response:
+            _read_stream(response, run, start, chat, on_chunk, stop)
+    except urllib.error.HTTPError as e:
+        run.error = f"the server at {base} answered {e.code}: {_error_text(e)[:300]}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        run.error = f"the server at {base} failed: {_reason(e)}"
+    run.elapsed_s = time.perf_counter() - start
+    return run
+
+
+def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, stop) -> None:
+    """Server-sent events: one `data: {json}` line per chunk, `data: [DONE]` at the end."""
+    counted = 0  # completion tokens the usage so far accounts for
+    for raw in response:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            break
+        event = json.loads(data)
+        t = time.perf_counter() - start
+        if "error" in event and not event.get("choices"):
+            run.error = f"the server reported: {str(event['error'])[:300]}"
+            break
+        usage = event.get("usage") or {}
+        text, finish = "", None
+        for choice in event.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+            text += piece or ""
+            finish = choice.get("finish_reason") or finish
+        tokens = None
+        if usage.get("completion_tokens") is not None:
+            tokens = int(usage["completion_tokens"]) - counted
+            counted = int(usage["completion_tokens"])
+            run.completion_tokens = counted
+        if usage.get("prompt_tokens") is not None:
+            run.prompt_tokens = int(usage["prompt_tokens"])
+        if event.get("choices") and (text or tokens):
+            run.chunks.append(Chunk(t=t, text=text, tokens=tokens))
+            run.text += text
+        run.finish_reason = finish or run.finish_reason
+        spec = engines.spec_from_response(event)
+        if spec is not None:
+            run.spec = spec
+            run.raw_metrics = engines.raw_spec_fields(event)
+        if on_chunk is not None:
+            on_chunk(run)
+        if stop is not None and stop():
+            run.error = "stopped"
+            break
+
+
+def _request(url: str, body: dict | None = None) -> urllib.request.Request:
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json, text/event-stream"}
+    data = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode("utf-8")
+    return urllib.request.Request(url, data=data, headers=headers)
+
+
+def _post(url: str, body: dict, timeout_s: float):
+    return urllib.request.urlopen(_request(url, body), timeout=timeout_s)
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    """The error body (read once, then kept on the exception: a body can be read only once)."""
+    if not hasattr(e, "specviz_text"):
+        try:
+            e.specviz_text = e.read().decode("utf-8", "replace")
+        except OSError:
+            e.specviz_text = str(e)
+    return e.specviz_text
+
+
+def _reason(e: Exception) -> str:
+    return str(getattr(e, "reason", None) or e)
