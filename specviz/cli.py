@@ -52,6 +52,11 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the plain decoding run")
     p.add_argument("--trace", metavar="FILE", help="also save the whole run (every step's p and q, the timings, "
                    "the text) as JSON, to replay with 'python -m specviz replay FILE' or in the app")
+    s = p.add_argument_group("a serving engine instead of a local model (scripts/serve-vllm.sh starts one)")
+    s.add_argument("--server", metavar="URL", help="stream from this OpenAI-compatible server (vLLM, SGLang, "
+                   "llama.cpp) and report its speculation fields, e.g. http://127.0.0.1:8000")
+    s.add_argument("--baseline-server", metavar="URL", help="the same model served without speculation, for the speedup")
+    s.add_argument("--model", help="the served model's name (default: the first the server lists)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "generate" and args.server:
+            from .serving import generate_command
+            return generate_command.main(args)
         if args.command == "generate":
+            if args.baseline_server or args.model:
+                raise SpecvizError("--baseline-server and --model go with --server")
             return generate(args)
         if args.command == "train":
             return train_command.main(args)
