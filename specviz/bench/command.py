@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="PATH", help="write the summary rows as CSV")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report with charts")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    s = p.add_argument_group("a serving engine instead of local models (the server's config picks the drafter)")
+    s.add_argument("--server", metavar="URL", help="an OpenAI-compatible server with speculation (vLLM, SGLang, llama.cpp)")
+    s.add_argument("--baseline-server", metavar="URL", help="the same model served without speculation")
+    s.add_argument("--model", help="the served model's name (default: the first the server lists)")
 
 
 def split(value: str | list | None) -> list[str]:
@@ -93,6 +97,18 @@ def main(args: argparse.Namespace) -> int:
     if args.quick:
         args.limit = args.limit or QUICK["limit"]
         args.max_new_tokens = min(args.max_new_tokens, QUICK["max_new_tokens"])
+    if args.server:
+        from ..serving import bench_server
+
+        bar = _Progress(args.no_progress)
+        prompts = suites.select(suites.load_suite(args.suite), split(args.category), args.limit)
+        bar.start(2 * len(prompts) * args.repeats)
+        try:
+            return bench_server.main(args, prompts, progress=bar.step)
+        finally:
+            bar.close()
+    if args.baseline_server or args.model:
+        raise SpecvizError("--baseline-server and --model go with --server")
     drafter_names, peer_names = split(args.drafters), split(args.peers)
     if not drafter_names and not peer_names:
         raise SpecvizError("nothing to compare: give --drafters and/or --peers")
