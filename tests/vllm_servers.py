@@ -1,0 +1,74 @@
+"""Real vLLM servers for the tests marked `vllm`: started by scripts/serve-vllm.sh, or reused.
+
+SPECVIZ_VLLM_URL / SPECVIZ_VLLM_BASELINE_URL point at servers already running (the spec one with
+ngram speculation, the baseline without); otherwise both start here on free loopback ports, at
+once (~3 min on 2 cores), and stop when the tests end. No mock stands in for them.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "serve-vllm.sh"
+START_S = 900  # a busy 2-core machine took ~3.5 min; a cold disk more
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, spec: str):
+        self.port = free_port()
+        self.proc = subprocess.Popen([str(SCRIPT), "--spec", spec, "--port", str(self.port)], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.url, self.log = None, []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.log.append(line)
+            if line.startswith("vLLM is serving") and " at http" in line:
+                self.url = line.rsplit(" at ", 1)[1].strip()
+                self.ready.set()
+        self.ready.set()  # exited
+
+    def wait(self, deadline: float) -> str:
+        self.ready.wait(max(0.0, deadline - time.monotonic()))
+        if self.url is None:
+            raise RuntimeError("vLLM did not start:\n" + "".join(self.log[-30:]))
+        return self.url
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def servers():
+    """(spec_url, baseline_url, stop): reused from the environment or started here."""
+    spec, base = os.environ.get("SPECVIZ_VLLM_URL"), os.environ.get("SPECVIZ_VLLM_BASELINE_URL")
+    if spec and base:
+        return spec, base, lambda: None
+    started = [Server("ngram"), Server("off")]
+    deadline = time.monotonic() + START_S
+    try:
+        urls = [s.wait(deadline) for s in started]
+    except Exception:
+        for s in started:
+            s.stop()
+        raise
+    return urls[0], urls[1], lambda: [s.stop() for s in started]
