@@ -12,6 +12,7 @@ from .engine import K_MAX, GenerationConfig
 from .errors import SpecvizError
 from .render.kinds import shown_tokens
 from .sampling import Sampling
+from .serving import load_command
 from .train import command as train_command
 from . import trace_command
 
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
     train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
     trace_command.add_arguments(sub.add_parser("replay", help="replay a saved trace (--trace FILE) with no model"))
+    load_command.add_arguments(sub.add_parser("load", help="sweep concurrency on two servers, speculation on and off"))
     return parser
 
 
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             return train_command.main(args)
         if args.command == "replay":
             return trace_command.replay(args)
+        if args.command == "load":
+            return load_command.main(args)
         return bench.main(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
