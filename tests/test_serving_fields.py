@@ -1,17 +1,21 @@
-"""Reading serving engines' speculation fields: vLLM's per-request metrics, SGLang's meta_info and
-llama.cpp's timings, from inputs in the engines' own shapes (real responses of a vLLM 0.32
-server, the rest built the way the engines' source builds them), with alpha, tau and
-per-position rates checked by hand."""
+"""Reading serving engines' speculation fields: vLLM's per-request metrics, SGLang's meta_info,
+llama.cpp's timings, and the Prometheus /metrics counters, from inputs in the engines' own shapes
+(real responses of a vLLM 0.32 server, text from vLLM's own metric classes, the rest built the
+way the engines' source builds them), with alpha, tau and per-position rates checked by hand."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from specviz.errors import SpecvizError
-from specviz.serving import engines
+from specviz.serving import engines, prometheus
 from specviz.serving.engines import (llamacpp_spec, llamacpp_spec_from_chunks, raw_spec_fields, sglang_spec,
                                      spec_from_response, vllm_spec)
+from specviz.serving.prometheus import SGLangCounters, SpecCounters, parse, sglang_counters, spec_counters
 
 # ---------------------------------------------------------------- vLLM per request
 
@@ -210,3 +214,217 @@ def test_llamacpp_timings_per_token_stream_gives_steps():
     assert llamacpp_spec_from_chunks([base, None, base]) is None
     with pytest.raises(SpecvizError, match="backwards"):
         llamacpp_spec_from_chunks([{"draft_n": 8, "draft_n_accepted": 6}, {"draft_n": 4, "draft_n_accepted": 2}])
+
+
+# ---------------------------------------------------------------- Prometheus text
+
+def test_parse_reads_labels_escapes_special_values_and_timestamps():
+    text = "\n".join([
+        "# HELP odd_metric A metric with \"hard\" labels.",
+        "# TYPE odd_metric counter",
+        'odd_metric{path="a,b",quote="say \\"hi\\", then }{",slash="c:\\\\dir",nl="one\\ntwo"} 3',
+        "plain_metric 1.5e+03",
+        "empty_braces{} 2",
+        'spaced{ a = "1" , b="2", } 4 1712345678901',
+        'hist_bucket{le="+Inf"} +Inf',
+        "neg_inf -Inf",
+        "not_a_number NaN",
+        "colons:in:name_total 7 -5",
+        "",
+        "# EOF",
+    ])
+    samples = parse(text)
+    assert samples[("odd_metric", (("nl", "one\ntwo"), ("path", "a,b"), ("quote", 'say "hi", then }{'),
+                                   ("slash", "c:\\dir")))] == 3.0
+    assert samples[("plain_metric", ())] == 1500.0 and samples[("empty_braces", ())] == 2.0
+    assert samples[("spaced", (("a", "1"), ("b", "2")))] == 4.0
+    assert samples[("hist_bucket", (("le", "+Inf"),))] == float("inf")
+    assert samples[("neg_inf", ())] == float("-inf")
+    assert samples[("not_a_number", ())] != samples[("not_a_number", ())]  # NaN
+    assert samples[("colons:in:name_total", ())] == 7.0
+    assert len(samples) == 8
+
+
+@pytest.mark.parametrize("line, words", [
+    ("9metric 1", "metric name"),
+    ("metric", "value"),
+    ("metric one", "not a number"),
+    ("metric 1 2 3", "value"),
+    ("metric 1 soon", "not a number"),
+    ('metric{a="1" 2', "',' or '}'"),
+    ('metric{a=1} 2', "not quoted"),
+    ('metric{a="1} 2', "closing quote"),
+    ('metric{a="\\x"} 2', "escape"),
+    ('metric{a="1",a="2"} 2', "twice"),
+    ('metric{="1"} 2', "label name"),
+    ('metric{a="1"}2', "value"),
+])
+def test_parse_refuses_a_malformed_line_by_number(line, words):
+    with pytest.raises(SpecvizError, match=f"line 2: .*{words}"):
+        parse("# fine\n" + line)
+
+
+# Excerpts of the real vLLM 0.32 server's /metrics before and after the two requests above
+# (each: 3 steps, 4 drafts drafted and kept), with neighbours that must not be mixed in.
+REAL_METRICS_BEFORE = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="SmolLM2-135M-Instruct"} 54.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="SmolLM2-135M-Instruct"} 1.7960613952212527e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="SmolLM2-135M-Instruct"} 215.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="SmolLM2-135M-Instruct"} 31.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="SmolLM2-135M-Instruct",position="0"} 14.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="SmolLM2-135M-Instruct",position="1"} 7.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="SmolLM2-135M-Instruct",position="2"} 6.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="SmolLM2-135M-Instruct",position="3"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="SmolLM2-135M-Instruct",position="0"} 1.7960613952213542e+09
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="SmolLM2-135M-Instruct"} 116.0
+"""
+REAL_METRICS_AFTER = (REAL_METRICS_BEFORE
+                      .replace("} 54.0", "} 60.0").replace("} 215.0", "} 239.0").replace("} 31.0", "} 55.0")
+                      .replace('"0"} 14.0', '"0"} 20.0').replace('"1"} 7.0', '"1"} 13.0')
+                      .replace('"2"} 6.0', '"2"} 12.0').replace('"3"} 4.0', '"3"} 10.0'))
+
+
+def test_real_vllm_counters_change_by_what_the_two_requests_reported():
+    before, after = spec_counters(parse(REAL_METRICS_BEFORE)), spec_counters(parse(REAL_METRICS_AFTER))
+    assert before == SpecCounters(54.0, 215.0, 31.0, (14.0, 7.0, 6.0, 4.0))
+    # 215 draft tokens over 54 drafts: some ngram steps drafted fewer than k = 4
+    assert before.draft_tokens < 4 * before.drafts
+    run = after - before
+    per_request = spec_from_response(REAL_VLLM_BODY)
+    assert (run.drafts, run.draft_tokens, run.accepted_tokens) == (2 * per_request.steps, 2 * per_request.drafted,
+                                                                   2 * per_request.accepted) == (6, 24, 24)
+    assert run.acceptance_rate == 1.0 and run.mean_accepted_length == 5.0
+    assert run.per_position_acceptance == [1.0, 1.0, 1.0, 1.0]
+    assert before.mean_accepted_length == pytest.approx(1 + 31 / 54)
+
+
+# Generated by vLLM 0.32's own SpecDecodingProm (k = 3) with two engines (data parallel):
+# engine 0 observed steps (drafted, kept) (3, 3), (3, 1), (2, 0), (3, 2); engine 1 observed (3, 3).
+VLLM_OWN_TEXT = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 4.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 1.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7961e+09
+vllm:spec_decode_num_drafts_created{engine="1",model_name="m"} 1.7961e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 11.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="m"} 3.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 6.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 3.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 3.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 2.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 1.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 1.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="1"} 1.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="2"} 1.0
+"""
+
+
+def test_vllm_counters_sum_over_engines_and_give_rates_by_hand():
+    counters = spec_counters(parse(VLLM_OWN_TEXT))
+    assert counters == SpecCounters(drafts=5.0, draft_tokens=14.0, accepted_tokens=9.0,
+                                    accepted_per_position=(4.0, 3.0, 2.0))
+    assert counters.acceptance_rate == 9 / 14
+    assert counters.mean_accepted_length == 1 + 9 / 5
+    # over all 5 drafting steps, the (2, 0) step included at position 3 although it drafted only 2
+    assert counters.per_position_acceptance == pytest.approx([4 / 5, 3 / 5, 2 / 5])
+    assert counters.to_dict() == {
+        "drafts": 5.0, "draft_tokens": 14.0, "accepted_tokens": 9.0, "accepted_per_position": [4.0, 3.0, 2.0],
+        "acceptance_rate": 9 / 14, "mean_accepted_length": 2.8,
+        "per_position_acceptance": counters.per_position_acceptance}
+
+
+def test_counters_missing_restarted_or_from_llamacpp():
+    assert spec_counters(parse("vllm:num_requests_running 1\n")) is None
+    assert spec_counters(parse('vllm:spec_decode_num_drafts_total{engine="0"} 3\n')) is None  # not all three
+    empty = SpecCounters(0.0, 0.0, 0.0)
+    assert empty.acceptance_rate == 0.0 and empty.mean_accepted_length is None and empty.per_position_acceptance == []
+    counters = spec_counters(parse(VLLM_OWN_TEXT))
+    with pytest.raises(SpecvizError, match="restarted"):
+        SpecCounters(1.0, 3.0, 2.0, (1.0, 1.0)) - counters
+    assert (counters - SpecCounters(1.0, 2.0, 1.0, (1.0,))).accepted_per_position == (3.0, 3.0, 2.0)
+    llamacpp = VLLM_OWN_TEXT.replace("vllm:", "llamacpp:")
+    assert spec_counters(parse(llamacpp)) == spec_counters(parse(llamacpp), prefix="llamacpp:") == counters
+    assert spec_counters(parse(llamacpp), prefix="vllm:") is None
+    with pytest.raises(SpecvizError, match="position"):
+        spec_counters(parse(VLLM_OWN_TEXT + 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1\n'))
+
+
+def test_sglang_counters_give_tokens_per_verify():
+    before = parse('sglang:spec_verify_calls_total{model_name="m"} 100.0\n'
+                   'sglang:generation_tokens_total{is_streaming="false",model_name="m"} 250.0\n'
+                   'sglang:generation_tokens_total{is_streaming="true",model_name="m"} 50.0\n'
+                   'sglang:spec_accept_length{model_name="m"} 2.9\n')
+    after = parse('sglang:spec_verify_calls_total{model_name="m"} 110.0\n'
+                  'sglang:generation_tokens_total{is_streaming="false",model_name="m"} 276.0\n'
+                  'sglang:generation_tokens_total{is_streaming="true",model_name="m"} 50.0\n')
+    assert sglang_counters(before) == SGLangCounters(100.0, 300.0)
+    run = sglang_counters(after) - sglang_counters(before)
+    assert run == SGLangCounters(10.0, 26.0) and run.tokens_per_verify == 2.6
+    assert sglang_counters(parse(VLLM_OWN_TEXT)) is None and spec_counters(before) is None
+    assert SGLangCounters(0.0, 0.0).to_dict() == {"verify_calls": 0.0, "generation_tokens": 0.0,
+                                                  "tokens_per_verify": None}
+    with pytest.raises(SpecvizError, match="restarted"):
+        sglang_counters(before) - sglang_counters(after)
+
+
+# ---------------------------------------------------------------- fetching /metrics
+
+@pytest.fixture(scope="module")
+def metrics_server():
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            body = VLLM_OWN_TEXT.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_fetch_reads_the_metrics_page(metrics_server):
+    assert prometheus.fetch(metrics_server) == VLLM_OWN_TEXT
+    assert prometheus.fetch(metrics_server + "/") == prometheus.fetch(metrics_server + "/metrics") == VLLM_OWN_TEXT
+
+
+def test_fetch_failures_are_one_clear_sentence(metrics_server):
+    with pytest.raises(SpecvizError, match="HTTP 404"):
+        prometheus.fetch(metrics_server + "/v1")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(SpecvizError, match=f"could not read {closed}/metrics"):
+        prometheus.fetch(closed, timeout_s=1)
+    with pytest.raises(SpecvizError, match="could not read"):
+        prometheus.fetch("not a url")
