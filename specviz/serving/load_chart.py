@@ -12,7 +12,8 @@ from plotly.subplots import make_subplots
 from ..render.charts import COLORS, FONT
 from .load import ARMS
 
-TITLES = ("Total tokens/s", "Time to first token (s)", "Inter-token latency (ms)", "Acceptance (speculative)")
+TITLES = ("Total tokens/s", "Time to first token (s): p50 solid, p95 dotted",
+          "Inter-token latency (ms): p50 solid, p95 dotted", "Acceptance (speculative)")
 
 
 def _series(doc: dict, arm: str, key: str, scale: float = 1.0) -> tuple[list, list]:

@@ -133,7 +133,7 @@ def write_html(doc: dict, path: str) -> None:
         f"<p>speculative {html.escape(cfg['server'])} vs baseline {html.escape(cfg['baseline_server'])}, "
         f"{cfg['requests']} requests per level and arm, {cfg['max_tokens']} tokens at most; "
         f"{html.escape(doc['started'])} to {html.escape(doc['finished'])}</p>",
-        chart, f"<pre>{html.escape(table(doc))}</pre>", "</body></html>",
+        chart, f"<pre style='white-space: pre-wrap'>{html.escape(table(doc))}</pre>", "</body></html>",
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
