@@ -82,3 +82,21 @@ def test_bench_runs_the_suite_through_both_servers(urls, tmp_path):
     assert {row["category"] for row in doc["summary"]} == {"code", "all"}
     assert {run["arm"] for run in doc["runs"]} == {"spec", "base"}
     assert "speedup" in r.stdout
+
+
+def test_a_small_load_sweep_measures_both_arms(urls, tmp_path):
+    spec, base = urls
+    r = cli("load", "--server", spec, "--baseline-server", base, "--concurrency", "1,2", "--requests", "2",
+            "--max-tokens", "16", "--warmup", "1", "--out", str(tmp_path), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    from specviz.serving.load_report import read_json
+
+    doc = read_json(tmp_path / "load.json")
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    for lv in doc["levels"]:
+        s, b = lv["speculative"], lv["baseline"]
+        assert s["requests"] == b["requests"] == 2 and s["failed"] == b["failed"] == 0
+        assert s["tokens_per_s"] > 0 and b["tokens_per_s"] > 0
+        assert 0 <= s["acceptance_rate"] <= 1 and s["acceptance_source"] == "metrics"
+        assert b["acceptance_rate"] is None
+    assert (tmp_path / "load.html").stat().st_size > 100_000  # plotly inlined: opens offline
