@@ -286,7 +286,8 @@ def test_the_operator_names_servers_by_env_or_arguments_and_hosted_fields_are_lo
 
 # ---- the load sweep -------------------------------------------------------------------------
 
-def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path):
+def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path, monkeypatch):
+    monkeypatch.setattr("specviz.ui.serving.MAX_LOAD_BYTES", 1 << 20)
     runs = serving(engines=fake_engines({}))
     good, bad, big = tmp_path / "load.json", tmp_path / "bad.json", tmp_path / "big.json"
     good.write_text(json.dumps({"format": "specviz-load", "version": 1}))
@@ -295,7 +296,7 @@ def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path):
     status, figure = runs.show_upload(str(good))
     assert 'data-state="done"' in status and figure == {"figure for": "specviz-load"}
     assert "is not a specviz-load result (JSONDecodeError" in runs.show_upload(str(bad))[0]
-    assert "reads up to 1,048,576" in runs.show_upload(str(big))[0]
+    assert "load sweeps of up to 1,048,576 bytes" in runs.show_upload(str(big))[0]
     (tmp_path / "other.json").write_text("{}")
     assert "its 'format' is missing" in unescape(runs.show_upload(str(tmp_path / "other.json"))[0])
     assert "cannot read" in runs.show_path(str(tmp_path / "missing.json"))[0]

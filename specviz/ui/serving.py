@@ -31,7 +31,7 @@ UPDATE_EVERY, CHARTS_EVERY, WAIT_POLL = 0.3, 2.0, 1.0  # seconds, as in the play
 REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit
 GRACE = 10.0  # the client's timeout beyond the time limit: the limit, which keeps the text, ends it first
 MAX_MODEL_CHARS = 200
-MAX_LOAD_BYTES = 1 << 20  # a load sweep's result is a few kB
+MAX_LOAD_BYTES = 8 << 20  # a sweep's JSON keeps a row per request: ~1 MB for thousands of requests
 SETTINGS = ("prompt", "mode", "temperature", "seed", "max_new_tokens", "chat")  # the page's controls a server takes
 WAITING = "Press Run: the server's output appears here, one box per step it sent."
 
@@ -231,8 +231,8 @@ class ServingRuns:
         try:
             size = os.path.getsize(path)
             if size > MAX_LOAD_BYTES:
-                raise SpecvizError(f"{name} is {size:,} bytes: a load sweep's result is a few kB, and this app "
-                                   f"reads up to {MAX_LOAD_BYTES:,}")
+                raise SpecvizError(f"{name} is {size:,} bytes: this app reads load sweeps of up to "
+                                   f"{MAX_LOAD_BYTES:,} bytes")
             try:
                 result = self.backend.read_result(path)
             except (ValueError, KeyError, TypeError) as e:  # JSON that is not a sweep: say so, not a traceback
