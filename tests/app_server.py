@@ -88,11 +88,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(policy, examples=None, models=None):
-    """Launch build_app(policy) on 127.0.0.1:<free port>; yield its URL; close it afterwards."""
+def serve_app(policy, examples=None, models=None, engines=None):
+    """Launch build_app(policy) on 127.0.0.1:<free port>; yield its URL; close it afterwards.
+    `engines`: fake serving-engine functions for the Serving engine tab (ui/serving.py)."""
     from specviz.ui import build_app, launch_options
 
-    demo = build_app(policy, models=models, examples=examples)
+    demo = build_app(policy, models=models, examples=examples, engines=engines)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **launch_options())

@@ -1,5 +1,5 @@
 """The page: the target and decoding settings on the left; the shared prompt, then the
-Playground and Compare tabs, on the right."""
+Playground, Compare and Serving engine tabs, on the right."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import gradio as gr
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
-from . import distribution, exactness, reading, replay
+from . import distribution, exactness, reading, replay, serving
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
@@ -143,14 +143,17 @@ def _compare_tab(policy: Policy):
     return drafters, run, stop, outputs
 
 
-def build_app(policy: Policy | None = None, models=None, examples: list[dict] | None = None) -> gr.Blocks:
-    """The whole app. `models` defaults to specviz.models (tests may pass their own loader)."""
+def build_app(policy: Policy | None = None, models=None, examples: list[dict] | None = None,
+              engines=None) -> gr.Blocks:
+    """The whole app. `models` defaults to specviz.models (tests may pass their own loader);
+    `engines`, the functions that talk to serving engines, to specviz.serving's (serving.default_backend)."""
     if policy is None:
         policy = policy_from_env()
     if models is None:
         from .. import models
     examples = load_examples() if examples is None else examples
     handlers = Handlers(policy, models)
+    server_runs = serving.ServingRuns(policy, handlers.line, engines)
     # Every run enters its handler at once and waits in the handlers' Line, which can say
     # "busy, N ahead of you"; Gradio's limit only bounds the threads, with room to refuse a few.
     # preprocess=False: Settings checks the raw values, so a script's "abc" or 1e30 gets a sentence.
@@ -173,6 +176,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
                         replay_controls = replay.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
+                    with gr.Tab("Serving engine", id="serving"):
+                        server_controls = serving.controls(policy, server_runs)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(
@@ -184,6 +189,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
             handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)
+        serving.wire(server_controls, server_runs, session, controls, handlers, queued)
         # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
         cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)

@@ -11,6 +11,11 @@ offered are those that fit the machine's memory, loaded models are dropped least
 used under a memory budget, and prompts, new tokens, run time, the line of waiting runs and
 each visitor's runs are capped. The checks run on the server, so a script calling the API
 meets the same rules as the page.
+
+Serving engines (the "Serving engine" tab) are reached by URL, so a hosted app talks only
+to the ones its operator named (--server / --baseline-server, $SPECVIZ_SERVER_URL /
+$SPECVIZ_BASELINE_SERVER_URL): a visitor who could type a URL could make this machine send
+requests anywhere it can reach (server-side request forgery). Locally any http(s) URL goes.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import ipaddress
 import os
 import pathlib
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 from typing import Mapping
 
 from ..errors import SpecvizError
@@ -47,6 +53,7 @@ RESIDENT_PER_WEIGHT_BYTE = 2.5  # weights + MKL's packed copies (~1.3x) + activa
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
 MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
+MAX_URL_CHARS = 2048
 
 
 @dataclass(frozen=True)
@@ -67,17 +74,16 @@ class Policy:
     runs_per_visitor: int | None = None  # running or waiting, per browser tab or API client
     model_bytes: int | None = None  # weights kept loaded, least recently used dropped; None: all
     max_trace_bytes: int = MAX_TRACE_BYTES  # a trace file uploaded to replay (a 1,024-token run is a few MB)
+    server_url: str = ""  # the operator's serving engine with speculation ("": none named)
+    baseline_server_url: str = ""  # the operator's plain (no speculation) engine, to compare against
+    load_result: str = ""  # the operator's load-sweep JSON, shown in the Serving engine tab
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
 
     def check(self, s: Settings) -> None:
         """Raise SpecvizError if these settings are not allowed here."""
-        if s.max_new_tokens > self.max_new_tokens:
-            raise SpecvizError(f"max new tokens is capped at {self.max_new_tokens} here, got {s.max_new_tokens}")
-        if self.max_prompt_tokens and len(s.prompt) > self.max_prompt_tokens * CHARS_PER_TOKEN:
-            raise SpecvizError(f"the prompt is {len(s.prompt):,} characters: this app takes prompts of up to "
-                               f"{self.max_prompt_tokens:,} tokens")
+        self.check_size(s)
         if not self.hosted:
             return
         if not self._allowed(s.target, self.targets):
@@ -85,10 +91,50 @@ class Policy:
             raise SpecvizError(f"this hosted app only runs these targets: {names} (got {s.target!r})")
         self.check_drafter(s.drafter)
 
+    def check_size(self, s: Settings) -> None:
+        """The caps on one run's prompt and new tokens, whoever runs it (a local model or a server)."""
+        if s.max_new_tokens > self.max_new_tokens:
+            raise SpecvizError(f"max new tokens is capped at {self.max_new_tokens} here, got {s.max_new_tokens}")
+        if self.max_prompt_tokens and len(s.prompt) > self.max_prompt_tokens * CHARS_PER_TOKEN:
+            raise SpecvizError(f"the prompt is {len(s.prompt):,} characters: this app takes prompts of up to "
+                               f"{self.max_prompt_tokens:,} tokens")
+
     def check_drafter(self, name: str) -> None:
         if self.hosted and not self._allowed(name, self.drafters):
             names = ", ".join(v for _, v in self.drafters)
             raise SpecvizError(f"this hosted app only offers these drafters: {names} (got {name!r})")
+
+    def check_server(self, url, role: str = "server") -> str:
+        """`url`, stripped, if a run may send requests there; else SpecvizError with a sentence.
+
+        Hosted: only the operator's URLs (so no visitor can point this machine at another
+        address); local: any http(s) URL."""
+        url = "" if url is None else str(url).strip()
+        if not url:
+            raise SpecvizError(f"give the {role} URL (for example http://127.0.0.1:8000)")
+        if self.hosted:
+            named = {u.strip().rstrip("/"): u.strip() for u in (self.server_url, self.baseline_server_url) if u.strip()}
+            if not named:
+                raise SpecvizError("this hosted app has no serving engine: its operator names one with "
+                                   "`python app.py --server URL`")
+            if url.rstrip("/") not in named:
+                raise SpecvizError(f"this hosted app only sends requests to the serving engines its operator "
+                                   f"named (shown in the URL fields), not to the {role} URL given")
+            return named[url.rstrip("/")]  # the operator's own spelling of it
+        parts = urlsplit(url) if len(url) <= MAX_URL_CHARS else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SpecvizError(f"the {role} URL must be an http:// or https:// address with a host, "
+                               f"for example http://127.0.0.1:8000 (got {url[:80]!r})")
+        return url
+
+    def check_load_path(self, path) -> str:
+        """A load-sweep file named by path: any when visitors are trusted, else the operator's only."""
+        path = "" if path is None else str(path).strip()
+        if not path:
+            raise SpecvizError("give the path of a load-sweep JSON file (python -m specviz load writes one)")
+        if self.hosted and path != self.load_result.strip():
+            raise SpecvizError("this hosted app reads no files by path: upload the load-sweep JSON instead")
+        return path
 
     def check_prompt_tokens(self, n: int) -> None:
         if self.max_prompt_tokens and n > self.max_prompt_tokens:
@@ -153,11 +199,16 @@ def policy_from_env(environ: Mapping[str, str] = os.environ, host: str | None = 
                     trust_visitors: bool | None = None) -> Policy:
     """Hosted on a Space (SPACE_ID), with SPECVIZ_HOSTED=1, or when the app is exposed (`host`,
     default $GRADIO_SERVER_NAME, beyond loopback, or `share`) and visitors are not trusted
-    (`trust_visitors`, default $SPECVIZ_TRUST_VISITORS)."""
+    (`trust_visitors`, default $SPECVIZ_TRUST_VISITORS). The serving engines' URLs and a
+    load-sweep file come from $SPECVIZ_SERVER_URL, $SPECVIZ_BASELINE_SERVER_URL and
+    $SPECVIZ_LOAD_RESULT."""
+    engines = dict(server_url=environ.get("SPECVIZ_SERVER_URL", "").strip(),
+                   baseline_server_url=environ.get("SPECVIZ_BASELINE_SERVER_URL", "").strip(),
+                   load_result=environ.get("SPECVIZ_LOAD_RESULT", "").strip())
     if environ.get("SPACE_ID") or environ.get("SPECVIZ_HOSTED", "").strip().lower() in TRUE:
-        return hosted_policy()
+        return hosted_policy(**engines)
     if trust_visitors is None:
         trust_visitors = environ.get("SPECVIZ_TRUST_VISITORS", "").strip().lower() in TRUE
     if exposed(host if host is not None else environ.get("GRADIO_SERVER_NAME"), share) and not trust_visitors:
-        return hosted_policy()
-    return Policy()
+        return hosted_policy(**engines)
+    return Policy(**engines)

@@ -1,0 +1,214 @@
+"""Pictures of runs on a real serving engine (serving.records): the output as the groups the
+server sent, headline numbers and plotly charts. Pure functions of the records; no Gradio.
+
+No engine says which drafted token it rejected, so nothing here colours a token by a
+verdict: a streamed chunk is one engine step, drawn as a neutral box, and a step's kept
+drafts are told only where the engine's per-step arrays provably line up with the chunks.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import plotly.graph_objects as go
+
+from ..serving.records import ServerRun, SpecStats
+from .charts import COLORS, _style, _waiting
+from .numbers import MIN_TOKENS, _card
+from .status import count
+
+NO_VERDICTS = ("Each box is what the server sent together: one engine step. Servers do not say which "
+               "drafted token they rejected, so no token is coloured by a verdict.")
+DETAILED = "vLLM gives them with --per-request-spec-decode-metrics detailed"
+
+
+def text_chunks(run: ServerRun) -> list:
+    """The chunks that carry output (a chat stream opens with a role-only chunk, ends with usage)."""
+    return [c for c in run.chunks if c.text]
+
+
+def aligned(run: ServerRun) -> bool:
+    """Do the per-step arrays name the chunks one to one? Only when their counts are equal:
+    a step that drafted nothing, or a prefill chunk, has no entry, and then no chunk can be
+    matched to a step without guessing."""
+    s = run.spec
+    return bool(s and s.per_step_accepted is not None and s.per_step_drafted is not None
+                and len(s.per_step_accepted) == len(s.per_step_drafted) == len(text_chunks(run)) > 0)
+
+
+def rate(run: ServerRun | None) -> float:
+    """Tokens per second, request sent to stream closed (prefill included); while it streams,
+    to the latest chunk."""
+    if run is None:
+        return 0.0
+    if run.elapsed_s > 0:
+        return run.tokens_per_s
+    last = max((c.t for c in run.chunks), default=0.0)
+    return run.tokens / last if last > 0 else 0.0
+
+
+def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str = "") -> str:
+    """A panel with the run's text, one box per chunk. Model text is escaped like any model text."""
+    chunks = text_chunks(run) if run else []
+    s = run.spec if run else None
+    steps = aligned(run) if run else False
+    spans = []
+    for i, c in enumerate(chunks):
+        if steps:
+            a, d = s.per_step_accepted[i], s.per_step_drafted[i]
+            tip = f"step {i + 1}: kept {a} of {d} draft{'' if d == 1 else 's'}"
+        else:
+            held = "" if c.tokens is None else f" · {count(c.tokens, 'token')}"
+            tip = f"chunk {i + 1}{held} · arrived {c.t:.3f} s after the request"
+        classes = "tok tok-step" + (" sv-step-odd" if i % 2 else "") + (" tok-nl" if "\n" in c.text else "")
+        spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" tabindex="0" '
+                     f'data-tip="{escape(tip, quote=True)}">{escape(c.text, quote=False)}</span>')
+    if spans:
+        body = f'<div class="sv-text" data-run="{escape(title)}">{"".join(spans)}</div>'
+    else:
+        message = (run.error if run and run.error else None) or placeholder
+        body = f'<div class="sv-text sv-empty"><span class="sv-placeholder">{escape(message)}</span></div>'
+    note_html = f'<span class="sv-panel-note">{escape(note)}</span>' if note else ""
+    foot = ""
+    if spans:
+        foot = f'<p class="sv-muted sv-step-note">{escape(_foot(s, steps))}</p>'
+    return (f'<section class="sv-panel"><header class="sv-panel-head"><span class="sv-panel-title">'
+            f"{escape(title)}</span>{note_html}</header>{body}{foot}</section>")
+
+
+def _foot(s: SpecStats | None, steps: bool) -> str:
+    if s is None:
+        return "Each box is what the server sent together: one engine step."
+    if steps:
+        return NO_VERDICTS + " Hover a box for the drafts its step kept."
+    if s.per_step_accepted is None:
+        return NO_VERDICTS + f" The engine gave totals only ({DETAILED} per step)."
+    return (NO_VERDICTS + " The engine's per-step counts do not line up with the chunks here (a step that "
+            "drafted nothing has no count), so the boxes are steps without their counts.")
+
+
+def run_note(run: ServerRun | None) -> str:
+    if run is None or not run.chunks:
+        return ""
+    return f"{run.model} · {count(run.tokens, 'token')} · {rate(run):.1f} tok/s"
+
+
+def speedup(spec: ServerRun | None, base: ServerRun | None) -> float | None:
+    """Speculative tokens/s over plain tokens/s, once both runs ended with enough tokens to mean it."""
+    if not (spec and base) or spec.error or base.error or not (spec.elapsed_s and base.elapsed_s):
+        return None
+    if min(spec.tokens, base.tokens) < MIN_TOKENS or rate(base) <= 0:
+        return None
+    return rate(spec) / rate(base)
+
+
+def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
+    if spec is None or not spec.chunks:
+        return ""
+    s, x = spec.spec, speedup(spec, base)
+    tau = s.mean_accepted_length if s else None
+    ttft = spec.ttft_s
+    cards = [
+        _card("measured speedup", "—" if x is None else f"{x:.2f}×",
+              "tokens/s of the speculative server / tokens/s of the plain one (request sent to stream closed, "
+              f"prefill included); shown once both runs finished with {MIN_TOKENS} tokens or more", "speedup"),
+        _card("α acceptance rate", "—" if s is None else f"{s.acceptance_rate:.2f}",
+              "accepted draft tokens / drafted tokens, from the engine's own per-request fields", "alpha"),
+        _card("τ tokens per step", "—" if tau is None else f"{tau:.2f}",
+              "kept drafts plus the target's own token, per verify step that drafted", "tau"),
+        _card("tokens/s speculative", f"{rate(spec):.1f}", "request sent to stream closed, prefill included",
+              "spec-tps"),
+        _card("tokens/s plain", "—" if base is None or not base.chunks else f"{rate(base):.1f}",
+              "the baseline server, same prompt and settings", "base-tps"),
+        _card("time to first token", "—" if ttft is None else f"{ttft * 1000:.0f} ms",
+              "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
+                                                      else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),
+    ]
+    return f'<div class="sv-cards">{"".join(cards)}</div>'
+
+
+def step_figure(s: SpecStats | None) -> go.Figure:
+    """Per verify step: kept / drafted (bars) and the cumulative acceptance rate alpha (line)."""
+    fig = _style(go.Figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
+    if s is None:
+        return _waiting(fig, "no speculation fields from this server yet")
+    if s.per_step_accepted is None or s.per_step_drafted is None:
+        return _waiting(fig, f"totals only: α = {s.acceptance_rate:.2f} ({s.accepted} of {s.drafted}); "
+                             f"per-step counts: {DETAILED}")
+    steps, rates, cumulative, kept, drafted = [], [], [], 0, 0
+    for i, (a, d) in enumerate(zip(s.per_step_accepted, s.per_step_drafted), start=1):
+        if d:
+            kept, drafted = kept + a, drafted + d
+            steps.append(i)
+            rates.append(a / d)
+            cumulative.append(kept / drafted)
+    if not steps:
+        return _waiting(fig, "nothing drafted")
+    fig.add_bar(x=steps, y=rates, name="this step", marker_color=COLORS["accepted"], opacity=0.75,
+                hovertemplate="step %{x}<br>%{y:.2f} kept<extra></extra>")
+    fig.add_scatter(x=steps, y=cumulative, name="cumulative α", mode="lines",
+                    line=dict(color=COLORS["cumulative"], width=2.5),
+                    hovertemplate="through step %{x}<br>α = %{y:.3f}<extra></extra>")
+    fig.update_yaxes(range=[0, 1.05])
+    return fig
+
+
+def position_figure(s: SpecStats | None) -> go.Figure:
+    """P(draft i kept | the step drafted at least i), from the per-step arrays."""
+    fig = _style(go.Figure(), "Acceptance by draft position", "draft position", "kept / offered")
+    rates = s.per_position_acceptance if s else []
+    if not rates:
+        return _waiting(fig, f"needs per-step counts ({DETAILED})" if s else "no speculation fields yet")
+    offered = [sum(d >= i for d in s.per_step_drafted) for i in range(1, len(rates) + 1)]
+    fig.add_bar(x=list(range(1, len(rates) + 1)), y=rates, marker_color=COLORS["corrected"], showlegend=False,
+                customdata=[[round(r * n), n] for r, n in zip(rates, offered)],
+                hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]} kept<extra></extra>")
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[0, 1.05])
+    return fig
+
+
+def _speed_points(run: ServerRun) -> tuple[list[float], list[float]]:
+    """(seconds since the request, tokens/s so far) per chunk; only when every chunk says how
+    many tokens it held, else one point for the whole run once it ended (never a guess)."""
+    chunks = text_chunks(run)
+    if chunks and all(c.tokens is not None for c in chunks):
+        xs, ys, n = [], [], 0
+        for c in chunks:
+            n += c.tokens
+            if c.t > 0:
+                xs.append(c.t)
+                ys.append(n / c.t)
+        return xs, ys
+    return ([run.elapsed_s], [run.tokens_per_s]) if run.elapsed_s > 0 and run.tokens else ([], [])
+
+
+def speed_figure(spec: ServerRun | None, base: ServerRun | None) -> go.Figure:
+    fig = _style(go.Figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
+    runs = [(r, name, COLORS[key]) for r, name, key in ((spec, "speculative", "speculative"),
+                                                         (base, "plain", "baseline")) if r is not None]
+    points = [(_speed_points(r), name, color) for r, name, color in runs]
+    if not any(xs for (xs, _), _, _ in points):
+        return _waiting(fig)
+    for (xs, ys), name, color in points:
+        fig.add_scatter(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) == 1 else "lines",
+                        line=dict(color=color, width=2.5),
+                        hovertemplate="%{x:.2f} s<br>%{y:.1f} tokens/s<extra>" + name + "</extra>")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def serving_figures(spec: ServerRun | None, base: ServerRun | None) -> tuple[go.Figure, go.Figure, go.Figure]:
+    s = spec.spec if spec else None
+    return step_figure(s), position_figure(s), speed_figure(spec, base)
+
+
+def run_dict(run: ServerRun | None) -> dict | None:
+    """One run for the API summary: the record's fields and rates, chunks as (t, text, tokens)."""
+    if run is None:
+        return None
+    return {"url": run.url, "model": run.model, "text": run.text, "error": run.error,
+            "finish_reason": run.finish_reason, "prompt_tokens": run.prompt_tokens, "tokens": run.tokens,
+            "elapsed_s": run.elapsed_s, "tokens_per_s": rate(run), "ttft_s": run.ttft_s,
+            "inter_token_s": run.inter_token_s, "steps_aligned": aligned(run),
+            "chunks": [[c.t, c.text, c.tokens] for c in run.chunks],
+            "spec": run.spec.to_dict() if run.spec else None}

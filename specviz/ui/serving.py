@@ -1,0 +1,270 @@
+"""The "Serving engine" tab: the page's prompt sent to a real OpenAI-compatible server (vLLM,
+SGLang, llama.cpp) with speculation on, then to a plain one, drawn with the engine's own
+acceptance numbers; and a load sweep's chart.
+
+The two requests go one after the other, never at once, so neither slows the other when
+both servers share a machine (scripts/serve-vllm.sh starts them on this one). Server runs
+wait in the handlers' Line like every run, within the policy's caps on tokens and time, and
+only to URLs the policy allows (policy.check_server: a hosted app's operator names them).
+The functions that talk to servers come in as `backend` (default: specviz.serving), so
+tests and the browser test pass fakes.
+"""
+from __future__ import annotations
+
+import os
+import time
+import types
+from dataclasses import dataclass
+
+import gradio as gr
+
+from ..errors import SpecvizError
+from ..render.serving import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from ..render.status import count, status_html
+from .following import follow
+from .limits import Busy, Deadline, Line
+from .policy import Policy
+from .runner import readable
+from .settings import Settings
+
+UPDATE_EVERY, CHARTS_EVERY, WAIT_POLL = 0.3, 2.0, 1.0  # seconds, as in the playground (handlers.py)
+REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit
+GRACE = 10.0  # the client's timeout beyond the time limit: the limit, which keeps the text, ends it first
+MAX_MODEL_CHARS = 200
+MAX_LOAD_BYTES = 8 << 20  # a sweep's JSON keeps a row per request: ~1 MB for thousands of requests
+SETTINGS = ("prompt", "mode", "temperature", "seed", "max_new_tokens", "chat")  # the page's controls a server takes
+WAITING = "Press Run: the server's output appears here, one box per step it sent."
+
+
+def default_backend():
+    """specviz.serving's client and load report, imported at the first run: the page works without them."""
+    try:
+        from ..serving.client import stream_completion
+        from ..serving.load_report import load_figure, read_result
+    except ImportError as e:
+        raise SpecvizError(f"this specviz has no serving client ({e})") from None
+    return types.SimpleNamespace(stream_completion=stream_completion, read_result=read_result,
+                                 load_figure=load_figure)
+
+
+@dataclass(frozen=True)
+class Controls:
+    server: gr.Textbox
+    baseline: gr.Textbox
+    model: gr.Textbox
+    run: gr.Button
+    stop: gr.Button
+    outputs: list  # status, headline, two panels, three charts, summary (values() order)
+    load_file: gr.File
+    load_path: gr.Textbox
+    load_show: gr.Button
+    load_status: gr.HTML
+    load_plot: gr.Plot
+
+
+def ready(policy: Policy) -> str:
+    if policy.server_url:
+        return "Ready: press Run to stream the prompt above from the server."
+    if policy.hosted:
+        return "This app has no serving engine: its operator names one with python app.py --server URL."
+    return "Start a server (scripts/serve-vllm.sh), put its URL above and press Run."
+
+
+def controls(policy: Policy, runs: "ServingRuns") -> Controls:
+    locked = "set by whoever runs this app (--server / --baseline-server)"
+    gr.Markdown("The prompt above, sent to a real serving engine with speculation on, then to the same model "
+                "without it. k and the drafter are the server's own; greedy or sampling, seed, max new tokens "
+                "and the chat template come from the settings on the left.")
+    with gr.Row():
+        server = gr.Textbox(policy.server_url, label="Server URL (speculation on)", placeholder="http://127.0.0.1:8000",
+                            interactive=not policy.hosted, elem_id="sv-server-url", scale=1,
+                            info=locked if policy.hosted else "any OpenAI-compatible server: vLLM, SGLang, llama.cpp")
+        baseline = gr.Textbox(policy.baseline_server_url, label="Plain server URL (optional)",
+                              placeholder="http://127.0.0.1:8001", interactive=not policy.hosted,
+                              elem_id="sv-baseline-url", scale=1,
+                              info=locked if policy.hosted else "the same model, speculation off: for the speedup")
+    with gr.Row(elem_classes="sv-actions"):
+        model = gr.Textbox("", label="Model (optional)", placeholder="the server's first model", scale=4,
+                           max_length=MAX_MODEL_CHARS, elem_id="sv-server-model")
+        run = gr.Button("Run", variant="primary", scale=1, min_width=110, elem_id="sv-server-run")
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-server-stop")
+    outputs = [gr.HTML(status_html(ready(policy)), label="status", elem_id="sv-server-status"),
+               gr.HTML(label="headline numbers", elem_id="sv-server-headline")]
+    with gr.Row(equal_height=False, elem_classes="sv-panels"):
+        outputs += [gr.HTML(groups_html(None, "Speculative server", WAITING), elem_id="sv-server-spec", min_width=300),
+                    gr.HTML(groups_html(None, "Plain server", WAITING), elem_id="sv-server-base", min_width=300)]
+    blank = serving_figures(None, None)
+    with gr.Row(elem_classes="sv-charts"):
+        outputs += [gr.Plot(blank[0], show_label=False, min_width=300, elem_id="sv-server-chart-steps"),
+                    gr.Plot(blank[1], show_label=False, min_width=300, elem_id="sv-server-chart-positions")]
+    outputs.append(gr.Plot(blank[2], show_label=False, elem_id="sv-server-chart-speed"))
+    with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
+        outputs.append(gr.JSON(label="summary", elem_id="sv-server-summary"))
+    with gr.Accordion("Load sweep", open=bool(policy.load_result), elem_id="sv-load-box"):
+        gr.Markdown("Many requests at once, with speculation on and off: tokens/s, time to first token, "
+                    "inter-token latency and acceptance as concurrency grows (`python -m specviz load` writes "
+                    "the JSON).")
+        load_file = gr.File(label="A load sweep's result (.json)", file_types=[".json"], type="filepath",
+                            elem_id="sv-load-file", height=120)
+        with gr.Row(visible=not policy.hosted, elem_classes="sv-actions"):  # no paths for strangers
+            load_path = gr.Textbox(policy.load_result, label="or a file on this machine", scale=4,
+                                   elem_id="sv-load-path")
+            load_show = gr.Button("Show", scale=1, min_width=90, elem_id="sv-load-show")
+        shown = runs.show_path(policy.load_result) if policy.load_result else (status_html(""), None)
+        load_status = gr.HTML(shown[0], elem_id="sv-load-status")
+        load_plot = gr.Plot(shown[1], show_label=False, elem_id="sv-load-plot")
+    return Controls(server, baseline, model, run, stop, outputs, load_file, load_path, load_show, load_status,
+                    load_plot)
+
+
+def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> list:
+    """status, headline, two panels, three charts (gr.skip() unless `charts`), summary."""
+    figures = serving_figures(spec, base) if charts else (gr.skip(),) * 3
+    summary = {"state": state, "message": message, "ahead": ahead, "speedup": speedup(spec, base),
+               "speculative": run_dict(spec), "baseline": run_dict(base)}
+    return [status_html(message, state), headline_html(spec, base),
+            groups_html(spec, "Speculative server", WAITING if spec is None else "No text yet.", run_note(spec)),
+            groups_html(base, "Plain server", WAITING, run_note(base)),
+            *figures, summary]
+
+
+class ServingRuns:
+    """The tab's handlers: runs on servers (API: /serving) and the load sweep's chart."""
+
+    def __init__(self, policy: Policy, line: Line, backend=None):
+        self.policy, self.line, self._backend = policy, line, backend
+
+    @property
+    def backend(self):
+        return self._backend or default_backend()
+
+    def run(self, session, request: gr.Request = None, *, server, baseline="", model="", **controls):
+        """Stream the speculative server, then the plain one; yields values() + [session]."""
+        session.busy, ticket = True, None
+        try:
+            try:
+                urls, prompt, options = self._check(server, baseline, model, controls)
+                ticket = self.line.join(getattr(request, "session_hash", None))
+            except SpecvizError as e:
+                yield [*values(str(e), "busy" if isinstance(e, Busy) else "error"), session]
+                return
+            ahead = self.line.ahead(ticket)
+            while ahead:  # yields every WAIT_POLL s: Gradio ends a gone visitor's run only at a yield
+                if session.should_stop():
+                    yield [*values("Stopped before the run started.", "stopped"), session]
+                    return
+                message = f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you."
+                yield [*values(message, "waiting", ahead=ahead), session]
+                ahead = self.line.wait(ticket, WAIT_POLL)
+            yield from (update + [session] for update in self._requests(urls, prompt, options, session.should_stop))
+        finally:
+            if ticket is not None:
+                self.line.leave(ticket)
+            session.busy = session.stop = False
+
+    def _check(self, server, baseline, model, controls) -> tuple[list, str, dict]:
+        """The URLs to ask (policy-checked), the prompt and the request's options, or SpecvizError."""
+        s = Settings.from_controls(**{name: controls[name] for name in SETTINGS if name in controls})
+        self.policy.check_size(s)
+        if s.max_new_tokens < 1:
+            raise SpecvizError(f"max new tokens must be at least 1, got {s.max_new_tokens}")
+        urls = [self.policy.check_server(server, "server")]
+        if str(baseline or "").strip():
+            urls.append(self.policy.check_server(baseline, "plain server"))
+        model = str(model or "").strip()
+        if len(model) > MAX_MODEL_CHARS:
+            raise SpecvizError(f"the model name is {len(model)} characters: this app takes up to {MAX_MODEL_CHARS}")
+        return urls, s.prompt, dict(model=model or None, max_tokens=s.max_new_tokens, temperature=s.temperature,
+                                    seed=s.seed, chat=s.chat)
+
+    def _requests(self, urls: list, prompt: str, options: dict, should_stop):
+        """values() lists while each server streams; the last one says how it ended."""
+        seconds = self.policy.max_run_seconds and self.policy.max_run_seconds / len(urls)  # a fair share each
+        runs: list = [None, None]
+        notes = []
+        for i, (url, role) in enumerate(zip(urls, ("speculative", "plain"))):
+            deadline = Deadline(should_stop, seconds)
+            shown = charted = float("-inf")
+            try:
+                stream = follow(self.backend.stream_completion, url, prompt, deadline, WAIT_POLL,
+                                timeout_s=seconds + GRACE if seconds else REQUEST_TIMEOUT, **options)
+                while True:
+                    run = next(stream)
+                    runs[i] = run or runs[i]
+                    now = time.monotonic()
+                    if now - shown >= UPDATE_EVERY or run is None:
+                        charts = now - charted >= CHARTS_EVERY
+                        shown, charted = now, now if charts else charted
+                        yield values(f"Streaming from the {role} server…", "running", *runs, charts=charts)
+            except StopIteration as end:
+                runs[i], cut = end.value
+            except Exception as e:  # a readable line, never a traceback in the page
+                yield values(f"The {role} server: {readable(e, self.policy.hosted)}", "error", *runs)
+                return
+            if runs[i] is not None and runs[i].error:
+                yield values(f"The {role} server failed: {runs[i].error}", "error", *runs)
+                return
+            if cut:
+                made = count(runs[i].tokens if runs[i] else 0, "token")
+                if not deadline.passed or should_stop():
+                    yield values(f"Stopped after {made} from the {role} server.", "stopped", *runs)
+                    return
+                # Its share of the time limit is up; the other server still gets its own share.
+                notes.append(f" The {role} request stopped at this app's time limit ({seconds:g} s a request) "
+                             f"after {made}.")
+        yield values(_done(*runs) + "".join(notes), "done", *runs)
+
+    def show_path(self, path):
+        """The load sweep in a file named by path (any when visitors are trusted; hosted: the operator's)."""
+        try:
+            path = self.policy.check_load_path(path)
+        except SpecvizError as e:
+            return status_html(str(e), "error"), gr.skip()
+        return self._show(path, path if not self.policy.hosted else os.path.basename(path))
+
+    def show_upload(self, path):
+        if not path:
+            return status_html(""), None
+        return self._show(str(path), "the uploaded file")
+
+    def _show(self, path: str, name: str):
+        try:
+            size = os.path.getsize(path)
+            if size > MAX_LOAD_BYTES:
+                raise SpecvizError(f"{name} is {size:,} bytes: this app reads load sweeps of up to "
+                                   f"{MAX_LOAD_BYTES:,} bytes")
+            try:
+                result = self.backend.read_result(path)
+            except (ValueError, KeyError, TypeError) as e:  # JSON that is not a sweep: say so, not a traceback
+                raise SpecvizError(f"{name} is not a specviz-load result ({type(e).__name__}: {e})") from None
+            figure = self.backend.load_figure(result)
+        except OSError:
+            return status_html(f"cannot read {name}", "error"), gr.skip()
+        except Exception as e:
+            return status_html(readable(e, self.policy.hosted), "error"), gr.skip()
+        return status_html(f"Load sweep from {name}.", "done"), figure
+
+
+def _done(spec, base) -> str:
+    if spec is None:
+        return "Done: the server sent nothing back."
+    message = f"Done: {count(spec.tokens, 'token')} at {rate(spec):.1f} tok/s"
+    if base is not None:
+        x = speedup(spec, base)
+        message += f"; plain server {rate(base):.1f} tok/s" + ("" if x is None else f", speedup {x:.2f}×")
+    if spec.spec is None and spec.elapsed_s > 0:  # the stream closed (a cut one never got its fields)
+        message += (". The server sent no speculation fields: is speculation on? (vLLM: --speculative-config, "
+                    "and --per-request-spec-decode-metrics for per-request counts)")
+    return message + "."
+
+
+def wire(c: Controls, runs: ServingRuns, session, controls: dict, handlers, queued: dict) -> None:
+    """Run takes the URLs, the model and the page's shared settings by name (API: /serving),
+    in the handlers' Line and their Session (so the page's other Stop buttons and runs agree)."""
+    inputs = dict(server=c.server, baseline=c.baseline, model=c.model) | {name: controls[name] for name in SETTINGS}
+    instant = dict(queue=False, api_visibility="private")
+    c.run.click(handlers.arm, session, session, **instant).then(
+        runs.run, session, [*c.outputs, session], inputs_kwargs=inputs, api_name="serving", **queued)
+    c.stop.click(handlers.stop, session, session, **instant)
+    c.load_file.upload(runs.show_upload, c.load_file, [c.load_status, c.load_plot], **instant)
+    c.load_show.click(runs.show_path, c.load_path, [c.load_status, c.load_plot], **instant)
