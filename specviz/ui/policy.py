@@ -29,6 +29,10 @@ from typing import Mapping
 from ..errors import SpecvizError
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 
+# The sweep measured for the README (vLLM on a 2-core CPU, ngram on and off): the Serving engine
+# tab shows it until an operator names another, so the trade-off is visible with no server.
+MEASURED_LOAD = pathlib.Path(__file__).resolve().parents[2] / "assets" / "serving" / "load-cpu.json"
+
 # (label shown, value passed to the loader). "default" is the embedded SmolLM2-135M-Instruct,
 # the one model that needs no Hugging Face Hub; the others share its tokenizer.
 TARGETS = (
@@ -204,7 +208,7 @@ def policy_from_env(environ: Mapping[str, str] = os.environ, host: str | None = 
     $SPECVIZ_LOAD_RESULT."""
     engines = dict(server_url=environ.get("SPECVIZ_SERVER_URL", "").strip(),
                    baseline_server_url=environ.get("SPECVIZ_BASELINE_SERVER_URL", "").strip(),
-                   load_result=environ.get("SPECVIZ_LOAD_RESULT", "").strip())
+                   load_result=environ.get("SPECVIZ_LOAD_RESULT", "").strip() or str(MEASURED_LOAD))
     if environ.get("SPACE_ID") or environ.get("SPECVIZ_HOSTED", "").strip().lower() in TRUE:
         return hosted_policy(**engines)
     if trust_visitors is None:

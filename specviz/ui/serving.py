@@ -40,7 +40,7 @@ def default_backend():
     """specviz.serving's client and load report, imported at the first run: the page works without them."""
     try:
         from ..serving.client import stream_completion
-        from ..serving.load_report import load_figure, read_result
+        from ..serving.load_report import load_figure, read_json as read_result
     except ImportError as e:
         raise SpecvizError(f"this specviz has no serving client ({e})") from None
     return types.SimpleNamespace(stream_completion=stream_completion, read_result=read_result,
