@@ -106,3 +106,17 @@ def test_a_server_that_is_not_there_is_a_failed_run_not_a_crash():
     assert run.error and f"127.0.0.1:{port}" in run.error and run.chunks == []
     with pytest.raises(SpecvizError, match="did not answer /v1/models"):
         client.server_model(f"http://127.0.0.1:{port}", timeout_s=5)
+
+
+def test_a_llamacpp_stream_with_per_token_timings_gives_its_steps():
+    # llama.cpp streams one chunk per token, each with the request's running draft counters
+    # (timings_per_token), raised once per verify step before that step's tokens go out.
+    counters = [(0, 0), (4, 3), (4, 3), (4, 3), (4, 3), (8, 3), (8, 3)]  # (draft_n, draft_n_accepted)
+    events = [{"choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}],
+               "timings": {"predicted_n": i + 1, **({"draft_n": d, "draft_n_accepted": a} if d else {})}}
+              for i, (d, a) in enumerate(counters)]
+    run = read(sse(events))
+    s = run.spec
+    assert s.engine == "llama.cpp" and (s.drafted, s.accepted) == (8, 3)
+    assert s.per_step_drafted == (4, 4) and s.per_step_accepted == (3, 0) and s.steps == 2
+    assert s.per_position_acceptance == [0.5, 0.5, 0.5, 0.0]

@@ -68,7 +68,10 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
             run.error = str(e)
             return run
     body = {"model": run.model, "max_tokens": int(max_tokens), "temperature": float(temperature),
-            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            # llama.cpp's server then puts its running draft counters on every chunk, from which
+            # engines.llamacpp_spec_from_chunks rebuilds the steps; other engines ignore it.
+            "timings_per_token": True}
     if seed is not None:
         body["seed"] = int(seed)
     if chat:
@@ -98,6 +101,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
 def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, stop) -> None:
     """Server-sent events: one `data: {json}` line per chunk, `data: [DONE]` at the end."""
     counted = 0  # completion tokens the usage so far accounts for
+    timings = []  # llama.cpp: each chunk's running draft counters
     for raw in response:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
@@ -131,11 +135,16 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
         if spec is not None:
             run.spec = spec
             run.raw_metrics = engines.raw_spec_fields(event)
+        if isinstance(event.get("timings"), dict):
+            timings.append(event["timings"])
         if on_chunk is not None:
             on_chunk(run)
         if stop is not None and stop():
             run.error = "stopped"
             break
+    stepped = engines.llamacpp_spec_from_chunks(timings) if timings else None
+    if stepped is not None:  # llama.cpp: the totals, plus the steps between the chunks' counters
+        run.spec = stepped
 
 
 def _request(url: str, body: dict | None = None) -> urllib.request.Request:
