@@ -265,6 +265,7 @@ def wire(c: Controls, runs: ServingRuns, session, controls: dict, handlers, queu
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(
         runs.run, session, [*c.outputs, session], inputs_kwargs=inputs, api_name="serving", **queued)
-    c.stop.click(handlers.stop, session, session, **instant)
+    # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
+    c.stop.click(handlers.stop, session, session, api_name="serving_stop", **instant)
     c.load_file.upload(runs.show_upload, c.load_file, [c.load_status, c.load_plot], **instant)
     c.load_show.click(runs.show_path, c.load_path, [c.load_status, c.load_plot], **instant)
