@@ -49,16 +49,22 @@ def acceptance_figure(spec: Trace) -> go.Figure:
     drafted = [e for e in spec.steps if e.draft]
     if not drafted:
         return _waiting(fig, "nothing drafted yet")
-    steps = [e.step for e in drafted]
-    rate = [e.accepted / len(e.draft) for e in drafted]
-    total_a = total_d = 0
-    cumulative = []
-    for e in drafted:
-        total_a, total_d = total_a + e.accepted, total_d + len(e.draft)
+    return acceptance_bars(fig, [(e.step, e.accepted, len(e.draft)) for e in drafted], "accepted")
+
+
+def acceptance_bars(fig: go.Figure, steps: list[tuple[int, int, int]], verb: str) -> go.Figure:
+    """(step, accepted, drafted) of the steps that drafted: each step's rate as a bar, and the
+    cumulative alpha (all accepted so far over all drafted so far) as a line. Local runs and
+    server runs draw acceptance with this one picture."""
+    rate, cumulative, total_a, total_d = [], [], 0, 0
+    for _, a, d in steps:
+        total_a, total_d = total_a + a, total_d + d
+        rate.append(a / d)
         cumulative.append(total_a / total_d)
-    fig.add_bar(x=steps, y=rate, name="this step", marker_color=COLORS["accepted"], opacity=0.75,
-                hovertemplate="step %{x}<br>%{y:.2f} accepted<extra></extra>")
-    fig.add_scatter(x=steps, y=cumulative, name="cumulative α", mode="lines",
+    xs = [step for step, _, _ in steps]
+    fig.add_bar(x=xs, y=rate, name="this step", marker_color=COLORS["accepted"], opacity=0.75,
+                hovertemplate=f"step %{{x}}<br>%{{y:.2f}} {verb}<extra></extra>")
+    fig.add_scatter(x=xs, y=cumulative, name="cumulative α", mode="lines",
                     line=dict(color=COLORS["cumulative"], width=2.5),
                     hovertemplate="through step %{x}<br>α = %{y:.3f}<extra></extra>")
     fig.update_yaxes(range=[0, 1.05])

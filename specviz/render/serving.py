@@ -12,7 +12,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from ..serving.records import ServerRun, SpecStats
-from .charts import COLORS, _style, _waiting
+from .charts import COLORS, _style, _waiting, acceptance_bars
 from .numbers import MIN_TOKENS, _card
 from .status import count
 
@@ -134,22 +134,10 @@ def step_figure(s: SpecStats | None) -> go.Figure:
     if s.per_step_accepted is None or s.per_step_drafted is None:
         return _waiting(fig, f"totals only: α = {s.acceptance_rate:.2f} ({s.accepted} of {s.drafted}); "
                              f"per-step counts: {DETAILED}")
-    steps, rates, cumulative, kept, drafted = [], [], [], 0, 0
-    for i, (a, d) in enumerate(zip(s.per_step_accepted, s.per_step_drafted), start=1):
-        if d:
-            kept, drafted = kept + a, drafted + d
-            steps.append(i)
-            rates.append(a / d)
-            cumulative.append(kept / drafted)
+    steps = [(i, a, d) for i, (a, d) in enumerate(zip(s.per_step_accepted, s.per_step_drafted), start=1) if d]
     if not steps:
         return _waiting(fig, "nothing drafted")
-    fig.add_bar(x=steps, y=rates, name="this step", marker_color=COLORS["accepted"], opacity=0.75,
-                hovertemplate="step %{x}<br>%{y:.2f} kept<extra></extra>")
-    fig.add_scatter(x=steps, y=cumulative, name="cumulative α", mode="lines",
-                    line=dict(color=COLORS["cumulative"], width=2.5),
-                    hovertemplate="through step %{x}<br>α = %{y:.3f}<extra></extra>")
-    fig.update_yaxes(range=[0, 1.05])
-    return fig
+    return acceptance_bars(fig, steps, "kept")
 
 
 def position_figure(s: SpecStats | None) -> go.Figure:
