@@ -36,6 +36,10 @@ venv="${SPECVIZ_VLLM_VENV:-$HOME/.cache/specviz/vllm}"
 py="$venv/bin/python"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
+# Two servers started at once (ngram and off) must not both install: the second waits here.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if ! "$py" -c "import vllm" 2>/dev/null; then
     echo "== installing vLLM into $venv (once; ~600 MB download, ~3.5 GB on disk, ~10 min on 2 cores)"
     python3 -m venv "$venv"
@@ -49,6 +53,7 @@ if ! "$py" -c "import vllm" 2>/dev/null; then
     fi
     "$py" -c "import vllm" || { echo "serve-vllm.sh: vLLM did not install into $venv" >&2; exit 1; }
 fi
+flock -u 9; exec 9>&-
 [ "$install_only" = 1 ] && { echo "vLLM is installed in $venv"; exit 0; }
 
 if [ -z "$model" ]; then
