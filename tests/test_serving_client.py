@@ -120,3 +120,10 @@ def test_a_llamacpp_stream_with_per_token_timings_gives_its_steps():
     assert s.engine == "llama.cpp" and (s.drafted, s.accepted) == (8, 3)
     assert s.per_step_drafted == (4, 4) and s.per_step_accepted == (3, 0) and s.steps == 2
     assert s.per_position_acceptance == [0.5, 0.5, 0.5, 0.0]
+
+
+def test_an_openai_error_body_is_reduced_to_its_message():
+    body = '{"error":{"message":"The model `nosuch` does not exist.","type":"NotFoundError","code":404}}'
+    assert client._error_message(body) == "The model `nosuch` does not exist."
+    assert client._error_message("<html>bad gateway</html>") == "<html>bad gateway</html>"
+    assert client._error_message('{"error": "overloaded"}') == "overloaded"

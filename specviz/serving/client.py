@@ -91,7 +91,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
         with response:
             _read_stream(response, run, start, chat, on_chunk, stop)
     except urllib.error.HTTPError as e:
-        run.error = f"the server at {base} answered {e.code}: {_error_text(e)[:300]}"
+        run.error = f"the server at {base} answered {e.code}: {_error_message(_error_text(e))[:300]}"
     except (urllib.error.URLError, OSError, ValueError) as e:
         run.error = f"the server at {base} failed: {_reason(e)}"
     run.elapsed_s = time.perf_counter() - start
@@ -168,6 +168,16 @@ def _error_text(e: urllib.error.HTTPError) -> str:
         except OSError:
             e.specviz_text = str(e)
     return e.specviz_text
+
+
+def _error_message(text: str) -> str:
+    """An OpenAI-style error body's message ({"error": {"message": ...}}), else the text as sent."""
+    try:
+        error = json.loads(text).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except (ValueError, AttributeError):
+        return text
+    return str(message) if message else text
 
 
 def _reason(e: Exception) -> str:

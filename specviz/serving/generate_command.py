@@ -31,7 +31,8 @@ def check(args) -> None:
                                         ("--device-map", args.device_map), ("--target", args.target != "default"))
                   if on]
     if local_only:
-        raise SpecvizError(f"{', '.join(local_only)} apply to local runs; with --server the server's own "
+        verb = "applies" if len(local_only) == 1 else "apply"
+        raise SpecvizError(f"{', '.join(local_only)} {verb} to local runs; with --server the server's own "
                            "configuration decides the model and the drafter (--model picks a served model)")
     client.check_url(args.server)
     if args.baseline_server:
