@@ -285,3 +285,31 @@ def test_cli_trains_from_existing_data(tiny, data, tmp_path, capsys):
     assert "--drafter draft:" in capsys.readouterr().err
     card = (out / "draft.md").read_text()
     assert "--epochs 0.5" in card and "steps: 11" in card  # half of the 44 training sequences, 2 a step
+
+
+def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, data, tmp_path):
+    corpus = load_data(tiny, data[1])
+    cards = {}
+    for autocast in (False, True):
+        cfg = TrainConfig(steps=30, batch=4, lr=1e-2, held_out=4, eval_tokens=4, autocast=autocast)
+        cards[autocast] = train(EagleRecipe(subset=64, unroll=2), tiny, corpus, tmp_path / str(autocast), cfg,
+                                progress=False)["training"]
+    fp32, bf16 = cards[False], cards[True]
+    assert (fp32["precision"], bf16["precision"]) == ("fp32", "fp32 weights, bf16 autocast")
+    last, first = "train loss (mean of last 10%)", "train loss (first 10 steps)"
+    assert bf16[last] < bf16[first] - 0.2  # it learns
+    assert bf16[last] == pytest.approx(fp32[last], abs=0.1)  # and as well as in fp32
+    assert "bf16 autocast" in (tmp_path / "True" / "eagle.md").read_text()
+
+
+@pytest.mark.parametrize("choice, kind, device, native, on", [
+    ("on", "medusa", "cpu", False, True), ("off", "eagle", "cuda", True, False),
+    ("auto", "eagle", "cuda", False, True), ("auto", "draft", "cpu", True, True),
+    ("auto", "eagle", "cpu", False, False),  # emulated bf16 is slower than fp32: never assumed
+    ("auto", "medusa", "cpu", True, False),  # not measured faster: stays fp32
+])
+def test_autocast_auto_is_on_only_where_it_was_measured_faster(choice, kind, device, native, on, monkeypatch):
+    from specviz.train import command, loop
+
+    monkeypatch.setattr(loop, "native_bf16", lambda: native)
+    assert command.use_autocast(choice, kind, torch.device(device)) is on

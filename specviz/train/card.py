@@ -46,6 +46,7 @@ def describe_training(cfg: "TrainConfig", state: "Progress", sequences: int) -> 
             "epochs": round(state.step * cfg.batch / max(1, sequences), 2),
             "schedule": f"AdamW, {cfg.warmup} warm-up steps, then cosine decay to a tenth of the lr",
             "batch": cfg.batch, "window": cfg.window, "lr": cfg.lr, "seed": cfg.seed,
+            "precision": "fp32 weights, bf16 autocast" if cfg.autocast else "fp32",
             "seconds": round(state.seconds, 1),
             "train loss (mean of last 10%)": _tail_mean(state.history),
             "train loss (first 10 steps)": _head_mean(state.history)}

@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minutes", type=float, default=None,
                    help="time cap for training: evaluate and save what there is then (--resume finishes)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--autocast", choices=("auto", "on", "off"), default="auto",
+                   help="bf16 autocast for training's forward passes (auto: on for eagle and draft on CUDA, and on "
+                        "a CPU with native bf16, where it measured 1.93x / 1.08x; medusa stays fp32)")
     data = p.add_argument_group("data (self-distillation from the target)")
     data.add_argument("--data", default=None, help="data folder (default: $SPECVIZ_CACHE/train/<target fingerprint>)")
     data.add_argument("--prompts", default=None, help="a JSONL prompt file to answer instead of the --sources pool")
@@ -72,6 +75,16 @@ def recipe_for(kind: str):
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
         raise SpecvizError(f"training {kind!r} drafters is not available in this install ({e})") from None
+
+
+def use_autocast(choice: str, kind: str, device) -> bool:
+    """--autocast: 'on'/'off' as given; 'auto' where it was measured faster (EAGLE, draft model) and
+    the hardware has bf16 (CUDA, or a CPU with AMX / AVX512-BF16)."""
+    if choice != "auto":
+        return choice == "on"
+    from .loop import native_bf16
+
+    return kind in ("eagle", "draft") and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
 
 
 def _slug(name: str) -> str:
@@ -141,7 +154,8 @@ def main(args) -> int:
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
     config = TrainConfig(steps=steps, epochs=args.epochs, lr=args.lr, batch=args.batch, seed=args.seed,
                          checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
-                         eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes)
+                         eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes,
+                         autocast=use_autocast(args.autocast, args.kind, target.device))
     train(recipe, target, corpus, out, config, resume=args.resume, log=say,
           note={"command": f"`python -m specviz train {args.kind} --target {args.target} "
                            + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")

@@ -92,6 +92,9 @@ class TrainConfig:
     eval_k: int = 4  # draft length of that run
     eval_tokens: int = 64  # new tokens per held-out prompt
     max_seconds: float | None = None  # time cap: then the drafter is evaluated and saved as it is
+    # bf16 autocast for the forward passes (fp32 weights and optimiser): on a CPU with native bf16
+    # (AMX / AVX512-BF16) an EAGLE step ran 1.93x and a draft-model step 1.08x faster (train/measure.py).
+    autocast: bool = False
 
     @property
     def warmup(self) -> int:
@@ -150,7 +153,8 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
         # The batch is a function of (seed, step): a resumed run sees what an unbroken one would.
         batch = sample_batch(train_c, step, cfg.batch, cfg.seed, cfg.window)
         torch.manual_seed(cfg.seed * 1_000_003 + step)  # so is any noise the recipe draws
-        loss, metrics = recipe.loss(module, target_loaded, batch)
+        with torch.autocast(target_loaded.device.type, dtype=torch.bfloat16, enabled=cfg.autocast):
+            loss, metrics = recipe.loss(module, target_loaded, batch)
         if not torch.isfinite(loss):
             raise SpecvizError(f"training diverged at step {step} (loss {loss.item()}): try a lower --lr")
         _update(opt, loss, learning_rate(step, cfg.steps, cfg.lr, cfg.warmup))
@@ -185,6 +189,16 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
         "config": recipe.config(module),
     }
     return save_with_card(recipe, module, target_loaded, card, out)
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16): without it bf16 autocast
+    is emulated and slower than fp32, so it is never assumed (a free Space's CPU may lack it)."""
+    try:
+        flags = pathlib.Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def check_positive(**values) -> None:
