@@ -100,3 +100,34 @@ def test_a_small_load_sweep_measures_both_arms(urls, tmp_path):
         assert 0 <= s["acceptance_rate"] <= 1 and s["acceptance_source"] == "metrics"
         assert b["acceptance_rate"] is None
     assert (tmp_path / "load.html").stat().st_size > 100_000  # plotly inlined: opens offline
+
+
+def test_the_serving_tab_in_a_browser_against_the_real_servers(urls):
+    """The app's Serving engine tab, driven in Chromium: the real streams become step groups,
+    the charts draw, and the numbers come from the server (screenshot in test-output/)."""
+    from app_server import serve_app
+    from test_app_browser import FLAGS, CHROMIUM, HANG, OUT, _need_browser
+    from specviz.ui.policy import Policy
+
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    spec, base = urls
+    with serve_app(Policy(server_url=spec, baseline_server_url=base)) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.locator("#sv-prompt textarea").fill(ECHO)
+        page.get_by_role("tab", name="Serving engine").click()
+        page.locator("#sv-server-run").click()
+        page.wait_for_selector('#sv-server-status [data-state="done"]', timeout=HANG)
+        page.wait_for_timeout(500)
+        groups = page.locator("#sv-server-spec .tok-step")
+        assert groups.count() > 0 and "quick brown fox" in page.locator("#sv-server-spec").inner_text()
+        assert page.locator("#sv-server-base .tok-step").count() > groups.count()  # one token per plain step
+        assert "plain server" in page.locator("#sv-server-status").inner_text()  # both servers ran
+        for chart in ("steps", "positions", "speed"):
+            assert page.locator(f"#sv-server-chart-{chart} .js-plotly-plot").count() == 1
+        OUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUT / "serving-vllm.png"), full_page=True)
+        browser.close()
