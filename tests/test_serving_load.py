@@ -274,10 +274,21 @@ def test_loopback_hosts_and_remote_when_allowed():
     assert load.metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
 
 
-def test_conversations_keep_their_earlier_turns_in_the_prompt():
-    assert load.prompt_text((("user", "hi"),)) == "hi"
-    text = load.prompt_text((("user", "a plan"), ("assistant", "Day 1: Alfama"), ("user", "as a list")))
-    assert text == "User: a plan\n\nAssistant: Day 1: Alfama\n\nUser: as a list"
+def test_conversations_are_sent_as_chat_messages(monkeypatch):
+    from specviz.serving import client
+
+    prompts = load.suite_prompts("default")
+    assert any(isinstance(p, str) for p in prompts)
+    conversation = next(p for p in prompts if not isinstance(p, str))  # the suite has multi-turn chats
+    assert len(conversation) > 1 and conversation[-1][0] == "user"
+    sent = []
+    monkeypatch.setattr(client, "stream_completion", lambda url, prompt, **kw: sent.append((prompt, kw)))
+    load._stream_completion("http://127.0.0.1:1", "hi", max_tokens=4)
+    load._stream_completion("http://127.0.0.1:1", (("user", "a plan"), ("assistant", "Day 1"), ("user", "as a list")))
+    assert sent[0] == ("hi", {"max_tokens": 4})
+    assert sent[1] == ("as a list", {"messages": [{"role": "user", "content": "a plan"},
+                                                  {"role": "assistant", "content": "Day 1"},
+                                                  {"role": "user", "content": "as a list"}]})
 
 
 # -- the record, the figure, the table --------------------------------------------------------

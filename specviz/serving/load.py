@@ -32,7 +32,7 @@ class LoadConfig:
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)  # closed-loop workers per level, ascending
     requests: int = 64  # requests per level and arm
     max_tokens: int = 128
-    prompts: tuple[str, ...] = ()  # empty: the prompts of `suite`
+    prompts: tuple = ()  # strings or conversations ((role, text) pairs); empty: the prompts of `suite`
     suite: str = "default"  # a bench suite (assets/bench/NAME.jsonl) or a JSONL path
     model: str | None = None  # None: the server's own (the client asks /v1/models)
     chat: bool = True
@@ -96,20 +96,13 @@ def metrics_url(server: str) -> str:
     return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
 
 
-def suite_prompts(suite: str = "default") -> tuple[str, ...]:
-    """A bench suite's prompts as the strings the client sends (the bench's own loader)."""
+def suite_prompts(suite: str = "default") -> tuple:
+    """A bench suite's prompts as the client sends them: a string for one user turn, the
+    conversation's (role, text) pairs for several (sent as chat messages, so the server's chat
+    template lays them out as it would for a real user). The bench's own loader reads the suite."""
     from ..bench.suite import load_suite  # imports torch (through models): only when needed
 
-    return tuple(prompt_text(p.messages) for p in load_suite(suite))
-
-
-def prompt_text(messages) -> str:
-    """One string for the client's single user message. A conversation keeps its earlier turns
-    written out: they hold the text a prompt-lookup (ngram) drafter copies from."""
-    if len(messages) == 1:
-        return messages[0][1]
-    earlier = "\n\n".join(f"{role.capitalize()}: {text}" for role, text in messages[:-1])
-    return f"{earlier}\n\nUser: {messages[-1][1]}"
+    return tuple(p.messages[0][1] if len(p.messages) == 1 else tuple(p.messages) for p in load_suite(suite))
 
 
 @dataclass
@@ -250,9 +243,13 @@ def read_spec_counters(server: str):
 
 
 def _stream_completion(url, prompt, **options) -> ServerRun:
+    """One request: a prompt string, or a conversation's (role, text) pairs as chat messages."""
     from .client import stream_completion
 
-    return stream_completion(url, prompt, **options)
+    if isinstance(prompt, str):
+        return stream_completion(url, prompt, **options)
+    messages = [{"role": role, "content": text} for role, text in prompt]
+    return stream_completion(url, messages[-1]["content"], messages=messages, **options)
 
 
 def load_average() -> float | None:
