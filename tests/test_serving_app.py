@@ -333,3 +333,15 @@ def test_the_tab_in_a_browser_streams_step_boxes_with_hostile_text_as_text(brows
         OUT.mkdir(exist_ok=True)
         page.screenshot(path=str(OUT / "serving.png"), full_page=True)
         page.close()
+
+
+def test_the_shipped_sweep_is_shown_by_name_not_by_path():
+    from specviz.serving.load_report import load_figure, read_json
+    from specviz.ui.policy import MEASURED_LOAD, policy_from_env
+
+    policy = policy_from_env({})
+    assert policy.load_result == str(MEASURED_LOAD)  # shown until an operator names another
+    engines = types.SimpleNamespace(stream_completion=None, read_result=read_json, load_figure=load_figure)
+    status, figure = serving(policy, engines).show_path(policy.load_result)
+    assert "measured for the README" in status and str(MEASURED_LOAD.parent) not in status
+    assert len(figure.data) > 4  # both arms, the policy, the crossover, acceptance

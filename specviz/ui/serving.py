@@ -23,7 +23,7 @@ from ..render.serving import groups_html, headline_html, rate, run_dict, run_not
 from ..render.status import count, status_html
 from .following import follow
 from .limits import Busy, Deadline, Line
-from .policy import Policy
+from .policy import MEASURED_LOAD, Policy
 from .runner import readable
 from .settings import Settings
 
@@ -220,7 +220,11 @@ class ServingRuns:
             path = self.policy.check_load_path(path)
         except SpecvizError as e:
             return status_html(str(e), "error"), gr.skip()
-        return self._show(path, path if not self.policy.hosted else os.path.basename(path))
+        if os.path.abspath(path) == str(MEASURED_LOAD):
+            name = "the sweep measured for the README (vLLM on a 2-core CPU, ngram k = 4 on and off)"
+        else:
+            name = path if not self.policy.hosted else os.path.basename(path)
+        return self._show(path, name)
 
     def show_upload(self, path):
         if not path:
