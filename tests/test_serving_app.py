@@ -345,3 +345,17 @@ def test_the_shipped_sweep_is_shown_by_name_not_by_path():
     status, figure = serving(policy, engines).show_path(policy.load_result)
     assert "measured for the README" in status and str(MEASURED_LOAD.parent) not in status
     assert len(figure.data) > 4  # both arms, the policy, the crossover, acceptance
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"format": "something else"}'])
+def test_an_operators_bad_load_file_is_said_on_the_page_and_the_app_still_starts(content, tmp_path):
+    from specviz.ui import build_app
+    from specviz.ui.policy import policy_from_env
+
+    path = tmp_path / "load.json"
+    if content is not None:
+        path.write_text(content)
+    policy = policy_from_env({"SPECVIZ_LOAD_RESULT": str(path)})
+    demo = build_app(policy)
+    status = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "sv-load-status")
+    assert "error" in status.value and ("cannot read" in status.value or "specviz-load" in status.value)

@@ -110,9 +110,9 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
             load_path = gr.Textbox(policy.load_result, label="or a file on this machine", scale=4,
                                    elem_id="sv-load-path")
             load_show = gr.Button("Show", scale=1, min_width=90, elem_id="sv-load-show")
-        shown = runs.show_path(policy.load_result) if policy.load_result else (status_html(""), None)
-        load_status = gr.HTML(shown[0], elem_id="sv-load-status")
-        load_plot = gr.Plot(shown[1], show_label=False, elem_id="sv-load-plot")
+        status, figure = runs.show_path(policy.load_result) if policy.load_result else (status_html(""), None)
+        load_status = gr.HTML(status, elem_id="sv-load-status")  # a bad file: its sentence, and the page still starts
+        load_plot = gr.Plot(None if isinstance(figure, dict) else figure, show_label=False, elem_id="sv-load-plot")
     return Controls(server, baseline, model, run, stop, outputs, load_file, load_path, load_show, load_status,
                     load_plot)
 
