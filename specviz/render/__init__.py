@@ -1,19 +1,26 @@
 """Rendering: pure functions from traces of engine events to HTML and plotly figures.
 
 No gradio, no torch, no tokenizer here: the UI feeds in Traces (events plus each token's
-display text) and shows what comes out.
+display text) and shows what comes out. Names are imported lazily (as in specviz/__init__),
+so the command line, which needs only `render.kinds` and `render.trace`, never loads plotly:
+training runs on a machine that has none.
 """
-from .charts import compare_figures, empty_figures, playground_figures
-from .compare import compare_rows, side_by_side_html, table_values
-from .html import KIND_HELP, legend_html, panel_html, tokens_html
-from .inspect import step_html
-from .numbers import Headline, agreement, agreement_html, headline, headline_html, predicted_speedup
-from .status import status_html
-from .trace import Labels, Trace
+from importlib import import_module
 
-__all__ = [
-    "KIND_HELP", "Headline", "Labels", "Trace", "agreement", "agreement_html", "compare_figures",
-    "compare_rows", "empty_figures", "headline", "headline_html", "legend_html", "panel_html",
-    "playground_figures", "predicted_speedup", "side_by_side_html", "status_html", "step_html",
-    "table_values", "tokens_html",
-]
+_HOMES = {
+    "compare_figures": "charts", "empty_figures": "charts", "playground_figures": "charts",
+    "compare_rows": "compare", "side_by_side_html": "compare", "table_values": "compare",
+    "KIND_HELP": "html", "legend_html": "html", "panel_html": "html", "tokens_html": "html",
+    "step_html": "inspect",
+    "Headline": "numbers", "agreement": "numbers", "agreement_html": "numbers", "headline": "numbers",
+    "headline_html": "numbers", "predicted_speedup": "numbers",
+    "status_html": "status",
+    "Labels": "trace", "Trace": "trace",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module 'specviz.render' has no attribute {name!r}")
