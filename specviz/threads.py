@@ -66,6 +66,15 @@ def usable_cores() -> int:
     return min(cores, quota) if quota else cores
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none): above the core count
+    means other work shares the machine."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def apply(environ=os.environ) -> str:
     """Set torch's thread count by the rule (or SPECVIZ_THREADS); returns a line saying what and why."""
     import torch
@@ -74,10 +83,7 @@ def apply(environ=os.environ) -> str:
     if setting is None and environ.get("OMP_NUM_THREADS"):
         return f"{torch.get_num_threads()} torch threads (OMP_NUM_THREADS)"
     cores = usable_cores()
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
+    load = load_average() or 0.0
     n = choose(cores, load, setting)
     torch.set_num_threads(n)
     why = f"{ENV}" if setting and setting.strip().lower() != "auto" else f"{cores} cores, load {load:.1f}"

@@ -420,7 +420,7 @@ def test_fetch_reads_the_metrics_page(metrics_server):
 
 def test_fetch_failures_are_one_clear_sentence(metrics_server):
     with pytest.raises(SpecvizError, match="HTTP 404"):
-        prometheus.fetch(metrics_server + "/v1")
+        prometheus.fetch(metrics_server + "/nowhere")  # no page at /nowhere/metrics
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
@@ -428,3 +428,11 @@ def test_fetch_failures_are_one_clear_sentence(metrics_server):
         prometheus.fetch(closed, timeout_s=1)
     with pytest.raises(SpecvizError, match="could not read"):
         prometheus.fetch("not a url")
+
+
+def test_the_metrics_page_is_at_the_servers_root_whatever_form_its_url_takes():
+    from specviz.serving.prometheus import metrics_url
+
+    for url in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1",
+                "http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/metrics"):
+        assert metrics_url(url) == "http://127.0.0.1:8000/metrics"

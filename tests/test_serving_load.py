@@ -11,7 +11,7 @@ import pytest
 
 from specviz import cli
 from specviz.errors import SpecvizError
-from specviz.serving import load, load_report
+from specviz.serving import load, load_report, prometheus
 from specviz.serving.load import ArmRun, LoadConfig, LoadResult, run_level, sweep
 from specviz.serving.load_stats import (ArmStats, crossover, percentile, policy_threshold, summarize,
                                         toggle_policy)
@@ -271,7 +271,7 @@ def test_loopback_hosts_and_remote_when_allowed():
     for host in ("127.0.0.1", "127.3.2.1", "localhost", "[::1]"):
         config(server=f"http://{host}:9000")
     config(server="http://10.1.2.3:8000", allow_remote=True)
-    assert load.metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
+    assert prometheus.metrics_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/metrics"
 
 
 def test_conversations_are_sent_as_chat_messages(monkeypatch):
@@ -370,7 +370,7 @@ def test_cli_refuses_bad_input_in_one_sentence(args, message, capsys):
 
 def test_cli_writes_json_html_and_prints_the_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(load, "_stream_completion", FakeServer())
-    monkeypatch.setattr(load, "read_spec_counters", lambda url: None)
+    monkeypatch.setattr(prometheus, "read_spec_counters", lambda url: None)
     monkeypatch.setattr(load, "suite_prompts", lambda suite: ("one", "two"))
     argv = ["load", "--server", SPEC, "--baseline-server", BASE, "--model", "m", "--concurrency", "2,1",
             "--requests", "2", "--warmup", "0", "--out", str(tmp_path), "--no-progress"]

@@ -21,11 +21,12 @@ from __future__ import annotations
 import csv
 import datetime
 import json
-import os
 import platform
 import sys
 
 import torch
+
+from ..threads import load_average
 
 SCHEMA = "specviz.bench/1"
 SUMMARY_FIELDS = (
@@ -47,13 +48,6 @@ def environment(device, dtype, load_before: float | None = None) -> dict:
         "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
         "device": str(device), "dtype": str(dtype).replace("torch.", ""),
     }
-
-
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]  # 1-minute load: > 0.5 on an idle-looking run means company
-    except (AttributeError, OSError):
-        return None
 
 
 def raw_document(result, config: dict, env: dict) -> dict:

@@ -39,21 +39,13 @@ def check(args) -> None:
         client.check_url(args.baseline_server)
 
 
-def counters(url: str):
-    """The server's spec counters now, or None (no /metrics, or no speculation there)."""
-    try:
-        return prometheus.spec_counters(prometheus.parse(prometheus.fetch(url)))
-    except SpecvizError:
-        return None
-
-
 def run(url: str, args, on_chunk=None) -> tuple[ServerRun, dict | None]:
     """One streamed request and the change in the server-wide counters across it."""
-    before = counters(url)
+    before = prometheus.read_spec_counters(url)
     r = client.stream_completion(url, args.prompt, model=args.model, max_tokens=args.max_new_tokens,
                                  temperature=args.temperature, seed=args.seed, chat=args.chat is not False,
                                  on_chunk=on_chunk)
-    after = counters(url) if before is not None else None
+    after = prometheus.read_spec_counters(url) if before is not None else None
     delta = (after - before).to_dict() if after is not None else None
     return r, delta
 

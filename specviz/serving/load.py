@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,8 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from ..errors import SpecvizError
+from ..threads import load_average
+from . import prometheus
 from .load_stats import summarize
 from .records import ServerRun
 
@@ -88,12 +89,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback  # no DNS: a name could point anywhere
     except ValueError:
         return False
-
-
-def metrics_url(server: str) -> str:
-    """vLLM and SGLang serve Prometheus text at the root's /metrics, beside /v1."""
-    base = server.rstrip("/")
-    return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
 
 
 def suite_prompts(suite: str = "default") -> tuple:
@@ -187,7 +182,7 @@ def sweep(cfg: LoadConfig, request=None, read_counters=None, progress=None, cloc
     progress(arm, concurrency, done, requests, stats): after each request (stats None; called
     from a worker thread, one at a time) and after each arm's level (stats: its ArmStats)."""
     request = request or _stream_completion
-    read_counters = read_counters or read_spec_counters
+    read_counters = read_counters or prometheus.read_spec_counters  # None: the requests' own fields stand in
     prompts = cfg.prompts or suite_prompts(cfg.suite)
     options = dict(model=cfg.model, max_tokens=cfg.max_tokens, temperature=cfg.temperature, chat=cfg.chat,
                    timeout_s=cfg.timeout_s)
@@ -232,16 +227,6 @@ def warm_up(request, url: str, prompts, n: int, options: dict) -> None:
         raise SpecvizError(f"no answer from {url} during warm-up: {runs[-1].error}")
 
 
-def read_spec_counters(server: str):
-    """The speculative server's counters now, or None when /metrics is missing or has none."""
-    from . import prometheus
-
-    try:
-        return prometheus.spec_counters(prometheus.parse(prometheus.fetch(metrics_url(server))))
-    except (OSError, ValueError, SpecvizError):
-        return None  # the requests' own spec fields stand in (load_stats.summarize)
-
-
 def _stream_completion(url, prompt, **options) -> ServerRun:
     """One request: a prompt string, or a conversation's (role, text) pairs as chat messages."""
     from .client import stream_completion
@@ -250,13 +235,6 @@ def _stream_completion(url, prompt, **options) -> ServerRun:
         return stream_completion(url, prompt, **options)
     messages = [{"role": role, "content": text} for role, text in prompt]
     return stream_completion(url, messages[-1]["content"], messages=messages, **options)
-
-
-def load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on every platform
-        return None
 
 
 def _now() -> str:

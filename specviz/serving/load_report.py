@@ -12,7 +12,8 @@ import platform
 from dataclasses import asdict
 
 from ..errors import SpecvizError
-from .load import ARMS, LoadResult, load_average
+from ..threads import load_average
+from .load import ARMS, LoadResult
 from .load_stats import ArmStats, crossover, policy_threshold, summarize, toggle_policy
 
 SCHEMA, VERSION = "specviz-load", 1

@@ -137,9 +137,12 @@ def total(samples: Samples, name: str) -> float | None:
 
 
 def metrics_url(url: str) -> str:
-    """The server's base URL + "/metrics" (kept as is when it already ends there)."""
+    """The server's root + "/metrics" (kept as is when it already ends there): vLLM and SGLang
+    serve Prometheus text at the root, beside /v1, so a base URL given with /v1 loses it."""
     url = url.rstrip("/")
-    return url if url.endswith("/metrics") else url + "/metrics"
+    if url.endswith("/metrics"):
+        return url
+    return (url[:-3] if url.endswith("/v1") else url) + "/metrics"
 
 
 def fetch(url: str, timeout_s: float = 5) -> str:
@@ -245,6 +248,15 @@ def spec_counters(samples: Samples, prefix: str | None = None) -> SpecCounters |
                                 accepted_per_position=_per_position(
                                     samples, p + "spec_decode_num_accepted_tokens_per_pos_total"))
     return None
+
+
+def read_spec_counters(url: str) -> "SpecCounters | None":
+    """The server's speculation counters now, or None when it has no /metrics or no such
+    counters there (a plain server): callers then fall back to the requests' own fields."""
+    try:
+        return spec_counters(parse(fetch(url)))
+    except (OSError, ValueError, SpecvizError):
+        return None
 
 
 @dataclass(frozen=True)
