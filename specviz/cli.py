@@ -109,7 +109,7 @@ def _progress(message: str, fraction: float) -> None:
 def generate(args) -> int:
     from . import models
     from .drafters.choose import make_drafter
-    from .engine import baseline_generate, speculative_generate
+    from .engine import baseline_generate, speculative_generate, warm_up
     from .events import RunEnd, event_to_dict
     from .interleave import interleave
     from .labels import Labeler
@@ -124,7 +124,7 @@ def generate(args) -> int:
                            eos_token_ids=target.eos_token_ids).validate()
     prompt = models.encode_prompt(target, args.prompt, args.chat)
     drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress)
-    _warm_up(target, prompt, cfg, drafter)
+    warm_up(target.model, drafter, prompt, cfg)
 
     spec = speculative_generate(target.model, drafter, prompt, cfg)
     runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
@@ -168,15 +168,6 @@ def _without_eos(target, ids) -> list[int]:
     not part of it (token_ids keep it: the engine did emit it)."""
     ids = list(ids)
     return ids[:-1] if ids and ids[-1] in target.eos_token_ids else ids
-
-
-def _warm_up(target, prompt, cfg, drafter) -> None:
-    """One short run first, so one-time costs (allocations, kernel choice) hit neither timing."""
-    from dataclasses import replace
-
-    from .engine import collect, speculative_generate
-
-    collect(speculative_generate(target.model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2)))
 
 
 def _use_colour(stream) -> bool:

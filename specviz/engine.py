@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import torch
@@ -238,3 +238,10 @@ def collect(events) -> tuple[list, RunEnd]:
     """Run a generator to the end: (the step events, the RunEnd)."""
     steps = list(events)
     return steps[:-1], steps[-1]
+
+
+def warm_up(model, drafter: Drafter, prompt: list[int], cfg: GenerationConfig) -> None:
+    """Two untimed tokens of speculative decoding on the prompt's tail, so one-time costs
+    (weight packing at the first multi-token forward, ~0.6 s; allocations; kernel choice)
+    count in neither the speculative nor the baseline run's tokens/s."""
+    collect(speculative_generate(model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2)))

@@ -33,6 +33,12 @@ def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.
     return fig
 
 
+
+def distinct(labels: list[str]) -> list[str]:
+    """Category labels made distinct by trailing spaces (plotly merges equal categories into one
+    bar), so two tokens that print alike keep a bar each and still read the same."""
+    return [f"{s} " * (1 + labels[:i].count(s)) if labels[:i].count(s) else s for i, s in enumerate(labels)]
+
 def _waiting(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
     """A chart with nothing to draw yet: its message on empty axes from 0 (plotly's own
     default range for no data, -1 to 4 or so, made counts and rates look negative)."""

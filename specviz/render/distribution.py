@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..distribution import REST, accept_prob, one_hot, overlap, reshape, residual
 from ..events import StepEvent
-from .charts import COLORS, FONT
+from .charts import COLORS, FONT, distinct
 from .html import VISIBLE_WHITESPACE
 from .trace import Trace
 
@@ -91,8 +91,7 @@ def figure(pos: Position | None) -> go.Figure:
     tokens = sorted(set(pos.p) | set(pos.q), key=lambda t: (t == REST, -max(pos.p.get(t, 0), pos.q.get(t, 0))))
     tokens = [t for t in tokens if t != REST][:SHOWN] + ([REST] if REST in pos.p or REST in pos.q else [])
     x = [_name(pos, t) for t in tokens]
-    # distinct x labels even when two tokens print alike
-    x = [f"{s} " * (1 + x[:i].count(s)) if x[:i].count(s) else s for i, s in enumerate(x)]
+    x = distinct(x)
     fig.add_bar(x=x, y=[pos.p.get(t, 0) for t in tokens], name="p (target)", marker_color=P_COLOR)
     if pos.q:
         fig.add_bar(x=x, y=[pos.q.get(t, 0) for t in tokens], name="q (drafter)", marker_color=Q_COLOR)

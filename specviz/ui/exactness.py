@@ -19,7 +19,7 @@ from ..engine import baseline_generate, speculative_generate
 from ..errors import SpecvizError
 from ..events import StepEvent, TokenEvent
 from ..exactness import chi_square
-from ..render.charts import COLORS, FONT
+from ..render.charts import COLORS, FONT, distinct
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
@@ -65,7 +65,7 @@ def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
     tokens = sorted(set(spec) | set(base), key=lambda t: -(spec[t] + base[t]))
     shown, rest = tokens[:SHOWN], tokens[SHOWN:]
     x = [repr(names.get(t, f"#{t}").translate(VISIBLE_WHITESPACE))[1:-1] or f"#{t}" for t in shown]
-    x = [f"{s} " * (1 + x[:i].count(s)) if x[:i].count(s) else s for i, s in enumerate(x)]
+    x = distinct(x)
     ys = [[c[t] for t in shown] + ([sum(c[t] for t in rest)] if rest else []) for c in (spec, base)]
     x += ["other tokens"] if rest else []
     fig = go.Figure()

@@ -18,7 +18,7 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from ..drafters import choose
-from ..engine import baseline_generate, collect, speculative_generate
+from ..engine import baseline_generate, speculative_generate, warm_up
 from ..errors import SpecvizError
 from ..events import RunEnd
 from ..interleave import interleave
@@ -184,9 +184,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes)
         if should_stop():
             raise _Stopped
-        # Two untimed tokens first, as the CLI does: one-time costs (weight packing at the first
-        # multi-token forward, ~0.6 s; allocations) then count in neither run's tokens/s.
-        collect(speculative_generate(target.model, drafter, ids[-8:], replace(cfg, max_new_tokens=2)))
+        warm_up(target.model, drafter, ids, cfg)  # untimed, as the CLI does
         should_stop.start()
         frame.state, frame.message, frame.fraction = "running", f"Generating with {target.name}…", None
         steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
