@@ -39,9 +39,9 @@ def check(args) -> None:
         client.check_url(args.baseline_server)
 
 
-def run(url: str, args, on_chunk=None) -> tuple[ServerRun, dict | None]:
-    """One streamed request and the change in the server-wide counters across it."""
-    before = prometheus.read_spec_counters(url)
+def run(url: str, args, on_chunk=None, counters: bool = True) -> tuple[ServerRun, dict | None]:
+    """One streamed request and (with `counters`) the change in the server-wide counters across it."""
+    before = prometheus.read_spec_counters(url) if counters else None
     r = client.stream_completion(url, args.prompt, model=args.model, max_tokens=args.max_new_tokens,
                                  temperature=args.temperature, seed=args.seed, chat=args.chat is not False,
                                  on_chunk=on_chunk)
@@ -93,7 +93,7 @@ def main(args) -> int:
         raise SpecvizError(spec.error)
     base = None
     if args.baseline_server:
-        base, _ = run(args.baseline_server, args)
+        base, _ = run(args.baseline_server, args, counters=False)  # a plain server has no spec counters
         if base.error and not base.chunks:
             raise SpecvizError(base.error)
     out = result(args, spec, delta, base)

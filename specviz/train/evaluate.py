@@ -96,7 +96,9 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
     ones where the engine's context is still the stored text."""
     from ..engine import GenerationConfig, collect, speculative_generate
 
-    gen = GenerationConfig(max_new_tokens=tokens, k=k, eos_token_ids=target_loaded.eos_token_ids)
+    # Only verdicts and token ids are read here: no top-k or raw log-probs per step (the bench's
+    # setting too), which cost a full-vocabulary softmax and sort each step for nobody.
+    gen = GenerationConfig(max_new_tokens=tokens, k=k, eos_token_ids=target_loaded.eos_token_ids, top=0, raw_top=0)
     reached, kept = [0] * k, [0] * k
     drafted = accepted = emitted = steps = same_text = equal = compared = forced_hits = engine_hits = 0
     for j, s in enumerate(seqs):
