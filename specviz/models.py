@@ -64,6 +64,12 @@ class Loaded:
         return tuple(dict.fromkeys(int(i) for i in ids))
 
     @property
+    def pad_token_id(self) -> int:
+        """The id batched generation pads with: the tokenizer's, else the first eos."""
+        pad = self.tokenizer.pad_token_id
+        return self.eos_token_ids[0] if pad is None else int(pad)
+
+    @property
     def is_chat(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 

@@ -217,8 +217,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say)
 
     eos = list(target_loaded.eos_token_ids)
-    pad = target_loaded.tokenizer.pad_token_id
-    pad = eos[0] if pad is None else pad
+    pad = target_loaded.pad_token_id
     bar = tqdm(total=budget_tokens, initial=min(meta["response_tokens"], budget_tokens or 1 << 62),
                desc="self-distillation", unit="tok", unit_scale=True, disable=not progress)
     start = time.perf_counter()

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     t = models.load(a.target, "cpu")
     fp32, bf16 = t.model, bf16_copy(t.model)
     eos = list(t.eos_token_ids)
-    pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else eos[0]
+    pad = t.pad_token_id
     enc = sorted((models.encode_prompt(t, r["prompt"]) for r in read_prompts()[::7][:a.batch]), key=len)
     print(f"{t.name}, {a.threads} thread(s), batch {a.batch}, {a.new} new tokens, uptime load {os.getloadavg()}")
 

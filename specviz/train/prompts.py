@@ -116,7 +116,7 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
     tok = target_loaded.tokenizer
     header = tok(user_header(tok), add_special_tokens=False)["input_ids"]
     eos = list(target_loaded.eos_token_ids)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    pad = target_loaded.pad_token_id
     specials = tuple(tok.all_special_tokens)
     keep = keep or (lambda text: user_turn_ok(text, specials))
     seen, out = set(), []
