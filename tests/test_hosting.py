@@ -155,3 +155,58 @@ def test_a_waiting_run_wakes_when_the_line_moves():
     started = time.monotonic()
     # Woken by the leave, not by the timeout: well under it, however busy the machine.
     assert line.wait(second, timeout=120) == 0 and time.monotonic() - started < 60
+
+
+def status(message, state, ahead=None):
+    return message, state, ahead
+
+
+def queued_run(turn, should_stop=None):
+    """A streaming handler as the app's are: its place while it waits, then its run."""
+    with turn:
+        if (yield from turn.wait(status, poll=0.05, should_stop=should_stop)):
+            yield "ran", "done", None
+
+
+def test_a_turn_shows_its_place_until_the_runs_ahead_leave():
+    line = Line(slots=1)
+    first, second = line.turn(), line.turn()
+    updates = queued_run(line.turn())
+    waiting = ("Waiting for a turn: 2 runs ahead of you.", "waiting", 2)
+    assert next(updates) == waiting
+    assert next(updates) == waiting  # again after the poll: Gradio can end a gone visitor's run only at a yield
+    with first:
+        pass
+    assert next(updates) == ("Waiting for a turn: 1 run ahead of you.", "waiting", 1)
+
+    def second_runs():
+        with second:
+            time.sleep(0.2)
+
+    threading.Thread(target=second_runs).start()
+    *still_waiting, last = updates
+    assert set(still_waiting) <= {("Waiting for a turn: 1 run ahead of you.", "waiting", 1)}
+    assert last == ("ran", "done", None) and len(line) == 0
+
+
+def test_a_turn_leaves_the_line_when_its_visitor_goes_stops_or_its_run_fails():
+    line = Line(slots=1)
+    first = line.turn()
+    gone = queued_run(line.turn())
+    assert next(gone)[1] == "waiting" and len(line) == 2
+    gone.close()  # what Gradio does when the visitor closes the page
+    assert len(line) == 1
+
+    stop = []
+    stopped = queued_run(line.turn(), should_stop=lambda: bool(stop))
+    assert next(stopped)[1] == "waiting"
+    stop.append(True)
+    assert list(stopped) == [("Stopped before the run started.", "stopped", None)] and len(line) == 1
+
+    with first:
+        pass
+    failing = queued_run(line.turn())
+    assert next(failing) == ("ran", "done", None)  # no one ahead: no waiting update
+    with pytest.raises(RuntimeError):
+        failing.throw(RuntimeError("the run failed"))
+    assert len(line) == 0

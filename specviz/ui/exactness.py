@@ -153,20 +153,17 @@ def queued(line: Line, run):
     """`run`'s updates once it is this run's turn in the app's one Line of runs (limits.py):
     the draws are model work like any run, so a visitor cannot start them beside a run of
     the playground and double the load a hosted app allows."""
+    def status(message, state, ahead=None):
+        return status_html(message, state), gr.skip(), gr.skip()
+
     try:
-        ticket = line.join()
+        turn = line.turn()
     except Busy as e:
         yield status_html(str(e), "busy"), gr.skip(), ""
         return
-    try:
-        ahead = line.ahead(ticket)
-        while ahead:
-            yield status_html(f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you.",
-                              "waiting"), gr.skip(), gr.skip()
-            ahead = line.wait(ticket, 1.0)
+    with turn:
+        yield from turn.wait(status)
         yield from run()
-    finally:
-        line.leave(ticket)
 
 
 def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Line) -> None:

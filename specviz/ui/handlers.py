@@ -22,7 +22,6 @@ from .settings import NO_DRAFTER, Settings
 from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)
-WAIT_POLL = 1.0  # seconds between checks for Stop while a run waits for its turn
 
 
 class Session:
@@ -96,43 +95,28 @@ class Handlers:
                                 remember=False)
 
     def _stream(self, session: Session, request, controls: dict, run, values, remember: bool):
-        session.busy, ticket = True, None
+        def status(message, state, ahead=None):
+            return [*values(notice(message, state, ahead)), session]
+
+        session.busy = True
         try:
             try:
                 settings = Settings.from_controls(**controls)
-                ticket = self.line.join(getattr(request, "session_hash", None))
+                turn = self.line.turn(getattr(request, "session_hash", None))
             except SpecvizError as e:
-                yield [*values(notice(str(e), "busy" if isinstance(e, Busy) else "error")), session]
+                yield status(str(e), "busy" if isinstance(e, Busy) else "error")
                 return
-            if not (yield from self._wait(ticket, session, values)):
-                return
-            if remember:
-                session.settings = settings
-            for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
+            with turn:
+                if not (yield from turn.wait(status, should_stop=session.should_stop)):
+                    return
                 if remember:
-                    session.last = session.run = frame
-                yield [*values(frame), session]
+                    session.settings = settings
+                for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
+                    if remember:
+                        session.last = session.run = frame
+                    yield [*values(frame), session]
         finally:
-            if ticket is not None:
-                self.line.leave(ticket)
             session.busy = session.stop = False
-
-    def _wait(self, ticket, session: Session, values):
-        """Show the visitor's place in the line until its turn; False if Stop came first.
-
-        Yields at least every WAIT_POLL seconds: Gradio can end a gone visitor's run only there.
-        """
-        ahead, shown = self.line.ahead(ticket), None
-        while ahead:
-            if session.should_stop():
-                yield [*values(notice("Stopped before the run started.", "stopped")), session]
-                return False
-            if shown is None or shown[0] != ahead:
-                message = f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you."
-                shown = ahead, [*values(notice(message, "waiting", ahead)), session]
-            yield shown[1]
-            ahead = self.line.wait(ticket, WAIT_POLL)
-        return True
 
     def _frames(self, run, settings: Settings, should_stop):
         yield from run(settings, policy=self.policy, models=self.models, should_stop=should_stop)

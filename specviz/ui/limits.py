@@ -13,6 +13,8 @@ from typing import Callable
 
 from ..errors import SpecvizError
 
+WAIT_POLL = 1.0  # seconds between a waiting run's updates (and checks for Stop)
+
 
 class Busy(SpecvizError):
     """The line is full, or this visitor already has a run in it."""
@@ -61,8 +63,45 @@ class Line:
             self._tickets = [(t, v) for t, v in self._tickets if t is not ticket]
             self._changed.notify_all()
 
+    def turn(self, visitor: str | None = None) -> "Turn":
+        """A place in the line for one run (raises Busy, as join does)."""
+        return Turn(self, self.join(visitor))
+
     def __len__(self) -> int:
         return len(self._tickets)
+
+
+class Turn:
+    """One run's place in a Line. `with turn:` leaves the line however the run ends: done,
+    an error, or Gradio closing the generator of a visitor who has gone."""
+
+    def __init__(self, line: Line, ticket: object):
+        self.line, self.ticket = line, ticket
+
+    def __enter__(self) -> "Turn":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.line.leave(self.ticket)
+
+    def wait(self, status: Callable, poll: float = WAIT_POLL, should_stop: Callable[[], bool] | None = None):
+        """Yield status(message, "waiting", ahead=n) until this run's turn, then return True;
+        or, if should_stop() comes first, yield status(message, "stopped") and return False.
+
+        Yields at least every `poll` seconds (Gradio can end a gone visitor's run only at a
+        yield), the same update again while the place in the line holds.
+        """
+        ahead, shown = self.line.ahead(self.ticket), None
+        while ahead:
+            if should_stop is not None and should_stop():
+                yield status("Stopped before the run started.", "stopped")
+                return False
+            if shown is None or shown[0] != ahead:
+                message = f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you."
+                shown = ahead, status(message, "waiting", ahead=ahead)
+            yield shown[1]
+            ahead = self.line.wait(self.ticket, poll)
+        return True
 
 
 class Deadline:

@@ -22,12 +22,12 @@ from ..errors import SpecvizError
 from ..render.serving import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
 from ..render.status import count, status_html
 from .following import follow
-from .limits import Busy, Deadline, Line
+from .limits import WAIT_POLL, Busy, Deadline, Line
 from .policy import MEASURED_LOAD, Policy
 from .runner import readable
 from .settings import Settings
 
-UPDATE_EVERY, CHARTS_EVERY, WAIT_POLL = 0.3, 2.0, 1.0  # seconds, as in the playground (handlers.py)
+UPDATE_EVERY, CHARTS_EVERY = 0.3, 2.0  # seconds, as in the playground (handlers.py)
 REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit
 GRACE = 10.0  # the client's timeout beyond the time limit: the limit, which keeps the text, ends it first
 MAX_MODEL_CHARS = 200
@@ -140,26 +140,23 @@ class ServingRuns:
 
     def run(self, session, request: gr.Request = None, *, server, baseline="", model="", **controls):
         """Stream the speculative server, then the plain one; yields values() + [session]."""
-        session.busy, ticket = True, None
+        def status(message, state, ahead=None):
+            return [*values(message, state, ahead=ahead), session]
+
+        session.busy = True
         try:
             try:
                 urls, prompt, options = self._check(server, baseline, model, controls)
-                ticket = self.line.join(getattr(request, "session_hash", None))
+                turn = self.line.turn(getattr(request, "session_hash", None))
             except SpecvizError as e:
-                yield [*values(str(e), "busy" if isinstance(e, Busy) else "error"), session]
+                yield status(str(e), "busy" if isinstance(e, Busy) else "error")
                 return
-            ahead = self.line.ahead(ticket)
-            while ahead:  # yields every WAIT_POLL s: Gradio ends a gone visitor's run only at a yield
-                if session.should_stop():
-                    yield [*values("Stopped before the run started.", "stopped"), session]
+            with turn:
+                if not (yield from turn.wait(status, should_stop=session.should_stop)):
                     return
-                message = f"Waiting for a turn: {ahead} run{'s' if ahead > 1 else ''} ahead of you."
-                yield [*values(message, "waiting", ahead=ahead), session]
-                ahead = self.line.wait(ticket, WAIT_POLL)
-            yield from (update + [session] for update in self._requests(urls, prompt, options, session.should_stop))
+                for update in self._requests(urls, prompt, options, session.should_stop):
+                    yield update + [session]
         finally:
-            if ticket is not None:
-                self.line.leave(ticket)
             session.busy = session.stop = False
 
     def _check(self, server, baseline, model, controls) -> tuple[list, str, dict]:
