@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from urllib.parse import urlsplit
 
+from specviz.errors import SpecvizError
+from specviz.serving.urls import check_url
 from specviz.ui import build_app, policy_from_env
 from specviz.ui.serve import serve
 
@@ -43,11 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _url(text: str) -> str:
-    """An http(s) URL with a host: a typo is told at startup, not by the first visitor's run."""
-    parts = urlsplit(text.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
-    return text.strip()
+    """An http(s) URL with a host: a typo is told at startup, not by the first visitor's run
+    (argparse names the flag: "argument --server: the URL must be ...")."""
+    try:
+        return check_url(text, "the URL")
+    except SpecvizError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def demo_for(args: argparse.Namespace):

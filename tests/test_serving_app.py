@@ -267,7 +267,7 @@ def test_a_trusted_app_takes_any_http_url_and_nothing_else():
             p.check_server(bad)
 
 
-def test_the_operator_names_servers_by_env_or_arguments_and_hosted_fields_are_locked():
+def test_the_operator_names_servers_by_env_or_arguments_and_hosted_fields_are_locked(capsys):
     env = {"SPECVIZ_SERVER_URL": SPEC, "SPECVIZ_BASELINE_SERVER_URL": PLAIN}
     assert policy_from_env(env).server_url == SPEC and policy_from_env(env | {"SPECVIZ_HOSTED": "1"}).hosted
     import app
@@ -282,6 +282,7 @@ def test_the_operator_names_servers_by_env_or_arguments_and_hosted_fields_are_lo
     assert local["sv-server-url"]["interactive"] is not False
     with pytest.raises(SystemExit):
         app.parse_args(["--server", "localhost:8000"])  # no scheme: told at startup
+    assert "argument --server: the URL must be an http:// or https:// address" in capsys.readouterr().err
 
 
 # ---- the load sweep -------------------------------------------------------------------------

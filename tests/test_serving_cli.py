@@ -9,7 +9,11 @@ from vllm_servers import free_port
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["generate", "--server", "127.0.0.1:8000", "--prompt", "hi"], "server URL must look like"),
+    (["generate", "--server", "127.0.0.1:8000", "--prompt", "hi"], "--server must be an http:// or https://"),
+    (["generate", "--server", "http://127.0.0.1:8000", "--baseline-server", "ftp://h", "--prompt", "hi"],
+     "--baseline-server must be an http:// or https://"),
+    (["bench", "--server", "http://127.0.0.1:8000", "--baseline-server", "127.0.0.1:8001"],
+     "--baseline-server must be an http:// or https://"),
     (["generate", "--server", "http://127.0.0.1:8000", "--drafter", "eagle", "--prompt", "hi"],
      "--drafter applies to local runs"),
     (["generate", "--server", "http://127.0.0.1:8000", "--dynamic-k", "--trace", "t.json", "--prompt", "hi"],

@@ -254,6 +254,7 @@ def test_progress_reports_each_request_and_each_level():
     ({"server": "http://example.com"}, "--allow-remote"),
     ({"baseline_server": "ftp://127.0.0.1"}, "http"),
     ({"baseline_server": SPEC + "/"}, "same URL"),
+    ({"baseline_server": SPEC + "/v1"}, "same URL"),
     ({"concurrency": (0, 2)}, "1 to 256"),
     ({"concurrency": (1, 512)}, "1 to 256"),
     ({"concurrency": (4, 2)}, "ascending"),

@@ -3,6 +3,7 @@ their own fields), seen from the outside through its OpenAI-compatible HTTP API.
 
 records.py          one request as plain records (chunks, the engine's spec stats, derived rates)
 client.py           one streamed completion: text chunk by chunk, timings, the engine's fields
+urls.py             the one server-URL check (http(s) with a host) and the one loopback test
 engines.py          reading vLLM / SGLang / llama.cpp per-request fields into records
 prometheus.py       the server-wide `/metrics` counters, and their change over a run
 generate_command.py `python -m specviz generate --server URL [--baseline-server URL2]`

@@ -14,6 +14,7 @@ import sys
 from ..errors import SpecvizError
 from . import client
 from .records import ServerRun
+from .urls import check_url
 
 
 def run_suite(prompts, server: str, baseline: str, *, model: str | None, max_tokens: int, repeats: int,
@@ -82,7 +83,7 @@ def main(args, prompts, progress=None) -> int:
     if not args.baseline_server:
         raise SpecvizError("--server needs --baseline-server: the same model served without speculation, "
                            "to measure what speculation buys (scripts/serve-vllm.sh --spec off --port 8001)")
-    client.check_url(args.server), client.check_url(args.baseline_server)
+    check_url(args.server, "--server"), check_url(args.baseline_server, "--baseline-server")
     if args.repeats < 1 or args.max_new_tokens < 1:
         raise SpecvizError("--repeats and --max-new-tokens must be at least 1")
     runs = run_suite(prompts, args.server, args.baseline_server, model=args.model,

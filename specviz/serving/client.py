@@ -10,29 +10,20 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from typing import Callable
 
 from ..errors import SpecvizError
 from . import engines
 from .records import Chunk, ServerRun
+from .urls import base_url
 
 USER_AGENT = "specviz"
 
 
-def check_url(url: str) -> str:
-    """The server's base URL without a trailing slash or /v1; a sentence for anything else."""
-    parsed = urllib.parse.urlparse(url.strip())
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise SpecvizError(f"server URL must look like http://127.0.0.1:8000, not {url!r}")
-    base = url.strip().rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
 def get_json(url: str, path: str, timeout_s: float = 10.0) -> dict:
     """GET base + path as JSON; a sentence naming the server when it does not answer."""
-    base = check_url(url)
+    base = base_url(url)
     try:
         with urllib.request.urlopen(_request(base + path), timeout=timeout_s) as r:
             return json.loads(r.read().decode("utf-8"))
@@ -44,7 +35,7 @@ def server_model(url: str, timeout_s: float = 10.0) -> str:
     """The first model the server lists (GET /v1/models)."""
     data = get_json(url, "/v1/models", timeout_s).get("data") or []
     if not data or not isinstance(data[0], dict) or "id" not in data[0]:
-        raise SpecvizError(f"the server at {check_url(url)} lists no model at /v1/models")
+        raise SpecvizError(f"the server at {base_url(url)} lists no model at /v1/models")
     return str(data[0]["id"])
 
 
@@ -59,7 +50,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
     that is not one. `on_chunk(run)` is called after every chunk; `stop()` returning True
     closes the stream early (the run keeps its chunks, error "stopped"). `messages` (chat only)
     sends a whole conversation instead of `prompt` as one user turn."""
-    base = check_url(url)
+    base = base_url(url)
     run = ServerRun(url=base, model=model or "")
     if not run.model:
         try:

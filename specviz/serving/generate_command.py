@@ -15,6 +15,7 @@ import sys
 from ..errors import SpecvizError
 from . import client, prometheus
 from .records import ServerRun
+from .urls import check_url
 
 GROUP = "\033[4;36m"  # underlined cyan: several tokens from one target pass
 RESET = "\033[0m"
@@ -34,9 +35,9 @@ def check(args) -> None:
         verb = "applies" if len(local_only) == 1 else "apply"
         raise SpecvizError(f"{', '.join(local_only)} {verb} to local runs; with --server the server's own "
                            "configuration decides the model and the drafter (--model picks a served model)")
-    client.check_url(args.server)
+    check_url(args.server, "--server")
     if args.baseline_server:
-        client.check_url(args.baseline_server)
+        check_url(args.baseline_server, "--baseline-server")
 
 
 def run(url: str, args, on_chunk=None, counters: bool = True) -> tuple[ServerRun, dict | None]:

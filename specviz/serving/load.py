@@ -9,7 +9,6 @@ at each level, interleaved, and stops by itself (max_minutes).
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -21,9 +20,9 @@ from ..threads import load_average
 from . import prometheus
 from .load_stats import summarize
 from .records import ServerRun
+from .urls import base_url, check_url, is_loopback
 
 ARMS = ("baseline", "speculative")
-LOOPBACK_NAMES = ("localhost",)
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,8 @@ class LoadConfig:
 
     def validate(self) -> "LoadConfig":
         for name in ("server", "baseline_server"):
-            check_url(getattr(self, name), "--" + name.replace("_", "-"), self.allow_remote)
-        if self.server.rstrip("/") == self.baseline_server.rstrip("/"):
+            check_local(getattr(self, name), "--" + name.replace("_", "-"), self.allow_remote)
+        if base_url(self.server) == base_url(self.baseline_server):
             raise SpecvizError("--server and --baseline-server are the same URL: the sweep needs one server with "
                                "speculation on and one with it off (scripts/serve-vllm.sh --spec off --port 8001)")
         if not self.concurrency:
@@ -71,24 +70,13 @@ class LoadConfig:
         return self
 
 
-def check_url(url: str, flag: str, allow_remote: bool) -> None:
+def check_local(url: str, flag: str, allow_remote: bool) -> None:
     """Refuse anything but http(s) on this machine, unless the user says the server is theirs."""
-    parts = urlsplit(url or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecvizError(f"{flag} must be an http(s) URL such as http://127.0.0.1:8000; got {url!r}")
-    if allow_remote or is_loopback(parts.hostname):
+    url = check_url(url, flag)
+    if allow_remote or is_loopback(urlsplit(url).hostname):
         return
     raise SpecvizError(f"{flag} {url} is not on this machine (loopback: 127.0.0.0/8, ::1, localhost); a load "
                        "sweep floods its server, so pass --allow-remote only if that server is yours")
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback  # no DNS: a name could point anywhere
-    except ValueError:
-        return False
 
 
 def suite_prompts(suite: str = "default") -> tuple:

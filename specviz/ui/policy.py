@@ -19,14 +19,13 @@ requests anywhere it can reach (server-side request forgery). Locally any http(s
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 import pathlib
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 from typing import Mapping
 
 from ..errors import SpecvizError
+from ..serving.urls import check_url, is_loopback
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 
 # The sweep measured for the README (vLLM on a 2-core CPU, ngram on and off): the Serving engine
@@ -57,7 +56,6 @@ RESIDENT_PER_WEIGHT_BYTE = 2.5  # weights + MKL's packed copies (~1.3x) + activa
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
 MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
-MAX_URL_CHARS = 2048
 
 
 @dataclass(frozen=True)
@@ -125,11 +123,7 @@ class Policy:
                 raise SpecvizError(f"this hosted app only sends requests to the serving engines its operator "
                                    f"named (shown in the URL fields), not to the {role} URL given")
             return named[url.rstrip("/")]  # the operator's own spelling of it
-        parts = urlsplit(url) if len(url) <= MAX_URL_CHARS else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SpecvizError(f"the {role} URL must be an http:// or https:// address with a host, "
-                               f"for example http://127.0.0.1:8000 (got {url[:80]!r})")
-        return url
+        return check_url(url, f"the {role} URL")
 
     def check_load_path(self, path) -> str:
         """A load-sweep file named by path: any when visitors are trusted, else the operator's only."""
@@ -188,15 +182,7 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
 
 def exposed(host: str | None, share: bool = False) -> bool:
     """Can strangers reach the app: a public share link, or listening beyond loopback?"""
-    if share:
-        return True
-    host = (host or "127.0.0.1").strip().strip("[]")
-    if host.lower() == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True  # a host name: it may resolve to anything
+    return share or not is_loopback(host or "127.0.0.1")  # a host name other than localhost may be anything
 
 
 def policy_from_env(environ: Mapping[str, str] = os.environ, host: str | None = None, share: bool = False,
