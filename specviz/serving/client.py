@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from typing import Callable
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from . import engines
 from .records import Chunk, ServerRun
@@ -75,7 +76,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
     if seed is not None:
         body["seed"] = int(seed)
     if chat:
-        body["messages"] = messages or [{"role": "user", "content": prompt}]
+        body["messages"] = messages or chat_messages([("user", prompt)])
     else:
         body["prompt"] = prompt
     path = "/v1/chat/completions" if chat else "/v1/completions"
