@@ -132,10 +132,9 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
             run.chunks.append(Chunk(t=t, text=text, tokens=tokens))
             run.text += text
         run.finish_reason = finish or run.finish_reason
-        spec = engines.spec_from_response(event)
+        spec, raw = engines.read_spec(event)
         if spec is not None:
-            run.spec = spec
-            run.raw_metrics = engines.raw_spec_fields(event)
+            run.spec, run.raw_metrics = spec, raw
         if isinstance(event.get("timings"), dict):
             timings.append(event["timings"])
         if on_chunk is not None:
