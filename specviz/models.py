@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import torch
 
 from specviz import llama_fast
+from specviz.chat import chat_messages
 from specviz.errors import SpecvizError
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ def encode_prompt(loaded: Loaded, prompt: str, chat: bool | None = None) -> list
         return list(tokenizer(prompt)["input_ids"])
     if not loaded.is_chat:
         raise SpecvizError(f"{loaded.name!r} has no chat template: turn chat formatting off")
-    return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+    return encode_chat(tokenizer, chat_messages([("user", prompt)]))
 
 
 def encode_chat(tokenizer, messages: list[dict]) -> list[int]:

@@ -12,11 +12,15 @@ SPECVIZ_THREADS=N sets the number outright; an explicit OMP_NUM_THREADS (torch's
 setting) is left alone. The choice is made once, before any model runs: torch fixes a
 thread's count the first time that thread computes, so a later change would not reach the
 app's worker threads.
+
+machine() describes the machine for the JSON reports (the bench, the load sweep), with the
+same load average the thread count reads.
 """
 from __future__ import annotations
 
 import math
 import os
+import platform
 
 from .errors import SpecvizError
 
@@ -73,6 +77,14 @@ def load_average() -> float | None:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
+
+
+def machine(load_before: float | None) -> dict:
+    """The machine a measurement ran on, for a JSON report: Python, OS, processor, CPU count, and
+    the load average before the measurement began (`load_before`) and now, when it ended."""
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "load_average_before": load_before, "load_average_after": load_average()}
 
 
 def apply(environ=os.environ) -> str:

@@ -258,6 +258,14 @@ def test_acceptance_by_position_counts_only_reached_positions():
     assert list(acceptance.data[1].y) == [pytest.approx(1 / 3), pytest.approx(3 / 5)]
 
 
+def test_a_run_with_one_speed_point_still_shows_it():
+    one = Trace("baseline", speculative=False)
+    one.add(TokenEvent(step=0, token=5, p=0.5, time=0.07, elapsed=0.07))
+    t = spec_trace((step(0, [1, 2], 2, 9), Labels()), (step(1, [1, 2], 1, 9), Labels()))
+    speed = playground_figures(t, one)[1]
+    assert [(d.name, d.mode) for d in speed.data] == [("speculative", "lines"), ("baseline", "lines+markers")]
+
+
 def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
     base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, elapsed=2.0,
                   verify_time=1.8)

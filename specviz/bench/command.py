@@ -9,6 +9,7 @@ import sys
 from ..engine import K_MAX
 from ..errors import SpecvizError
 from ..sampling import Sampling
+from ..threads import load_average
 from . import suite as suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
 from .peers import PEERS
@@ -123,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
     drafters = make_drafters(drafter_names, target, args.trust_remote_code)
     encoded = [(p, suites.encode(target.tokenizer, p)) for p in prompts]
 
-    load_before = report.load_average()
+    load_before = load_average()
     bar = _Progress(args.no_progress)
     try:
         result = run_benchmark(target.model, drafters, encoded, cfg, peer_names,

@@ -4,7 +4,8 @@ The JSON document is the complete record (schema below); the CSV holds the summa
 and the terminal shows the same rows, the time breakdown per phase and the cost ratios.
 
 JSON schema "specviz.bench/1":
-    schema, created, environment{python, torch, transformers, platform, threads, device, dtype}
+    schema, created, environment{python, platform, processor, cpus, load_average_before/after
+                 (threads.machine), torch, transformers, threads, device, dtype}
     config{target, suite, categories, limit, drafters, peers, ks, dynamic_k, max_new_tokens,
            repeats, sampling{...}, greedy, eos_token_ids}
     summary[]   one row per arm and category (plus category "all"): SUMMARY_FIELDS
@@ -21,12 +22,11 @@ from __future__ import annotations
 import csv
 import datetime
 import json
-import platform
 import sys
 
 import torch
 
-from ..threads import load_average
+from ..threads import machine
 
 SCHEMA = "specviz.bench/1"
 SUMMARY_FIELDS = (
@@ -39,15 +39,11 @@ RUN_FIELDS = ("prompt_id", "category", "arm", "repeat", "tokens", "elapsed", "pr
 
 
 def environment(device, dtype, load_before: float | None = None) -> dict:
+    """threads.machine, plus what only a local model run has: torch, transformers, threads, device, dtype."""
     import transformers
 
-    return {
-        "load_average_before": load_before, "load_average_after": load_average(),
-        "python": platform.python_version(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-        "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-    }
+    return {**machine(load_before), "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(), "device": str(device), "dtype": str(dtype).replace("torch.", "")}
 
 
 def raw_document(result, config: dict, env: dict) -> dict:

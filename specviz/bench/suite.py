@@ -17,6 +17,7 @@ import json
 import pathlib
 from dataclasses import dataclass
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from ..models import encode_chat
 
@@ -136,7 +137,7 @@ def select(prompts: list[BenchPrompt], categories: list[str] | None = None,
 def encode(tokenizer, prompt: BenchPrompt) -> list[int]:
     """Token ids of a prompt: the chat template with the assistant turn opened, or raw text."""
     if prompt.chat and getattr(tokenizer, "chat_template", None):
-        return encode_chat(tokenizer, [{"role": r, "content": c} for r, c in prompt.messages])
+        return encode_chat(tokenizer, chat_messages(prompt.messages))
     if prompt.chat and len(prompt.messages) > 1:
         raise SpecvizError(f"prompt {prompt.id!r} is a conversation, but this tokenizer has no chat template")
     return list(tokenizer(prompt.text).input_ids)

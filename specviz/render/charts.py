@@ -77,6 +77,18 @@ def acceptance_bars(fig: go.Figure, steps: list[tuple[int, int, int]], verb: str
     return fig
 
 
+def speed_lines(fig: go.Figure, runs: list[tuple[str, str, list[float], list[float]]]) -> go.Figure:
+    """(name, colour, seconds, tokens/s so far) of each run: one line each, from zero up. Local
+    runs and server runs draw speed with this one picture. A run with a single point gets a
+    marker (a line needs two points, and one alone would not show)."""
+    for name, color, xs, ys in runs:
+        fig.add_scatter(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) == 1 else "lines",
+                        line=dict(color=color, width=2.5),
+                        hovertemplate="%{x:.2f} s<br>%{y:.1f} tokens/s<extra>" + name + "</extra>")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
 def _throughput_points(trace: Trace) -> tuple[list[float], list[float]]:
     xs, ys, tokens = [], [], 0
     for e in trace.events:
@@ -92,12 +104,8 @@ def throughput_figure(spec: Trace, base: Trace) -> go.Figure:
     fig = _style(go.Figure(), "Tokens per second over time", "engine time (s)", "tokens / s")
     if not spec.events and not base.events:
         return _waiting(fig)
-    for trace, name, color in ((spec, "speculative", COLORS["speculative"]), (base, "baseline", COLORS["baseline"])):
-        xs, ys = _throughput_points(trace)
-        fig.add_scatter(x=xs, y=ys, name=name, mode="lines", line=dict(color=color, width=2.5),
-                        hovertemplate="%{x:.2f} s<br>%{y:.1f} tokens/s<extra>" + name + "</extra>")
-    fig.update_yaxes(rangemode="tozero")
-    return fig
+    return speed_lines(fig, [(name, COLORS[name], *_throughput_points(trace))
+                             for trace, name in ((spec, "speculative"), (base, "baseline"))])
 
 
 def accepted_length_figure(spec: Trace) -> go.Figure:
@@ -138,11 +146,15 @@ def position_figure(spec: Trace) -> go.Figure:
     rates = position_rates(spec)
     if not rates:
         return _waiting(fig, "nothing drafted yet")
-    xs = list(range(1, len(rates) + 1))
-    ys = [a / r if r else 0.0 for r, a in rates]
-    fig.add_bar(x=xs, y=ys, marker_color=COLORS["corrected"], showlegend=False,
-                customdata=[[a, r] for r, a in rates],
-                hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]} accepted<extra></extra>")
+    return position_bars(fig, rates, "accepted")
+
+
+def position_bars(fig: go.Figure, counts: list[tuple[int, int]], verb: str) -> go.Figure:
+    """(times reached, times kept) per draft position from 1: each position's rate as a bar, the
+    counts on hover. Local runs and server runs draw acceptance by position with this one picture."""
+    fig.add_bar(x=list(range(1, len(counts) + 1)), y=[a / r if r else 0.0 for r, a in counts],
+                marker_color=COLORS["corrected"], showlegend=False, customdata=[[a, r] for r, a in counts],
+                hovertemplate=f"position %{{x}}: %{{customdata[0]}} of %{{customdata[1]}} {verb}<extra></extra>")
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(range=[0, 1.05])
     return fig

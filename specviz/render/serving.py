@@ -12,7 +12,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from ..serving.records import ServerRun, SpecStats
-from .charts import COLORS, _style, _waiting, acceptance_bars
+from .charts import COLORS, _style, _waiting, acceptance_bars, position_bars, speed_lines
 from .numbers import MIN_TOKENS, _card
 from .status import count
 
@@ -143,16 +143,10 @@ def step_figure(s: SpecStats | None) -> go.Figure:
 def position_figure(s: SpecStats | None) -> go.Figure:
     """P(draft i kept | the step drafted at least i), from the per-step arrays."""
     fig = _style(go.Figure(), "Acceptance by draft position", "draft position", "kept / offered")
-    rates = s.per_position_acceptance if s else []
-    if not rates:
+    counts = s.per_position_counts if s else []
+    if not counts:
         return _waiting(fig, f"needs per-step counts ({DETAILED})" if s else "no speculation fields yet")
-    offered = [sum(d >= i for d in s.per_step_drafted) for i in range(1, len(rates) + 1)]
-    fig.add_bar(x=list(range(1, len(rates) + 1)), y=rates, marker_color=COLORS["corrected"], showlegend=False,
-                customdata=[[round(r * n), n] for r, n in zip(rates, offered)],
-                hovertemplate="position %{x}: %{customdata[0]} of %{customdata[1]} kept<extra></extra>")
-    fig.update_xaxes(dtick=1)
-    fig.update_yaxes(range=[0, 1.05])
-    return fig
+    return position_bars(fig, counts, "kept")
 
 
 def _speed_points(run: ServerRun) -> tuple[list[float], list[float]]:
@@ -172,17 +166,11 @@ def _speed_points(run: ServerRun) -> tuple[list[float], list[float]]:
 
 def speed_figure(spec: ServerRun | None, base: ServerRun | None) -> go.Figure:
     fig = _style(go.Figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
-    runs = [(r, name, COLORS[key]) for r, name, key in ((spec, "speculative", "speculative"),
-                                                         (base, "plain", "baseline")) if r is not None]
-    points = [(_speed_points(r), name, color) for r, name, color in runs]
-    if not any(xs for (xs, _), _, _ in points):
+    runs = [(name, COLORS[key], *_speed_points(r))
+            for r, name, key in ((spec, "speculative", "speculative"), (base, "plain", "baseline")) if r is not None]
+    if not any(xs for _, _, xs, _ in runs):
         return _waiting(fig)
-    for (xs, ys), name, color in points:
-        fig.add_scatter(x=xs, y=ys, name=name, mode="lines+markers" if len(xs) == 1 else "lines",
-                        line=dict(color=color, width=2.5),
-                        hovertemplate="%{x:.2f} s<br>%{y:.1f} tokens/s<extra>" + name + "</extra>")
-    fig.update_yaxes(rangemode="tozero")
-    return fig
+    return speed_lines(fig, runs)
 
 
 def serving_figures(spec: ServerRun | None, base: ServerRun | None) -> tuple[go.Figure, go.Figure, go.Figure]:

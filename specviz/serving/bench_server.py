@@ -11,6 +11,7 @@ import json
 import statistics
 import sys
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from . import client
 from .records import ServerRun
@@ -22,7 +23,7 @@ def run_suite(prompts, server: str, baseline: str, *, model: str | None, max_tok
     """Every prompt `repeats` times on both servers; one record per (prompt, repeat, arm)."""
     runs = []
     for i, p in enumerate(prompts):
-        messages = [{"role": r, "content": c} for r, c in p.messages]
+        messages = chat_messages(p.messages)
         for rep in range(repeats):
             arms = [("spec", server), ("base", baseline)]
             if (i + rep) % 2:

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from . import engines
 from .records import Chunk, ServerRun
@@ -66,7 +67,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
     if seed is not None:
         body["seed"] = int(seed)
     if chat:
-        body["messages"] = messages or [{"role": "user", "content": prompt}]
+        body["messages"] = messages or chat_messages([("user", prompt)])
     else:
         body["prompt"] = prompt
     path = "/v1/chat/completions" if chat else "/v1/completions"
@@ -122,10 +123,9 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
             run.chunks.append(Chunk(t=t, text=text, tokens=tokens))
             run.text += text
         run.finish_reason = finish or run.finish_reason
-        spec = engines.spec_from_response(event)
+        spec, raw = engines.read_spec(event)
         if spec is not None:
-            run.spec = spec
-            run.raw_metrics = engines.raw_spec_fields(event)
+            run.spec, run.raw_metrics = spec, raw
         if isinstance(event.get("timings"), dict):
             timings.append(event["timings"])
         if on_chunk is not None:

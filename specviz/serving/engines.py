@@ -293,6 +293,16 @@ def _engine_fields(body) -> tuple[str, dict] | None:
     return None
 
 
+def read_spec(body) -> tuple[SpecStats | None, dict]:
+    """(spec_from_response(body), raw_spec_fields(body)) from one look for the engine's fields:
+    the stream reader wants both from every chunk."""
+    found = _engine_fields(body)
+    if found is None:
+        return None, {}
+    engine, fields = found
+    return _READERS[engine](fields), _raw(engine, fields)
+
+
 def spec_from_response(body: dict) -> SpecStats | None:
     """The speculation report of a whole response or a stream's final chunk, whichever engine sent it.
 
@@ -300,11 +310,7 @@ def spec_from_response(body: dict) -> SpecStats | None:
     body["choices"][0]["meta_info"] (with n > 1 only the first choice is read); llama.cpp:
     body["timings"]. None when the body carries none of them.
     """
-    found = _engine_fields(body)
-    if found is None:
-        return None
-    engine, fields = found
-    return {"vllm": vllm_spec, "sglang": sglang_spec, "llama.cpp": llamacpp_spec}[engine](fields)
+    return read_spec(body)[0]
 
 
 def raw_spec_fields(body: dict) -> dict:
@@ -314,9 +320,13 @@ def raw_spec_fields(body: dict) -> dict:
     of meta_info can hold every token's log-probs); llama.cpp: the whole timings dict.
     """
     found = _engine_fields(body)
-    if found is None:
-        return {}
-    engine, fields = found
+    return {} if found is None else _raw(*found)
+
+
+def _raw(engine: str, fields: dict) -> dict:
     if engine == "sglang":
         return {key: value for key, value in fields.items() if key.startswith("spec_")}
     return dict(fields)
+
+
+_READERS = {"vllm": vllm_spec, "sglang": sglang_spec, "llama.cpp": llamacpp_spec}

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 from urllib.parse import urlsplit
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from ..threads import load_average
 from . import prometheus
@@ -221,8 +222,7 @@ def _stream_completion(url, prompt, **options) -> ServerRun:
 
     if isinstance(prompt, str):
         return stream_completion(url, prompt, **options)
-    messages = [{"role": role, "content": text} for role, text in prompt]
-    return stream_completion(url, messages[-1]["content"], messages=messages, **options)
+    return stream_completion(url, prompt[-1][1], messages=chat_messages(prompt), **options)
 
 
 def _now() -> str:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import platform
 from dataclasses import asdict
 
 from ..errors import SpecvizError
-from ..threads import load_average
+from ..threads import machine
 from .load import ARMS, LoadResult
 from .load_stats import ArmStats, crossover, policy_threshold, summarize, toggle_policy
 
@@ -38,7 +36,7 @@ def document(result: LoadResult) -> dict:
                  "elapsed_s": r.elapsed_s, "ttft_s": r.ttft_s, "inter_token_s": r.inter_token_s,
                  "finish_reason": r.finish_reason, "error": r.error}
                 for a in result.arms for start, r in zip(a.starts_s or [None] * len(a.runs), a.runs)]
-    env = environment(result.load_average_before)
+    env = machine(result.load_average_before)
     doc = {"schema": SCHEMA, "version": VERSION, "started": result.started, "finished": result.finished,
            "config": config, "environment": env, "stopped_early": result.stopped_early,
            "notes": list(result.notes) + busy_notes(env), "levels": levels, "requests": requests}
@@ -52,12 +50,6 @@ def tradeoff(levels: list[dict]) -> dict:
               for lv in levels if all(arm in lv for arm in ARMS)]
     cross = crossover(points)
     return {"crossover": cross.to_dict(), "policy": toggle_policy(points, policy_threshold(points, cross))}
-
-
-def environment(load_before: float | None) -> dict:
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "load_average_before": load_before, "load_average_after": load_average()}
 
 
 def busy_notes(env: dict) -> list[str]:

@@ -54,15 +54,17 @@ class SpecStats:
     @property
     def per_position_acceptance(self) -> list[float]:
         """P(draft i kept | the step drafted at least i tokens), i = 1..k, from the per-step arrays."""
+        return [kept / offered if offered else 0.0 for offered, kept in self.per_position_counts]
+
+    @property
+    def per_position_counts(self) -> list[tuple[int, int]]:
+        """(steps that drafted at least i tokens, steps that kept at least i), i = 1..k."""
         if self.per_step_accepted is None or self.per_step_drafted is None:
             return []
         longest = max(self.per_step_drafted, default=0)
-        rates = []
-        for i in range(1, longest + 1):
-            offered = sum(1 for d in self.per_step_drafted if d >= i)
-            kept = sum(1 for a, d in zip(self.per_step_accepted, self.per_step_drafted) if d >= i and a >= i)
-            rates.append(kept / offered if offered else 0.0)
-        return rates
+        steps = list(zip(self.per_step_accepted, self.per_step_drafted))
+        return [(sum(d >= i for _, d in steps), sum(d >= i and a >= i for a, d in steps))
+                for i in range(1, longest + 1)]
 
     def to_dict(self) -> dict:
         d = asdict(self)

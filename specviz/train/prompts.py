@@ -22,6 +22,7 @@ import json
 import pathlib
 import re
 
+from ..chat import chat_messages
 from ..errors import SpecvizError
 from .tasks import code_tasks, doc_tasks
 
@@ -84,7 +85,7 @@ def shares_bench_text(prompt: str) -> bool:
 def user_header(tokenizer) -> str:
     """The chat template's text up to where a user's message would begin."""
     mark = "\u2063specviz-user\u2063"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": mark}], tokenize=False)
+    text = tokenizer.apply_chat_template(chat_messages([("user", mark)]), tokenize=False)
     return text[:text.index(mark)]
 
 
