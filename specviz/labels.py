@@ -19,7 +19,8 @@ class Labeler:
 
     def __init__(self, models, loaded, prompt_ids: list[int]):
         self.models, self.loaded = models, loaded
-        self.out = Detokenizer(lambda ids: models.decode(loaded, ids), prompt_ids)  # the output so far
+        tokenizer = getattr(loaded, "tokenizer", None)
+        self.out = Detokenizer(lambda ids: models.decode(loaded, ids), prompt_ids, tokenizer)  # the output so far
         self._alone: dict[int, str] = {}  # a token's text on its own, decoded once per run
 
     def _text(self, token: int) -> str:
@@ -33,27 +34,36 @@ class Labeler:
 
     def label(self, event) -> Labels:
         if isinstance(event, StepEvent):
-            draft = tuple(self.out.fork().pieces(event.draft))  # kept or not, where proposed
-            at_token = self.out.fork()  # the output plus the kept drafts: where the own token lands
-            at_token.pieces(event.draft[: event.accepted])
+            # One pass over the draft: the kept drafts, then the own token where they end (a
+            # fork), then the rejected drafts where proposed. The output moves on by the
+            # emitted tokens, which are the kept drafts and the own token unless cut at EOS.
+            drafts = self.out.fork()
+            kept = drafts.pieces(event.draft[: event.accepted])
+            at_token = drafts.fork()
             token = at_token.push(event.token)
+            draft = tuple(kept + drafts.pieces(event.draft[event.accepted:]))
             tree = self._tree(event.tree) if event.tree is not None else ()
             rows = {name: tuple(map(self._row, getattr(event, name))) for name in ("p_top", "q_top", "p_raw", "q_raw")}
-            self.out.pieces(event.emitted)
+            if tuple(event.emitted) == tuple(event.draft[: event.accepted]) + (event.token,):
+                self.out = at_token
+            else:
+                self.out.pieces(event.emitted)
         else:
             draft, tree, rows = (), (), {}
             token = self.out.push(event.token)
         return Labels(draft=draft, token=token, top=self._row(event.top), tree=tree, **rows)
 
     def _tree(self, tree) -> tuple[str, ...]:
-        """Each node's text in the context of its own branch (an open character as U+FFFD)."""
-        out = []
-        for i in range(len(tree.tokens)):
-            branch, j = [], i
-            while j >= 0:
-                branch.insert(0, tree.tokens[j])
-                j = tree.parents[j]
-            node = self.out.fork()
-            node.pieces(branch[:-1])
-            out.append(node.push(branch[-1], final=True))
-        return tuple(out)
+        """Each node's text in the context of its own branch (an open character as U+FFFD):
+        one decode per node, from its parent's stream, whatever the tree's depth."""
+        tokens, parents = tree.tokens, tree.parents
+        streams, whole = {-1: self.out}, {}  # node -> the output plus its branch; its text
+
+        def stream(i):
+            if i not in streams:
+                whole[i], streams[i] = stream(parents[i]).branch(tokens[i])
+            return streams[i]
+
+        for i in sorted({p for p in parents if p >= 0}):  # nodes with children
+            stream(i)
+        return tuple(whole[i] if i in whole else stream(parents[i]).peek(t) for i, t in enumerate(tokens))

@@ -359,7 +359,7 @@ def token_strings(loaded: Loaded, ids: Iterable[int]) -> list[str]:
     """
     from .detok import Detokenizer
 
-    return Detokenizer(lambda part: decode(loaded, part)).pieces(_as_list(ids))
+    return Detokenizer(lambda part: decode(loaded, part), tokenizer=loaded.tokenizer).pieces(_as_list(ids))
 
 
 def _as_list(ids) -> list[int]:
