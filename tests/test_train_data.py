@@ -211,3 +211,30 @@ def test_cli_sources_and_a_token_budget(tiny, prompt_file, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bytes per token" in err and "50 target-written tokens" in err
     assert load_data(tiny, tmp_path).response_tokens >= 50
+
+
+def test_held_out_prompts_stay_put_when_more_written_prompts_are_answered():
+    """Held-out prompts come from the whole written pool: answering more of it later neither
+    moves them nor holds out a prompt an earlier run trained on."""
+    def seq(pid):
+        return Seq(torch.tensor([1, 2, 3]), 1, torch.zeros(3, 4), torch.zeros(3, 2), torch.zeros(3, 2), pid,
+                   "greedy", "written")
+
+    pool = [f"w{i}" for i in range(200)]
+    few = Corpus([seq(p) for p in pool[:40]], {"written_pool": pool})
+    every = Corpus([seq(p) for p in pool], {"written_pool": pool})
+    trained_early = {s.prompt_id for s in few.split(10)[0].sequences}
+    held_late = {s.prompt_id for s in every.split(10)[1].sequences}
+    assert len(held_late) == 10 and not held_late & trained_early
+    assert {s.prompt_id for s in few.split(10)[1].sequences} <= held_late
+    # without a recorded pool (data built before it was recorded) the choice is among those answered
+    assert len(Corpus([seq(p) for p in pool[:40]]).split(10)[1].sequences) == 10
+
+
+def test_the_build_records_the_written_pool_first(tiny, tmp_path):
+    rows = [{"id": f"w{i}", "prompt": f"say {i}", "source": "written"} for i in range(6)]
+    rows += [{"id": "code-1", "prompt": "edit this", "source": "code"}]
+    build_data(tiny, tmp_path, prompts=rows, passes=1, max_new_tokens=4, batch=4, budget_tokens=1, progress=False)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["written_pool"] == [f"w{i}" for i in range(6)] and len(meta["done"]) < len(rows)
+    assert load_data(tiny, tmp_path).meta["written_pool"] == meta["written_pool"]

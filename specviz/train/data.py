@@ -57,9 +57,12 @@ class Corpus:
     def split(self, held_out: int) -> tuple["Corpus", "Corpus"]:
         """(train, held): `held_out` prompts chosen by a hash of their id among the written
         prompts (among all when there are none), so the choice moves neither when more passes
-        nor when more generated prompts are added. Held prompts keep only their greedy
-        response, and none of their responses is trained on."""
-        written = {s.prompt_id for s in self.sequences if s.source == "written"}
+        nor when more generated prompts are added. The written prompts are the whole written
+        pool the data was built from (meta "written_pool"), not only those answered so far: a
+        build that answers more of them later leaves the choice where it was, and never holds
+        out a prompt an earlier run trained on. Held prompts keep only their greedy response,
+        and none of their responses is trained on."""
+        written = set(self.meta.get("written_pool", ())) or {s.prompt_id for s in self.sequences if s.source == "written"}
         keys = sorted(written or {s.prompt_id for s in self.sequences}, key=_stable_hash)
         held_ids = set(keys[:held_out])
         train = [s for s in self.sequences if s.prompt_id not in held_ids]
@@ -209,6 +212,12 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     meta["prompts"] = (f"{pathlib.Path(prompts).name} ({len(rows)} prompts)" if isinstance(prompts, (str, pathlib.Path))
                        else f"{len(rows):,} prompts ({', '.join(f'{k} {v}' for k, v in counts.items())})")
     done = set(tuple(x) for x in meta["done"])
+    # The written prompts held-out ones are drawn from (Corpus.split): every one in any pool
+    # this folder was built from, recorded before the first batch so a cut-short build has it.
+    pool = sorted(set(meta.get("written_pool", ())) | {r["id"] for r in rows if r.get("source", "written") == "written"})
+    if pool != meta.get("written_pool"):
+        meta["written_pool"] = pool
+        _write_meta(folder, meta)
 
     encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
     batches = plan(rows, {k: len(v) for k, v in encoded.items()}, passes, batch, seed)
