@@ -237,3 +237,21 @@ def test_the_build_records_the_written_pool_first(tiny, tmp_path):
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["written_pool"] == [f"w{i}" for i in range(6)] and len(meta["done"]) < len(rows)
     assert load_data(tiny, tmp_path).meta["written_pool"] == meta["written_pool"]
+
+
+def test_build_order_takes_turns_by_source_so_a_budget_cut_holds_every_source():
+    rows = ([row("written", "chat", f"question {i}") for i in range(12)]
+            + [row("docs", "summarisation", f"summarise passage {i}") for i in range(120)]
+            + [row("code", "code", f"edit function {i}") for i in range(60)])
+    lengths = {r["id"]: len(r["prompt"]) + i % 7 for i, r in enumerate(rows)}
+    batches = data_mod.plan(rows, lengths, passes=2, batch=3, seed=5)
+    flat = [(p, r["id"]) for b in batches for p, r in b]
+    assert sorted(flat) == sorted((p, r["id"]) for p in range(2) for r in rows)  # each once per pass
+    assert [p for p, _ in flat] == sorted(p for p, _ in flat)  # pass by pass
+    assert data_mod.plan(rows, lengths, 2, 3, 5) == batches  # a pure function: resume rebuilds it
+    window = 3 * data_mod.WINDOW  # length sorting stays inside a window: count two whole ones
+    head = [r["source"] for b in batches[:2 * window // 3] for _, r in b]
+    # 12 turns of all three, then docs and code alternate
+    assert {s: head.count(s) for s in set(head)} == {"written": 12, "docs": 18, "code": 18}
+    # (a plain shuffle of these rows puts about 3 written prompts there)
+    assert data_mod.plan(rows, lengths, 1, 3, 6) != data_mod.plan(rows, lengths, 1, 3, 5)
