@@ -54,7 +54,8 @@ def evaluate(recipe, module, target_loaded, held: Corpus, cfg, say) -> dict:
            f"acceptance in the engine, greedy chain (depth 1-{k})": [round(x, 4) for x in chain["depths"]],
            "depth 1 at the engine's steps (teacher-forced / engine)": [round(forced1, 4), round(engine1, 4)],
            "first drafts equal to the teacher-forced ones": f"{same} / {compared}",
-           "outputs equal to the data's greedy text (written by its generator, often a bf16 copy)": f"{chain['same text']} / {len(seqs)}",
+           "outputs equal to the data's greedy text (written by its generator, often a bf16 copy)":
+               f"{chain['same text']} / {len(seqs)}",
            f"alpha (greedy, k={k})": round(chain["alpha"], 4), f"tau (greedy, k={k})": round(chain["tau"], 3)}
     if getattr(recipe.drafter(module, target_loaded), "tree_width", 0) > 1 and _trees_here(target_loaded):
         out[f"tau (greedy, tree of {k} nodes)"] = round(
