@@ -251,7 +251,6 @@ def test_build_order_takes_turns_by_source_so_a_budget_cut_holds_every_source():
     assert data_mod.plan(rows, lengths, 2, 3, 5) == batches  # a pure function: resume rebuilds it
     window = 3 * data_mod.WINDOW  # length sorting stays inside a window: count two whole ones
     head = [r["source"] for b in batches[:2 * window // 3] for _, r in b]
-    # 12 turns of all three, then docs and code alternate
+    # 12 turns of all three, then docs and code alternate (a plain shuffle puts about 3 written there)
     assert {s: head.count(s) for s in set(head)} == {"written": 12, "docs": 18, "code": 18}
-    # (a plain shuffle of these rows puts about 3 written prompts there)
     assert data_mod.plan(rows, lengths, 1, 3, 6) != data_mod.plan(rows, lengths, 1, 3, 5)

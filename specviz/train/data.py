@@ -129,7 +129,7 @@ def load_data(target_loaded, folder: str | pathlib.Path | None = None) -> Corpus
             seqs.append(Seq(ids=row["ids"].long(), response_start=int(row["response_start"]),
                             hidden=row["hidden"], top_ids=row["top_ids"].long(), top_p=row["top_p"],
                             prompt_id=row["prompt_id"], variant=row["variant"],
-                            source=row.get("source", "written")))
+                            source=source_of(row)))
     return Corpus(seqs, meta)
 
 
@@ -178,11 +178,17 @@ def plan(rows: list[dict], lengths: dict, passes: int, batch: int, seed: int) ->
     return out
 
 
+def source_of(row: dict) -> str:
+    """The source of a prompt row or a stored sequence (plain prompt files and older shards name
+    none: theirs are prompts written for the project)."""
+    return row.get("source", "written")
+
+
 def by_turns(rows: list[dict], seed: int) -> list[int]:
     """Row indices, one per source in turn (sources by name, each shuffled with `seed`)."""
     queues: dict[str, list[int]] = {}
     for i in torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist():
-        queues.setdefault(rows[i].get("source", "written"), []).append(i)
+        queues.setdefault(source_of(rows[i]), []).append(i)
     turns = [queues[name] for name in sorted(queues)]
     return [q[r] for r in range(max(map(len, turns), default=0)) for q in turns if r < len(q)]
 
@@ -220,13 +226,13 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
                            "delete it or use another folder")
     meta = {"settings": settings, "seconds": 0.0, "tokens": 0, "response_tokens": 0, "done": [], **meta,
             "shards": _shards(folder, meta), "vocab": target_loaded.vocab_size}
-    counts = Counter(r.get("source", "written") for r in rows)  # what a model card quotes
+    counts = Counter(source_of(r) for r in rows)  # what a model card quotes
     meta["prompts"] = (f"{pathlib.Path(prompts).name} ({len(rows)} prompts)" if isinstance(prompts, (str, pathlib.Path))
                        else f"{len(rows):,} prompts ({', '.join(f'{k} {v}' for k, v in counts.items())})")
     done = set(tuple(x) for x in meta["done"])
     # The written prompts held-out ones are drawn from (Corpus.split): every one in any pool
     # this folder was built from, recorded before the first batch so a cut-short build has it.
-    pool = sorted(set(meta.get("written_pool", ())) | {r["id"] for r in rows if r.get("source", "written") == "written"})
+    pool = sorted(set(meta.get("written_pool", ())) | {r["id"] for r in rows if source_of(r) == "written"})
     if pool != meta.get("written_pool"):
         meta["written_pool"] = pool
         _write_meta(folder, meta)
@@ -262,7 +268,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         t2 = time.perf_counter()
         out = [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
                 "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}",
-                "source": r.get("source", "written")}
+                "source": source_of(r)}
                for ids, q, (h, p, i), (n, r) in zip(seqs, prompt_ids, forced, chunk)]
         # save: the shard first, then meta.json that lists it (a kill in between redoes it)
         name = f"shard-{len(meta['shards']):05d}.pt"
