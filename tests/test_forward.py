@@ -191,3 +191,28 @@ def test_a_weight_changed_inside_a_packed_group_is_used(monkeypatch):
         fresh.load_state_dict(model.state_dict())
         want = forward(fresh, ids, new_cache(fresh))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_few_row_linear_computes_what_f_linear_computes_through_a_transposed_copy():
+    wide = torch.randn(96, 32, generator=torch.Generator().manual_seed(4))
+    bias = torch.randn(96)
+    with torch.no_grad():
+        for rows in range(1, 7):
+            x = torch.randn(rows, 32, generator=torch.Generator().manual_seed(rows))
+            torch.testing.assert_close(packing.few_row_linear(x, wide, bias), torch.nn.functional.linear(x, wide, bias))
+        t = packing.few_row_weight(wide)
+        assert t is not None and t.is_contiguous() and torch.equal(t, wide.t())
+        assert packing.few_row_weight(wide) is t, "made once per weight"
+        wide.mul_(-1.0)  # changed in place: the copy is remade, never stale
+        x = torch.randn(2, 32)
+        torch.testing.assert_close(packing.few_row_linear(x, wide), x @ wide.t())
+        assert packing.few_row_weight(torch.randn(16, 32)) is None, "narrow weights keep F.linear"
+        assert packing.few_row_weight(wide.half()) is None
+
+
+def test_few_row_linear_leaves_training_to_f_linear_so_gradients_reach_the_weight():
+    layer = torch.nn.Linear(8, 24)
+    packing.linear(layer, torch.randn(1, 8)).sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        assert packing.few_row_weight(layer.weight) is not None

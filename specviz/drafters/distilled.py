@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import SpecvizError
 from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
+from ..packing import few_row_linear, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
@@ -47,15 +48,15 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, cache=None, layer=0, mask=None):
         """x (B, T, hidden). With `cache` (B = 1), keys/values are written at its length."""
         b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = linear(self.qkv, self.norm1(x)).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         if cache is None:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             keys, values = write(cache.k[layer], cache.v[layer], cache.length, k[0], v[0])
             a = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask)
-        x = x + self.out(a.transpose(1, 2).reshape(b, t, -1))
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        x = x + linear(self.out, a.transpose(1, 2).reshape(b, t, -1))
+        gate, up = linear(self.gate_up, self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
 
@@ -117,7 +118,7 @@ class DistilledLM(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, cache, i, mask)
         cache.length = start + t
-        return self.norm(x[0]) @ self.fused.T + self.bias
+        return few_row_linear(self.norm(x[0]), self.fused, self.bias)
 
 
 class DistilledDrafter(Drafter):

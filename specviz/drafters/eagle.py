@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
+from ..packing import linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 from .medusa import TargetHead
 
@@ -101,9 +102,9 @@ class EagleHead(nn.Module):
         x, a = self.pair(h, e)
         B, T, _ = x.shape
         cos, sin = rotary(self.inv_freq, positions, x.dtype)
-        q = rope(self.q(a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
-        k = rope(self.k(a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
-        v = self.v(a).view(B, T, self.kv_heads, -1).transpose(1, 2)
+        q = rope(linear(self.q, a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
+        k = rope(linear(self.k, a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
+        v = linear(self.v, a).view(B, T, self.kv_heads, -1).transpose(1, 2)
         return x, q, k, v
 
     def pair(self, h: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,9 +115,9 @@ class EagleHead(nn.Module):
     def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """The layer's input and its attention output -> predicted features (B, T, H)."""
         B, T, _ = x.shape
-        x = x + self.o(att.transpose(1, 2).reshape(B, T, -1))
+        x = x + linear(self.o, att.transpose(1, 2).reshape(B, T, -1))
         b = self.ln2(x)
-        x = x + self.down(F.silu(self.gate(b)) * self.up(b))
+        x = x + self.down(F.silu(linear(self.gate, b)) * linear(self.up, b))
         return self.norm(x)
 
 
@@ -199,18 +200,22 @@ class Eagle(Drafter):
         # Per node: token, parent, path probability, depth, feature that predicts its children.
         tok, par, score, depth, feat, row = [], [], [], [], [], []
 
-        def add_children(parent: int, f: torch.Tensor, prob: float, d: int) -> None:
+        def add_children(parents: list[int], f: torch.Tensor, d: int) -> None:
+            """The w likeliest children of each of `parents` (-1: the root), whose predicted
+            features are the rows of f: one LM-head multiply for the whole frontier."""
             p, i = torch.softmax(self.lm.logits(f).float(), -1).topk(w)
             ids = self.lm.subset[i] if self.lm.subset is not None else i
-            for t, pt in zip(ids.tolist(), p.tolist()):
-                tok.append(t)
-                par.append(parent)
-                score.append(prob * pt)
-                depth.append(d)
-                feat.append(None)  # set when the node is expanded
-                row.append(None)  # its pair's row in the head's cache, once expanded
+            for parent, row_ids, row_p in zip(parents, ids.tolist(), p.tolist()):
+                prob = 1.0 if parent < 0 else score[parent]
+                for t, pt in zip(row_ids, row_p):
+                    tok.append(t)
+                    par.append(parent)
+                    score.append(prob * pt)
+                    depth.append(d)
+                    feat.append(None)  # set when the node is expanded
+                    row.append(None)  # its pair's row in the head's cache, once expanded
 
-        add_children(-1, self.last[0], 1.0, 1)
+        add_children([-1], self.last, 1)
         for d in range(1, budget):
             frontier = sorted((n for n in range(len(tok)) if depth[n] == d), key=lambda n: -score[n])[:w]
             inputs = torch.stack([self.last[0] if par[n] < 0 else feat[par[n]] for n in frontier])
@@ -227,7 +232,7 @@ class Eagle(Drafter):
                             positions, mask.view(1, 1, *mask.shape))[0]
             for r, n in enumerate(frontier):
                 feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
-                add_children(n, out[r], score[n], d + 1)
+            add_children(frontier, out, d + 1)
         # The likeliest nodes; a child is never likelier than its parent, so parents come first.
         keep = sorted(range(len(tok)), key=lambda n: (-score[n], depth[n]))[:budget]
         keep.sort(key=lambda n: (depth[n], -score[n]))

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..packing import few_row_linear, linear
 from ..tree import best_first
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
@@ -39,7 +40,7 @@ class TargetHead:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Logits over the head's rows (the subset, or the whole vocabulary)."""
-        return F.linear(h.to(self.weight.dtype), self.weight, self.bias)
+        return few_row_linear(h.to(self.weight.dtype), self.weight, self.bias)
 
     def full(self, logits: torch.Tensor) -> torch.Tensor:
         """Scatter subset logits into a full-vocabulary float32 row filled with -inf."""
@@ -69,7 +70,7 @@ class MedusaHeads(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (heads, ..., H): the hidden each head hands to the LM head."""
-        return torch.stack([h + F.silu(block(h)) for block in self.blocks])
+        return torch.stack([h + F.silu(linear(block, h)) for block in self.blocks])
 
 
 def heads_config(heads: MedusaHeads) -> dict:
