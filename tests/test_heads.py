@@ -156,6 +156,39 @@ def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
     assert torch.equal(again.tokens, fresh.tokens) and torch.allclose(again.q, fresh.q, atol=1e-5)
 
 
+class _Unpruned(Eagle):
+    """The tree grown as before pruning: the `tree_width` likeliest nodes of every depth."""
+
+    def _frontier(self, score, depth, d, budget):
+        return sorted((n for n in range(len(score)) if depth[n] == d), key=lambda n: -score[n])[:self.tree_width]
+
+
+@pytest.mark.parametrize("width,budget", [(2, 4), (3, 4), (3, 7), (4, 9)])
+def test_an_eagle_tree_skips_only_nodes_that_could_not_be_kept(target, width, budget):
+    """Expanding only nodes among the budget - 1 likeliest gives the same tree as expanding
+    the tree_width likeliest of every depth, and feeds the head fewer rows overall."""
+    rows = {"pruned": 0, "unpruned": 0}
+    for seed in range(6):
+        ids = list(range(10 + seed, 30 + seed))
+        got = {}
+        for name, cls in (("pruned", Eagle), ("unpruned", _Unpruned)):
+            torch.manual_seed(seed)
+            head = EagleHead(eagle_config(target), None)
+            for p in head.parameters():  # peaked enough that some branches are clearly unlikely
+                p.data.mul_(3.0)
+            d = cls(target, head.requires_grad_(False), tree_width=width)
+            with torch.inference_mode():
+                d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"),
+                        hidden=hidden_of(target, ids)[:-1], trees=True)
+                d._catch_up(ids)
+                before = d.cache.length
+                draft = d.propose(ids, budget)
+                rows[name] += d.cache.length - before
+            got[name] = (draft.tokens.tolist(), draft.parents)
+        assert got["pruned"] == got["unpruned"]
+    assert rows["pruned"] < rows["unpruned"]
+
+
 def test_greedy_with_repetition_penalty_matches_too(target, prompts):
     cfg = GenerationConfig(max_new_tokens=25, k=3, sampling=Sampling(repetition_penalty=1.4))
     for prompt in prompts[1:]:
