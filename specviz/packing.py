@@ -6,7 +6,8 @@ takes a kernel that, by all appearances, repacks the weight on every call: a ste
 packed-GEMM API, the one inductor uses when it freezes a CPU model) drops that to ~1.3x:
 the verify cost is what decides whether a draft pays. The packed copy is ~3x the
 weight's size, so only models whose packed copies fit PACK_BUDGET (and a quarter of the
-RAM) are packed; SPECVIZ_PACK=0 turns packing off.
+RAM) are packed; SPECVIZ_PACK=0 turns packing off. Below 4 rows a packed model's wide
+weights go through transposed copies instead (few_row_linear, at the end of this file).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 PACK_BUDGET = 4 << 30  # bytes of packed copies at most (SmolLM2-135M needs ~1.6 GB)
-_PACK_MIN = 4  # fewer rows take MKL's unpacked kernels, which are as fast there (measured)
+_PACK_MIN = 4  # fewer rows take few_row_linear (below): per-row GEMVs, which the packed copy does not beat
 _PACK_ROWS = 16  # the row count MKL is told to pack for; any count works (checked below)
 _packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
 
@@ -98,6 +99,8 @@ def pack(model) -> dict:
     table: dict = {}
     if _pack_wanted(model):
         groups = _groups(model)
+        # MKL reserves up to 3x the weights for packed copies (~1.3x resident, measured); the
+        # few-row transposed copies of the wide weights (~0.8x) fit in what it leaves.
         if 3 * 4 * sum(m.weight.numel() for g in groups for m in g) <= min(PACK_BUDGET, _memory() // 4):
             with torch.no_grad():
                 for g in groups:
@@ -112,9 +115,13 @@ def pack(model) -> dict:
 
 
 def linears(modules: tuple, x: torch.Tensor, table: dict | None) -> list[torch.Tensor]:
-    """[m(x) for m in modules], as one packed multiply when there is a current packed copy."""
+    """[m(x) for m in modules]: as one packed multiply from _PACK_MIN rows when there is a
+    current packed copy; below that, for a packed model, through few_row_linear."""
     entry = table.get(modules) if table else None
-    if entry is None or x.shape[0] < _PACK_MIN or not entry.fresh():
+    if entry is not None and x.shape[0] < _PACK_MIN:
+        # A packed model is one whose copies fit the budget, the transposed ones included.
+        return [few_row_linear(x, m.weight, m.bias) for m in modules]
+    if entry is None or not entry.fresh():
         return [m(x) for m in modules]  # not packed, or a weight changed since: the modules' own path
     return entry(x)
 
