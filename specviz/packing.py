@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
 PACK_BUDGET = 4 << 30  # bytes of packed copies at most (SmolLM2-135M needs ~1.6 GB)
-_PACK_MIN = 4  # fewer rows take few_row_linear (below): per-row GEMVs, which the packed copy does not beat
+_PACK_MIN = 4  # fewer rows take few_row_linear (below): MKL runs them as per-row GEMVs, packed or not
 _PACK_ROWS = 16  # the row count MKL is told to pack for; any count works (checked below)
 _packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
 
@@ -118,8 +118,7 @@ def linears(modules: tuple, x: torch.Tensor, table: dict | None) -> list[torch.T
     """[m(x) for m in modules]: as one packed multiply from _PACK_MIN rows when there is a
     current packed copy; below that, for a packed model, through few_row_linear."""
     entry = table.get(modules) if table else None
-    if entry is not None and x.shape[0] < _PACK_MIN:
-        # A packed model is one whose copies fit the budget, the transposed ones included.
+    if entry is not None and x.shape[0] < _PACK_MIN:  # packed models only: they passed the memory check
         return [few_row_linear(x, m.weight, m.bias) for m in modules]
     if entry is None or not entry.fresh():
         return [m(x) for m in modules]  # not packed, or a weight changed since: the modules' own path
@@ -132,7 +131,6 @@ def linears(modules: tuple, x: torch.Tensor, table: dict | None) -> list[torch.T
 # 49152 x 576 LM head takes 11 ms a row through F.linear and 5.5 ms through x @ W.T held
 # contiguous (an 8192-row draft vocabulary: 2.0 vs 0.95 ms). From 4 rows MKL switches to
 # a GEMM kernel whose cost barely grows with rows, and F.linear (or the packed copy) wins.
-FEW_ROWS = 4
 FEW_ROWS_BUDGET = 512 << 20  # bytes a transposed copy may take
 _transposed = WeakIdKeyDictionary()  # weight -> (stamp, transposed copy); tensors compare by identity
 
@@ -157,7 +155,7 @@ def few_row_weight(weight: torch.Tensor) -> torch.Tensor | None:
 
 def few_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias), through the weight's transposed copy for 1-3 rows."""
-    if x.numel() < FEW_ROWS * x.shape[-1]:
+    if x.numel() < _PACK_MIN * x.shape[-1]:
         t = few_row_weight(weight)
         if t is not None:
             out = x @ t
