@@ -237,7 +237,7 @@ class Eagle(Drafter):
                 feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
             add_children(frontier, out, d + 1)
         # The likeliest nodes; a child is never likelier than its parent, so parents come first.
-        keep = sorted(range(len(tok)), key=lambda n: (-score[n], depth[n]))[:budget]
+        keep = _likeliest(score, depth, budget)
         keep.sort(key=lambda n: (depth[n], -score[n]))
         index = {n: j for j, n in enumerate(keep)}
         parents = tuple(-1 if par[n] < 0 else index[par[n]] for n in keep)
@@ -248,13 +248,19 @@ class Eagle(Drafter):
         likeliest nodes so far. The others' descendants (never likelier, ranked after them on
         ties) could not be kept, so skipping them keeps the same tree for fewer head and
         LM-head rows, which are most of a tree's drafting time."""
-        ranked = sorted(range(len(score)), key=lambda n: (-score[n], depth[n]))[:budget - 1]
+        ranked = _likeliest(score, depth, budget - 1)
         return sorted((n for n in ranked if depth[n] == d), key=lambda n: -score[n])[:self.tree_width]
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
         # Draft pairs were built on predicted features: drop them, queue the true ones.
         self.cache.crop(self.fed)
         self._add(hidden)
+
+
+def _likeliest(score: list[float], depth: list[int], n: int) -> list[int]:
+    """The n likeliest tree nodes: by path probability, the shallower first on ties, so a
+    child never ranks above its parent. The tree's pruning and its final cut must rank alike."""
+    return sorted(range(len(score)), key=lambda i: (-score[i], depth[i]))[:n]
 
 
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:
