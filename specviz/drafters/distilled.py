@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import SpecvizError
 from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
-from ..packing import few_row_linear, linear
+from ..packing import dense, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 
@@ -118,7 +118,7 @@ class DistilledLM(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, cache, i, mask)
         cache.length = start + t
-        return few_row_linear(self.norm(x[0]), self.fused, self.bias)
+        return dense(self.norm(x[0]), self.fused, self.bias)
 
 
 class DistilledDrafter(Drafter):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..packing import few_row_linear, linear
+from ..packing import dense, linear
 from ..tree import best_first
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
@@ -40,7 +40,7 @@ class TargetHead:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Logits over the head's rows (the subset, or the whole vocabulary)."""
-        return few_row_linear(h.to(self.weight.dtype), self.weight, self.bias)
+        return dense(h.to(self.weight.dtype), self.weight, self.bias)
 
     def full(self, logits: torch.Tensor) -> torch.Tensor:
         """Scatter subset logits into a full-vocabulary float32 row filled with -inf."""
