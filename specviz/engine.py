@@ -242,6 +242,6 @@ def collect(events) -> tuple[list, RunEnd]:
 
 def warm_up(model, drafter: Drafter, prompt: list[int], cfg: GenerationConfig) -> None:
     """Two untimed tokens of speculative decoding on the prompt's tail, so one-time costs
-    (weight packing at the first multi-token forward, ~0.6 s; allocations; kernel choice)
+    (grouping q/k/v and gate/up weights at the first fast forward; allocations; kernel choice)
     count in neither the speculative nor the baseline run's tokens/s."""
     collect(speculative_generate(model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2)))

@@ -72,7 +72,7 @@ def forward_costs(model, prompt_ids: list[int], sizes, repeats: int = 3) -> dict
     the same context. Sizes are interleaved across repeats, so drift hits them all, and
     each timed forward follows an untimed one of its own size: on a CPU whose caches hold
     a good part of the weights, a forward right after one of another size (which may read
-    another copy of them, llama_fast's packed one) runs slower than in a run of its own
+    another copy of them, packing's grouped q/k/v and gate/up) runs slower than in a run of its own
     size, as plain decoding's steps do.
     """
     device = model_device(model)
