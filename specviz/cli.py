@@ -34,7 +34,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
     p.add_argument("--draft-confidence", type=float, default=cfg.draft_confidence,
-                   help="with --dynamic-k: stop a draft when the drafter's probability falls below this")
+                   help="with --dynamic-k: stop a chain draft when the drafter's probability falls below this; a tree "
+                   "drafter (greedy) keeps the nodes whose path probability reaches it, up to 4k")
     p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 = greedy (default %(default)s)")
     p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 = off")
     p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 = off")

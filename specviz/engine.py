@@ -28,7 +28,9 @@ class GenerationConfig:
     max_new_tokens: int = 128
     k: int = 4  # draft length (the starting length when dynamic)
     dynamic_k: bool = False  # choose each step's length in 0..4k from measured costs (draft_length.py)
-    draft_confidence: float = 0.0  # with dynamic_k: a drafter stops when its q of the next token is below this
+    # With dynamic_k: a chain drafter stops when its q of the next token is below this, and a
+    # tree drafter keeps the nodes whose path probability reaches it, up to 4k nodes.
+    draft_confidence: float = 0.0
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
     top: int = 5  # how many of the target's top tokens each step records (0 = none)
@@ -156,8 +158,10 @@ def speculative_generate(
         with torch.inference_mode():
             # 1. Draft: at most k tokens, never more than the run can still emit. A free
             # drafter (prompt lookup) drafts the longest it may, then keeps what pays for
-            # the n-gram length it matched.
-            k_step = max(0, min(length.k_max if free else length.next(), run.room() - 1))
+            # the n-gram length it matched; a tree sized by confidence gets the largest budget
+            # and keeps the nodes its drafter is sure enough of.
+            sized = min_conf > 0 and trees and drafter is not None and drafter.tree_width > 1
+            k_step = max(0, min(length.k_max if free or sized else length.next(), run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
             if free and draft.tokens.numel() and draft.parents is None:
                 draft = draft.cut(length.next(draft.match))

@@ -70,12 +70,14 @@ def greedy_walk(tokens: Sequence[int], parents: Sequence[int], argmax: Sequence[
         node = nxt
 
 
-def best_first(candidates: Sequence[Sequence[tuple[int, float]]], budget: int) -> tuple[list[int], list[int]]:
+def best_first(candidates: Sequence[Sequence[tuple[int, float]]], budget: int,
+               min_confidence: float = 0.0) -> tuple[list[int], list[int]]:
     """Build a tree of at most `budget` nodes from per-depth candidate lists.
 
     candidates[d] holds (token, probability) guesses for depth d+1, assumed independent of
     each other (Medusa heads). Nodes are added in order of the product of probabilities
-    along their path, so the tree spends its budget where acceptance is most likely.
+    along their path, so the tree spends its budget where acceptance is most likely; after
+    the first node, none whose path probability is below `min_confidence`.
     Returns (tokens, parents) in topological order.
     """
     tokens: list[int] = []
@@ -87,6 +89,8 @@ def best_first(candidates: Sequence[Sequence[tuple[int, float]]], budget: int) -
     tie = 1
     while heap and len(tokens) < budget:
         neg, _, depth, rank, parent = heapq.heappop(heap)
+        if tokens and -neg < min_confidence:
+            break  # every path left is less likely still
         node = len(tokens)
         tokens.append(candidates[depth][rank][0])
         parents.append(parent)

@@ -107,6 +107,9 @@ def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
         "small dynamic k=3", "hf", "hf-pld k=2", "hf-pld k=4",
         "hf-assisted k=2", "hf-assisted k=4", "hf-assisted dynamic k=3",
     ]
+    confident = [a for a in plan_arms(drafters[:2], BenchConfig(ks=(2,), dynamic_k=3, confidences=(0.1, 0.3)), [])]
+    assert [(a.label, a.dynamic, a.confidence) for a in confident[-3:]] == [
+        ("pld dynamic k=3", True, 0.0), ("pld dynamic k=3 conf=0.1", True, 0.1), ("pld dynamic k=3 conf=0.3", True, 0.3)]
     with pytest.raises(SpecvizError, match="hf-assisted needs a draft model"):
         plan_arms(drafters[:2], cfg, ["hf-assisted"])
     with pytest.raises(SpecvizError, match="unknown peer"):
@@ -326,6 +329,11 @@ def test_bad_options_are_clear_errors(target, monkeypatch):
         main(parser.parse_args(["--k", "four", "--no-progress"]))
     with pytest.raises(SpecvizError, match="no prompt suite"):
         main(parser.parse_args(["--suite", "nope", "--no-progress"]))
+    with pytest.raises(SpecvizError, match="--draft-confidence needs --dynamic-k"):
+        main(parser.parse_args(["--draft-confidence", "0.2", "--no-progress"]))
+    for bad in ("high", "1.5", "0"):
+        with pytest.raises(SpecvizError, match="--draft-confidence takes numbers between 0 and 1"):
+            main(parser.parse_args(["--dynamic-k", "4", "--draft-confidence", bad, "--no-progress"]))
 
 
 def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, tmp_path):

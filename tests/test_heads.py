@@ -159,15 +159,18 @@ def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
 class _Unpruned(Eagle):
     """The tree grown as before pruning: the `tree_width` likeliest nodes of every depth."""
 
-    def _frontier(self, score, depth, d, budget):
+    def _frontier(self, score, depth, d, budget, min_confidence=0.0):
         return sorted((n for n in range(len(score)) if depth[n] == d), key=lambda n: -score[n])[:self.tree_width]
 
 
-@pytest.mark.parametrize("width,budget", [(2, 4), (3, 4), (3, 7), (4, 9)])
-def test_an_eagle_tree_skips_only_nodes_that_could_not_be_kept(target, width, budget):
-    """Expanding only nodes among the budget - 1 likeliest gives the same tree as expanding
-    the tree_width likeliest of every depth, and feeds the head fewer rows overall."""
+@pytest.mark.parametrize("width,budget,confidence", [(2, 4, 0.0), (3, 4, 0.0), (3, 7, 0.0), (4, 9, 0.0),
+                                                     (3, 9, 0.05), (3, 12, 0.2)])
+def test_an_eagle_tree_skips_only_nodes_that_could_not_be_kept(target, width, budget, confidence):
+    """Expanding only nodes among the budget - 1 likeliest (and, with a confidence threshold,
+    only those that reach it) gives the same tree as expanding the tree_width likeliest of
+    every depth, and feeds the head fewer rows overall."""
     rows = {"pruned": 0, "unpruned": 0}
+    sizes = []
     for seed in range(6):
         ids = list(range(10 + seed, 30 + seed))
         got = {}
@@ -182,11 +185,13 @@ def test_an_eagle_tree_skips_only_nodes_that_could_not_be_kept(target, width, bu
                         hidden=hidden_of(target, ids)[:-1], trees=True)
                 d._catch_up(ids)
                 before = d.cache.length
-                draft = d.propose(ids, budget)
+                draft = d.propose(ids, budget, confidence)
                 rows[name] += d.cache.length - before
             got[name] = (draft.tokens.tolist(), draft.parents)
         assert got["pruned"] == got["unpruned"]
+        sizes.append(len(got["pruned"][0]))
     assert rows["pruned"] < rows["unpruned"]
+    assert (min(sizes) < budget) == (confidence > 0), "the threshold, and only it, makes trees smaller than the budget"
 
 
 def test_greedy_with_repetition_penalty_matches_too(target, prompts):

@@ -62,6 +62,9 @@ def test_best_first_spends_the_budget_on_the_likeliest_paths():
     # 1 (0.6), 1-3 (0.54), 2 (0.3), 1-3-5 (0.27)
     assert tokens == [1, 3, 2, 5] and parents == [-1, 0, -1, 1]
     assert best_first(cands, 0) == ([], [])
+    # a confidence threshold drops the paths below it; the likeliest is always drafted
+    assert best_first(cands, 4, 0.28) == ([1, 3, 2], [-1, 0, -1])
+    assert best_first(cands, 4, 0.95) == ([1], [-1])
 
 
 class OracleTree(Drafter):
@@ -93,6 +96,38 @@ class OracleTree(Drafter):
 
     def feedback(self, accepted, hidden=None, path=None):
         self.paths.append(path)
+
+
+class BudgetLog(OracleTree):
+    """An oracle tree drafter that records the budget and threshold each step was given."""
+
+    tree_width = 2
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.asked = []
+
+    def propose(self, ids, k, min_confidence=0.0):
+        self.asked.append((k, min_confidence))
+        return super().propose(ids, k, min_confidence)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.3])
+def test_a_confidence_sized_tree_gets_the_largest_budget_and_the_threshold(target, prompts, confidence):
+    """With dynamic k and a draft-confidence threshold a tree drafter is offered 4k nodes and
+    keeps the ones it is sure enough of; without one, dynamic k sizes its budget."""
+    cfg = GenerationConfig(max_new_tokens=30, k=2, dynamic_k=True, draft_confidence=confidence)
+    prompt = prompts[0]
+    _, base = collect(baseline_generate(target, prompt, cfg))
+    drafter = BudgetLog(list(base.token_ids), len(prompt))
+    _, end = collect(speculative_generate(target, drafter, prompt, cfg))
+    assert end.token_ids == base.token_ids
+    budgets = [k for k, _ in drafter.asked[:-2]]  # (the last steps are capped by the tokens left)
+    assert {c for _, c in drafter.asked} == {confidence}
+    if confidence:
+        assert set(budgets) == {8}
+    else:
+        assert budgets[0] == 2 and set(budgets) != {8}, "dynamic k starts at k and sizes each step"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--dynamic-k", type=int, default=d.dynamic_k, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")
+    p.add_argument("--draft-confidence", default="", metavar="C[,C...]",
+                   help="with --dynamic-k: also a dynamic arm per threshold (chains stop below it, trees keep the "
+                   "nodes whose path probability reaches it), e.g. 0.1,0.3")
     p.add_argument("--peers", default="", help=f"comma-separated transformers peers: {', '.join(PEERS)}")
     p.add_argument("--suite", default="default", help="built-in suite name or a JSONL path (default: %(default)s)")
     p.add_argument("--category", action="append", help="only this category (repeat or comma-separate)")
@@ -79,8 +82,25 @@ def bench_config(args) -> BenchConfig:
         if getattr(args, name) < 1:
             raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1")
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed).validate()
+    confidences = parse_confidences(args.draft_confidence)
+    if confidences and args.dynamic_k < 1:
+        raise SpecvizError("--draft-confidence needs --dynamic-k: the threshold sizes dynamic drafts")
     return BenchConfig(max_new_tokens=args.max_new_tokens, ks=parse_ks(args.k), dynamic_k=max(0, args.dynamic_k),
-                       sampling=sampling, repeats=args.repeats)
+                       confidences=confidences, sampling=sampling, repeats=args.repeats)
+
+
+def parse_confidences(text: str) -> tuple[float, ...]:
+    """'0.1,0.3' -> (0.1, 0.3); each in (0, 1)."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            c = float(part)
+        except ValueError:
+            raise SpecvizError(f"--draft-confidence takes numbers between 0 and 1, got {part!r}") from None
+        if not 0 < c < 1:
+            raise SpecvizError(f"--draft-confidence takes numbers between 0 and 1 (exclusive), got {part}")
+        out.append(c)
+    return tuple(dict.fromkeys(out))
 
 
 def command_line() -> str:
@@ -138,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
         "command": command_line(),
         "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
         "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
-        "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "dynamic_k": cfg.dynamic_k, "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
     }

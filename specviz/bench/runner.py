@@ -36,6 +36,7 @@ class Arm:
     drafter: str | None = None  # the drafter's name, for specviz and hf-assisted arms
     k: int | None = None
     dynamic: bool = False
+    confidence: float = 0.0  # dynamic arms: GenerationConfig.draft_confidence
 
 
 # Half of generate's default on purpose: the bench runs every arm on every prompt, repeat
@@ -51,6 +52,7 @@ class BenchConfig:
     max_new_tokens: int = BENCH_MAX_NEW_TOKENS
     ks: tuple[int, ...] = (GenerationConfig().k,)
     dynamic_k: int = 0  # > 0: also run each drafter with dynamic k starting here
+    confidences: tuple[float, ...] = ()  # with dynamic_k: also a dynamic arm per draft-confidence threshold
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
     eos_token_ids: tuple[int, ...] = ()
@@ -113,6 +115,8 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
         arms += [Arm(f"{d.name} k={k}", "specviz", d.name, k) for k in config.ks]
         if config.dynamic_k:
             arms.append(Arm(f"{d.name} dynamic k={config.dynamic_k}", "specviz", d.name, config.dynamic_k, True))
+            arms += [Arm(f"{d.name} dynamic k={config.dynamic_k} conf={c:g}", "specviz", d.name, config.dynamic_k, True, c)
+                     for c in config.confidences]
     model_drafters = [d for d in drafters if d.model is not None]
     for peer in peer_names:
         if peer not in peers.PEERS:
@@ -147,6 +151,7 @@ class Runner:
         s = self.cfg.sampling
         return GenerationConfig(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
+            draft_confidence=arm.confidence,
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
         )

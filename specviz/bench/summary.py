@@ -107,6 +107,7 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
     b_tokens, b_elapsed, b_decode = (sum(getattr(row, f) for row in base) for f in ("tokens", "elapsed", "decode"))
     s = {
         "arm": arm.label, "engine": arm.engine, "drafter": arm.drafter, "k": arm.k, "dynamic": arm.dynamic,
+        "confidence": arm.confidence,
         "category": category, "prompts": len(mine), "tokens": tokens, "seconds": elapsed,
         "tokens_per_s": tokens / elapsed if elapsed else 0.0,
         "speedup": m.speedup(b_elapsed, b_tokens, elapsed, tokens),

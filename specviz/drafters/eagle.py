@@ -179,7 +179,7 @@ class Eagle(Drafter):
         if self.last is None:
             return empty_draft(self.device)  # a one-token prompt: no feature yet
         if self.trees and self.tree_width > 1:
-            return self._tree(k)
+            return self._tree(k, min_confidence)
         feature = [self.last]
 
         def advance(t):  # predicted feature + drafted token: the next pair
@@ -189,10 +189,11 @@ class Eagle(Drafter):
         return autoregressive_draft(self.processor, self.generator, self.lm.full(self.lm.logits(self.last)), k,
                                     min_confidence, advance)
 
-    def _tree(self, budget: int) -> Draft:
+    def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
         """Greedy only (EAGLE-2-like): grow the tree one depth per head forward, expanding the
         `tree_width` nodes with the likeliest paths (those that may still be kept); then keep
-        the `budget` likeliest nodes.
+        the `budget` likeliest nodes, and with `min_confidence` only those whose path
+        probability reaches it (the likeliest always): the tree is as big as the head is sure.
 
         A node's pair is (its parent's predicted feature, its token), at the position its
         depth gives it, attending to the context and its own ancestors only."""
@@ -218,7 +219,7 @@ class Eagle(Drafter):
 
         add_children([-1], self.last, 1)
         for d in range(1, budget):
-            frontier = self._frontier(score, depth, d, budget)
+            frontier = self._frontier(score, depth, d, budget, min_confidence)
             if not frontier:
                 break
             inputs = torch.stack([self.last[0] if par[n] < 0 else feat[par[n]] for n in frontier])
@@ -237,18 +238,19 @@ class Eagle(Drafter):
                 feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
             add_children(frontier, out, d + 1)
         # The likeliest nodes; a child is never likelier than its parent, so parents come first.
-        keep = _likeliest(score, depth, budget)
+        keep = _likeliest(score, depth, budget, min_confidence)
         keep.sort(key=lambda n: (depth[n], -score[n]))
         index = {n: j for j, n in enumerate(keep)}
         parents = tuple(-1 if par[n] < 0 else index[par[n]] for n in keep)
         return Draft(torch.tensor([tok[n] for n in keep], dtype=torch.long, device=dev), None, parents)
 
-    def _frontier(self, score: list[float], depth: list[int], d: int, budget: int) -> list[int]:
+    def _frontier(self, score: list[float], depth: list[int], d: int, budget: int,
+                  min_confidence: float = 0.0) -> list[int]:
         """The depth-d nodes to expand: the `tree_width` likeliest among the budget - 1
-        likeliest nodes so far. The others' descendants (never likelier, ranked after them on
-        ties) could not be kept, so skipping them keeps the same tree for fewer head and
-        LM-head rows, which are most of a tree's drafting time."""
-        ranked = _likeliest(score, depth, budget - 1)
+        likeliest nodes so far that reach `min_confidence`. The others' descendants (never
+        likelier, ranked after them on ties) could not be kept, so skipping them keeps the
+        same tree for fewer head and LM-head rows, which are most of a tree's drafting time."""
+        ranked = _likeliest(score, depth, budget - 1, min_confidence)
         return sorted((n for n in ranked if depth[n] == d), key=lambda n: -score[n])[:self.tree_width]
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
@@ -257,10 +259,13 @@ class Eagle(Drafter):
         self._add(hidden)
 
 
-def _likeliest(score: list[float], depth: list[int], n: int) -> list[int]:
+def _likeliest(score: list[float], depth: list[int], n: int, min_confidence: float = 0.0) -> list[int]:
     """The n likeliest tree nodes: by path probability, the shallower first on ties, so a
-    child never ranks above its parent. The tree's pruning and its final cut must rank alike."""
-    return sorted(range(len(score)), key=lambda i: (-score[i], depth[i]))[:n]
+    child never ranks above its parent; after the first, only those whose path probability
+    reaches `min_confidence` (as a chain always drafts its first token). The tree's pruning
+    and its final cut must rank alike."""
+    ranked = sorted(range(len(score)), key=lambda i: (-score[i], depth[i]))[:n]
+    return ranked[:1] + [i for i in ranked[1:] if score[i] >= min_confidence]
 
 
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:

@@ -103,7 +103,7 @@ class Medusa(Drafter):
         if k < 1 or self.last is None:
             return empty_draft(self.device)
         if self.trees and self.tree_width > 1:
-            return self._tree(k)
+            return self._tree(k, min_confidence)
         k = min(k, len(self.heads.blocks))
         # One pass: head j's hidden, through the (shared) LM head, is draft j.
         logits = self.head.full(self.head.logits(self.heads(self.last)[:k, 0]))
@@ -111,14 +111,15 @@ class Medusa(Drafter):
         return autoregressive_draft(self.processor, self.generator, logits[:1], k, min_confidence,
                                     lambda t: next(later)[None])
 
-    def _tree(self, budget: int) -> Draft:
+    def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
         """Greedy only: every head's top candidates, combined into the `budget` likeliest
-        paths (heads are treated as independent, as Medusa's own trees do)."""
+        paths (heads are treated as independent, as Medusa's own trees do); with
+        `min_confidence`, only paths at least that likely (the likeliest always)."""
         logits = self.head.logits(self.heads(self.last)[:, 0])  # (heads, subset)
         top_p, top_i = torch.softmax(logits.float(), -1).topk(self.tree_width, dim=-1)
         ids = self.head.subset[top_i] if self.head.subset is not None else top_i
         cands = [list(zip(i_row, p_row)) for i_row, p_row in zip(ids.tolist(), top_p.tolist())]
-        tokens, parents = best_first(cands, budget)
+        tokens, parents = best_first(cands, budget, min_confidence)
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, tuple(parents))
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
