@@ -16,12 +16,14 @@ once (a copy, ~0.3x the decoder's weights; only while it fits GROUP_BUDGET and a
 the RAM) so each group is one multiply. A copy is remade when a weight changes in place.
 
 The fast op is used for float32 CPU weights of a megabyte or more when no gradient is
-wanted and autocast is off; elsewhere (training, CUDA, MPS, half precision) F.linear. It is checked once against
-F.linear and left unused if it is missing or disagrees; SPECVIZ_PACK=0 turns it off.
+wanted and autocast is off; elsewhere (training, CUDA, MPS, half precision) F.linear. It is
+used on x86-64 CPUs only, where it was measured, and checked once against F.linear (left
+unused if it is missing or disagrees); SPECVIZ_PACK=0 turns it off.
 """
 from __future__ import annotations
 
 import os
+import platform
 import weakref
 
 import torch
@@ -32,6 +34,7 @@ GROUP_BUDGET = 2 << 30  # bytes of concatenated q/k/v and gate/up copies at most
 # oneDNN's call costs ~15 us more than F.linear's: weights under ~1 MB (in cache, a few us
 # of work) keep F.linear. 576 x 576 and up are faster here, and tiny test models stay quick.
 MIN_WEIGHT = 1 << 18  # elements
+X86 = ("x86_64", "amd64", "i686", "x86")
 _packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
 _works: bool | None = None  # does oneDNN's linear reproduce F.linear here? (checked once)
 
@@ -49,7 +52,8 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 
 
 def _check() -> bool:
-    if not torch.backends.mkldnn.is_available():
+    # Measured on x86-64 only; on ARM (Apple silicon, Graviton) F.linear's BLAS is the known path.
+    if platform.machine().lower() not in X86 or not torch.backends.mkldnn.is_available():
         return False
     try:
         g = torch.Generator().manual_seed(0)

@@ -232,6 +232,12 @@ def test_dense_leaves_training_to_f_linear_so_gradients_reach_the_weight(monkeyp
     assert calls == [(1, 8)]
 
 
+def test_onednn_is_left_to_x86_cpus_where_it_was_measured(monkeypatch):
+    monkeypatch.setattr(packing, "_works", None)
+    monkeypatch.setattr(packing.platform, "machine", lambda: "arm64")
+    assert not packing.available()
+
+
 def test_a_onednn_that_disagrees_with_f_linear_is_not_used(monkeypatch):
     monkeypatch.setattr(packing, "_works", None)
     monkeypatch.setattr(packing, "_onednn", lambda x, w, b: torch.nn.functional.linear(x, w, b) + 1.0)
