@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from html import escape
 
 import gradio as gr
 import plotly.graph_objects as go

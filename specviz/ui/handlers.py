@@ -11,11 +11,10 @@ import os
 
 import gradio as gr
 
-from ..errors import SpecvizError
 from ..render import step_html
 from . import runner
 from .compare import compare_drafters
-from .limits import Busy, Line
+from .limits import Line
 from .policy import Policy
 from .runner import Frame
 from .settings import NO_DRAFTER, Settings
@@ -98,25 +97,15 @@ class Handlers:
         def status(message, state, ahead=None):
             return [*values(notice(message, state, ahead)), session]
 
-        session.busy = True
-        try:
-            try:
-                settings = Settings.from_controls(**controls)
-                turn = self.line.turn(getattr(request, "session_hash", None))
-            except SpecvizError as e:
-                yield status(str(e), "busy" if isinstance(e, Busy) else "error")
-                return
-            with turn:
-                if not (yield from turn.wait(status, should_stop=session.should_stop)):
-                    return
+        def frames(settings: Settings):
+            if remember:
+                session.settings = settings
+            for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
                 if remember:
-                    session.settings = settings
-                for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
-                    if remember:
-                        session.last = session.run = frame
-                    yield [*values(frame), session]
-        finally:
-            session.busy = session.stop = False
+                    session.last = session.run = frame
+                yield [*values(frame), session]
+
+        yield from self.line.run(session, request, status, lambda: Settings.from_controls(**controls), frames)
 
     def _frames(self, run, settings: Settings, should_stop):
         yield from run(settings, policy=self.policy, models=self.models, should_stop=should_stop)

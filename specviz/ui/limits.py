@@ -67,6 +67,25 @@ class Line:
         """A place in the line for one run (raises Busy, as join does)."""
         return Turn(self, self.join(visitor))
 
+    def run(self, session, request, status: Callable, prepare: Callable, body: Callable):
+        """One visitor's run through the line, as a generator of updates. Marks `session` busy,
+        checks the request (`prepare()`: a SpecvizError, Busy included, becomes one status
+        update), waits for a turn (status updates; the visitor's Stop ends the wait), then
+        yields from body(what prepare returned). The session is free again however it ends."""
+        session.busy = True
+        try:
+            try:
+                prepared = prepare()
+                turn = self.turn(getattr(request, "session_hash", None))
+            except SpecvizError as e:
+                yield status(str(e), "busy" if isinstance(e, Busy) else "error")
+                return
+            with turn:
+                if (yield from turn.wait(status, should_stop=session.should_stop)):
+                    yield from body(prepared)
+        finally:
+            session.busy = session.stop = False
+
     def __len__(self) -> int:
         return len(self._tickets)
 

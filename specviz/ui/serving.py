@@ -22,7 +22,7 @@ from ..errors import SpecvizError
 from ..render.serving import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
 from ..render.status import count, status_html
 from .following import follow
-from .limits import WAIT_POLL, Busy, Deadline, Line
+from .limits import WAIT_POLL, Deadline, Line
 from .policy import MEASURED_LOAD, Policy
 from .runner import readable
 from .settings import Settings
@@ -143,21 +143,12 @@ class ServingRuns:
         def status(message, state, ahead=None):
             return [*values(message, state, ahead=ahead), session]
 
-        session.busy = True
-        try:
-            try:
-                urls, prompt, options = self._check(server, baseline, model, controls)
-                turn = self.line.turn(getattr(request, "session_hash", None))
-            except SpecvizError as e:
-                yield status(str(e), "busy" if isinstance(e, Busy) else "error")
-                return
-            with turn:
-                if not (yield from turn.wait(status, should_stop=session.should_stop)):
-                    return
-                for update in self._requests(urls, prompt, options, session.should_stop):
-                    yield update + [session]
-        finally:
-            session.busy = session.stop = False
+        def updates(checked):
+            for update in self._requests(*checked, session.should_stop):
+                yield update + [session]
+
+        yield from self.line.run(session, request, status, lambda: self._check(server, baseline, model, controls),
+                                 updates)
 
     def _check(self, server, baseline, model, controls) -> tuple[list, str, dict]:
         """The URLs to ask (policy-checked), the prompt and the request's options, or SpecvizError."""
