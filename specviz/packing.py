@@ -153,8 +153,9 @@ def pack(model) -> dict:
 
 def linears(modules: tuple, x: torch.Tensor, table: dict | None) -> list[torch.Tensor]:
     """[m(x) for m in modules]: one multiply by the group's concatenated weight where `table`
-    holds one and the fast op applies, else each module through `dense` (or itself)."""
-    if not _fast(x, modules[0].weight):
+    (pack's) holds one and the fast op applies, else each module through `dense`; with
+    table None (a torch.compile'd stack) the modules themselves."""
+    if table is None or not _fast(x, modules[0].weight):
         return [m(x) for m in modules]
     entry = table.get(modules) if table else None
     if entry is not None:

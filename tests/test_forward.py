@@ -222,6 +222,21 @@ def test_dense_computes_f_linear_through_onednn_only_where_it_may(monkeypatch):
 
 
 @onednn
+def test_a_compiled_stack_keeps_the_modules_own_multiplies(monkeypatch):
+    """llama_fast passes no table for a torch.compile'd stack: its modules run as they are."""
+    model = tiny_llama()
+    attn = model.model.layers[0].self_attn
+    calls = _counting(monkeypatch)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        got = packing.linears((attn.q_proj, attn.k_proj, attn.v_proj), x, None)
+        assert not calls
+        packing.linears((attn.q_proj, attn.k_proj, attn.v_proj), x, {})
+        assert len(calls) == 3, "without a grouped copy, each module through oneDNN"
+    torch.testing.assert_close(got[1], attn.k_proj(x))
+
+
+@onednn
 def test_dense_leaves_training_to_f_linear_so_gradients_reach_the_weight(monkeypatch):
     layer = torch.nn.Linear(8, 24)
     calls = _counting(monkeypatch)
