@@ -81,7 +81,8 @@ def available() -> bool:
 def _fast(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """May this multiply take oneDNN's linear? fp32 CPU, a weight of MIN_WEIGHT elements or
     more, no gradient wanted, no autocast."""
-    return (x.dtype == weight.dtype == torch.float32 and x.device.type == weight.device.type == "cpu"
+    # (called for every multiply of a forward: the cheap attribute checks come first)
+    return (x.is_cpu and weight.is_cpu and x.dtype is torch.float32 and weight.dtype is torch.float32
             and weight.dim() == 2 and weight.numel() >= MIN_WEIGHT and x.dim() >= 1
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
             and not torch.is_autocast_enabled("cpu") and available())
