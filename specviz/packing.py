@@ -7,9 +7,10 @@ that costs 2-3x the one-row time. oneDNN's matmul (`torch.ops.mkldnn._linear_poi
 the op inductor emits for a CPU linear) reads the weight where it lies, with no copy, and
 its cost barely grows with rows. Measured on this project's 2-core CPU (AMD EPYC, weights
 out of cache, median): the 49152 x 576 LM head 11.2 / 19.0 / 21.6 ms for 1 / 5 / 9 rows
-through F.linear, 4.8 / 7.1 / 7.8 ms here; the whole embedded model's forward 45 / 73 / 85
-ms -> 38 / 46 / 52 ms. Verifying 5 tokens went from 1.6x to 1.2x a one-token step: that
-ratio decides whether a draft pays.
+through F.linear (5.7 / 17.8 / 19.0 with MKL's packed copies), 4.8 / 7.1 / 7.8 ms here; the
+embedded model's forward over 1 / 5 / 9 tokens 45 / 73 / 85 ms (MKL, packed) -> ~40 / 50 / 55
+ms. Verifying 5 tokens went from 1.6x to ~1.25x a one-token step: that ratio decides
+whether a draft pays.
 
 q/k/v, and gate/up, read the same input: `pack(model)` concatenates each group's weights
 once (a copy, ~0.3x the decoder's weights; only while it fits GROUP_BUDGET and an eighth of
