@@ -12,7 +12,8 @@ import pytest
 
 from vllm_servers import ROOT, servers
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# One worker runs them all (pytest-xdist's loadgroup): the servers start once, on fixed ports.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
 # Repetition gives ngram lookup something to find: its drafts are accepted here.
 ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
