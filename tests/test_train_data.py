@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from specviz import models
 from specviz.engine import GenerationConfig, baseline_generate, collect
@@ -15,7 +16,7 @@ from specviz.errors import SpecvizError
 from specviz.train import data as data_mod
 from specviz.train.command import parse_sources
 from specviz.train.data import Corpus, Seq, build_data, bytes_per_token, load_data
-from specviz.train.generate import generate, teacher_force
+from specviz.train.generate import draw, generate, teacher_force
 from specviz.train.prompts import (PROMPTS, gather, row, self_written, shares_bench_text, user_header,
                                    user_turn_ok)
 from specviz.train.tasks import doc_files, doc_tasks, passages_of
@@ -121,6 +122,18 @@ def test_batched_generation_equals_one_at_a_time_greedy(tiny):
     sample = lambda: generate(tiny.model, prompts, 24, eos, eos[0], temperature=0.8,  # noqa: E731
                               generator=torch.Generator().manual_seed(5))
     assert sample() == sample()
+
+
+def test_sampled_generation_draws_from_the_tempered_distribution():
+    """generate's draw: counts over 40,000 rows match the probabilities (chi-square), and a
+    token of probability 0 (first, inside, last) is never drawn."""
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.25, 0.05, 0.6, 0.0])
+    drawn = draw(probs.repeat(40_000, 1), torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=len(probs))
+    assert counts[probs == 0].sum() == 0
+    live = probs > 0
+    assert chisquare(counts[live].tolist(), (probs[live] * len(drawn)).tolist()).pvalue > 1e-3
+    assert torch.equal(drawn, draw(probs.repeat(40_000, 1), torch.Generator().manual_seed(0)))  # seeded
 
 
 def test_teacher_forced_batch_equals_one_sequence_at_a_time(tiny):
