@@ -195,7 +195,7 @@ def by_turns(rows: list[dict], seed: int) -> list[int]:
 
 def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
                prompts: str | pathlib.Path | list[dict] = PROMPTS, passes: int = 3, max_new_tokens: int = 160,
-               batch: int = 32, top_k: int = TOP_K, budget_s: float | None = None,
+               batch: int = 64, top_k: int = TOP_K, budget_s: float | None = None,
                budget_tokens: int | None = None, seed: int = 0, temperature: float = 0.8,
                generate_model=None, progress: bool = True, log: Callable[[str], None] | None = None) -> pathlib.Path:
     """Generate responses and record the target's hidden states and top-K probabilities.
