@@ -14,6 +14,7 @@ from specviz import models
 from specviz.engine import GenerationConfig, baseline_generate, collect
 from specviz.errors import SpecvizError
 from specviz.train import data as data_mod
+from specviz.train import prompts as prompts_mod
 from specviz.train.command import parse_sources
 from specviz.train.data import Corpus, Seq, build_data, bytes_per_token, load_data
 from specviz.train.generate import draw, generate, teacher_force
@@ -106,6 +107,24 @@ def test_self_written_user_turns_are_deterministic_and_distinct(tiny, tmp_path):
     pooled = gather({"self": 3}, seed=1, target_loaded=tiny, cache=tmp_path, **kwargs)
     assert pooled == a and (tmp_path / "prompts-self.jsonl").is_file()
     assert gather({"self": 3}, seed=1, target_loaded=tiny, cache=tmp_path, keep=lambda t: False) == a  # cached
+
+
+def test_more_self_written_prompts_go_on_from_the_kept_ones(tiny, tmp_path, monkeypatch):
+    """Growing the `self` pool draws only the new prompts, and the same ones one call makes."""
+    kwargs = dict(batch=16, max_new_tokens=200, keep=lambda text: len(text) % 3 != 0, progress=False)
+    whole = self_written(tiny, 9, seed=2, **kwargs)
+    assert len(whole) == 9
+    small = gather({"self": 3}, seed=2, target_loaded=tiny, cache=tmp_path, **kwargs)
+    assert small == whole[:3]
+    rounds = []
+    real = prompts_mod.self_written
+    monkeypatch.setattr(prompts_mod, "self_written", lambda *a, **k: rounds.append(k["resume"]) or real(*a, **k))
+    assert gather({"self": 9}, seed=2, target_loaded=tiny, cache=tmp_path, **kwargs) == whole
+    assert rounds[0][0] == small and rounds[0][1] >= 0  # went on from the 3 kept, not from scratch
+    assert gather({"self": 5}, seed=2, target_loaded=tiny, cache=tmp_path, **kwargs) == whole[:5]
+    assert len(rounds) == 1  # fewer than kept: read back, nothing drawn
+    assert gather({"self": 9}, seed=3, target_loaded=tiny, cache=tmp_path, **kwargs) == \
+        real(tiny, 9, seed=3, **kwargs)  # another seed: drawn afresh
 
 
 # --- generation -------------------------------------------------------------------------

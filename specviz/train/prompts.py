@@ -104,11 +104,15 @@ def user_turn_ok(text: str, specials=()) -> bool:
 
 
 def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_new_tokens: int = 96,
-                 model=None, keep=None, progress: bool = True) -> list[dict]:
+                 model=None, keep=None, progress: bool = True, resume: tuple[list[dict], int] | None = None,
+                 rounds: list | None = None) -> list[dict]:
     """Up to `n` distinct user turns the target writes after its user header, sampled at T = 1.
 
     model: what generates (default the target's own model, e.g. pass a bf16 copy);
-    keep: the filter (default user_turn_ok). Gives up after 4x the draws `n` needs."""
+    keep: the filter (default user_turn_ok). Gives up after 4x the draws `n` needs.
+    resume: (rows, round) from a shorter call with the same settings, which stopped in that
+    round: the draws go on from there and give what one call for `n` gives. rounds: a list
+    that gets the round this call stopped in (for a later resume)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -120,10 +124,14 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
     pad = target_loaded.pad_token_id
     specials = tuple(tok.all_special_tokens)
     keep = keep or (lambda text: user_turn_ok(text, specials))
-    seen, out = set(), []
-    bar = tqdm(total=n, desc="self-written prompts", unit="prompt", disable=not progress)
-    for round_no in range(4 * -(-n // batch)):
+    out, first = (list(resume[0]), resume[1]) if resume else ([], 0)
+    # Rows kept before count as seen: redrawing their round skips them and goes on after them.
+    seen = {" ".join(words(r["prompt"])) for r in out}
+    bar = tqdm(total=n, initial=min(len(out), n), desc="self-written prompts", unit="prompt", disable=not progress)
+    round_no = first
+    for round_no in range(first, 4 * -(-n // batch)):
         if len(out) >= n:
+            round_no -= 1  # stopped at the end of the last round
             break
         gen = torch.Generator().manual_seed(seed * 1_000_003 + round_no)
         for ids in generate(model or target_loaded.model, [header] * batch, max_new_tokens, eos, pad,
@@ -140,7 +148,9 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
             if len(out) >= n:
                 break
     bar.close()
-    return out
+    if rounds is not None:
+        rounds.append(max(round_no, first))
+    return out[:n]
 
 
 def gather(sources: dict[str, int], seed: int = 0, *, target_loaded=None, cache: pathlib.Path | None = None,
@@ -173,17 +183,27 @@ def gather(sources: dict[str, int], seed: int = 0, *, target_loaded=None, cache:
 
 
 def _cached_self(target_loaded, n: int, seed: int, cache, **kwargs) -> list[dict]:
+    """The `self` rows, kept in `cache`: a request for as many or fewer reads them; for more,
+    the draws go on from the round the kept ones stopped in (the first line records it), so
+    growing the pool writes only the new prompts, and the same ones a single call would."""
     path = pathlib.Path(cache) / "prompts-self.jsonl" if cache else None
-    stamp = {"seed": seed, "target": target_loaded.name, "n": n}
+    stamp = {"seed": seed, "target": target_loaded.name}
+    resume = None
     if path and path.is_file():
         lines = path.read_text(encoding="utf-8").splitlines()
         old = json.loads(lines[0]) if lines else {}
-        if {**old, "n": n} == stamp and old["n"] >= n:  # same draws, at least as many asked for
-            return [json.loads(x) for x in lines[1:n + 1]]
-    rows = self_written(target_loaded, n, seed, **kwargs)
+        rows = [json.loads(x) for x in lines[1:]]
+        same = {k: old.get(k) for k in stamp} == stamp
+        if same and old.get("n", 0) >= n:  # same draws, at least as many asked for
+            return rows[:n]
+        if same and "round" in old:
+            resume = (rows, old["round"])
+    stopped: list = []
+    rows = self_written(target_loaded, n, seed, resume=resume, rounds=stopped, **kwargs)
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text("\n".join(json.dumps(x) for x in [stamp, *rows]) + "\n", encoding="utf-8")
+        head = {**stamp, "n": n, "round": stopped[0]}
+        tmp.write_text("\n".join(json.dumps(x) for x in [head, *rows]) + "\n", encoding="utf-8")
         tmp.replace(path)
     return rows
