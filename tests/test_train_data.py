@@ -155,6 +155,20 @@ def test_sampled_generation_draws_from_the_tempered_distribution():
     assert torch.equal(drawn, draw(probs.repeat(40_000, 1), torch.Generator().manual_seed(0)))  # seeded
 
 
+def test_teacher_forcing_through_specviz_forward_equals_transformers(tiny, monkeypatch):
+    """The fast path (llama_fast, a sequence at a time) records what transformers' padded
+    batch forward does: the same hidden states and top-K."""
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(3, tiny.vocab_size, (n,), generator=g) for n in (7, 31, 16)]
+    fast = teacher_force(tiny.model, seqs, 8)
+    monkeypatch.setenv("SPECVIZ_FAST", "0")
+    plain = teacher_force(tiny.model, seqs, 8)
+    for (h, p, i), (h0, p0, i0), s in zip(fast, plain, seqs):
+        assert h.shape == h0.shape == (len(s), 32) and torch.equal(i, i0)
+        torch.testing.assert_close(h, h0, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(p, p0, atol=2e-3, rtol=2e-3)
+
+
 def test_teacher_forced_batch_equals_one_sequence_at_a_time(tiny):
     g = torch.Generator().manual_seed(1)
     seqs = [torch.randint(3, tiny.vocab_size, (n,), generator=g) for n in (5, 30, 12)]

@@ -2,8 +2,9 @@
 
 `generate` decodes many sequences per forward (left padding, one position id per row) and
 drops a row from the batch the step it ends, so a long straggler does not carry a full
-batch of finished rows. `teacher_force` runs ONE forward over finished sequences (right
-padding: under a causal mask a row's real tokens never see the padding after them) and
+batch of finished rows. `teacher_force` runs the finished sequences through the target once
+more (specviz's own forward a sequence at a time where it applies: no padding, and the
+engine's multiplies, 1.9x transformers' padded batch on this CPU; else one padded batch) and
 keeps the final hidden state and the top-K next-token probabilities at every position.
 
 Precision: `generate` may run a bf16 copy of the target (the text only has to be the
@@ -93,8 +94,9 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
 def teacher_force(model, sequences: list[torch.Tensor], top_k: int, pad: int = 0, max_tokens: int = FORCE_TOKENS):
     """For each sequence: (hidden (T, H) half, top_p (T, K) half, top_ids (T, K) long), the
     target's final hidden state (post norm: its LM head's input) and top-K next tokens after
-    every token. One forward per group of similar lengths holding at most `max_tokens`
-    padded tokens (a batch usually fits in one)."""
+    every token. Sequences go in groups of similar lengths holding at most `max_tokens`
+    padded tokens (a batch usually fits in one), which bounds the memory of transformers'
+    padded forward and of the logits."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     out, group = [None] * len(sequences), []
     for i in order + [None]:
@@ -109,15 +111,24 @@ def teacher_force(model, sequences: list[torch.Tensor], top_k: int, pad: int = 0
 
 
 def _force(model, sequences, top_k, pad):
+    from .. import llama_fast
+
     device = next(model.parameters()).device
     lengths = [len(s) for s in sequences]
-    ids = torch.full((len(sequences), max(lengths)), pad, dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, :len(s)] = s
-    h = _body(model)(input_ids=ids.to(device)).last_hidden_state
-    head = model.get_output_embeddings()
-    # Only real positions go through the LM head, in chunks so the logits stay small.
-    flat = torch.cat([h[i, :n] for i, n in enumerate(lengths)])
+    if llama_fast.supports(model):
+        # specviz's own forward, one sequence at a time: no padding, and the multiplies the
+        # engine runs at inference (oneDNN's on a CPU): 245 -> ~455 tok/s here, same top-1
+        flat = torch.cat([llama_fast.hidden_states(model, s.to(device), llama_fast.new_cache(model))
+                          for s in sequences])
+        head = lambda h: llama_fast.head(model, h)  # noqa: E731
+    else:
+        ids = torch.full((len(sequences), max(lengths)), pad, dtype=torch.long)
+        for i, s in enumerate(sequences):
+            ids[i, :len(s)] = s
+        h = _body(model)(input_ids=ids.to(device)).last_hidden_state
+        flat = torch.cat([h[i, :n] for i, n in enumerate(lengths)])  # the real positions
+        head = model.get_output_embeddings()
+    # The LM head in chunks, so the logits stay small.
     top_p, top_ids = [], []
     for a in range(0, len(flat), LOGIT_ROWS):
         probs = torch.softmax(head(flat[a:a + LOGIT_ROWS]).float(), dim=-1)
