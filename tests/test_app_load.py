@@ -101,9 +101,15 @@ def rss_bytes() -> int:
     return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * 4096
 
 
+# A leak keeps something per run: 50 runs must add less than 64 MiB (1.3 MiB a run). The bound
+# was 5% of the process, 65-80 MiB in one pytest process; a pytest-xdist worker holds ~670 MiB,
+# and one clean-clone run grew it by 38 MiB (0.8 MiB a run, allocator or a small keep: not found).
+LEAK_BOUND = 64 * 2**20
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not pathlib.Path("/proc/self/statm").exists(), reason="reads Linux's /proc")
-def test_fifty_runs_in_a_row_grow_memory_less_than_five_percent(gated_app, app_models):
+def test_fifty_runs_in_a_row_grow_memory_less_than_64_mib(gated_app, app_models):
     url, gate = gated_app
     gate.opened.set()
     client = Client(url, verbose=False)
@@ -117,4 +123,4 @@ def test_fifty_runs_in_a_row_grow_memory_less_than_five_percent(gated_app, app_m
     after = rss_bytes()
     print(f"50 runs in {time.monotonic() - started:.1f} s; RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB "
           f"({(after - before) / before:+.1%})")
-    assert after < before * 1.05
+    assert after - before < LEAK_BOUND
