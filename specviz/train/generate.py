@@ -3,8 +3,8 @@
 `generate` decodes many sequences per forward (left padding, one position id per row) and
 drops a row from the batch the step it ends, so a long straggler does not carry a full
 batch of finished rows. `teacher_force` runs the finished sequences through the target once
-more (specviz's own forward a sequence at a time where it applies: no padding, and the
-engine's multiplies, 1.9x transformers' padded batch on this CPU; else one padded batch) and
+more (on a CPU, specviz's own forward a sequence at a time: no padding, and the engine's
+multiplies, 1.9x transformers' padded batch here; elsewhere one padded batch) and
 keeps the final hidden state and the top-K next-token probabilities at every position.
 
 Precision: `generate` may run a bf16 copy of the target (the text only has to be the
@@ -115,9 +115,10 @@ def _force(model, sequences, top_k, pad):
 
     device = next(model.parameters()).device
     lengths = [len(s) for s in sequences]
-    if llama_fast.supports(model):
+    if device.type == "cpu" and llama_fast.supports(model):
         # specviz's own forward, one sequence at a time: no padding, and the multiplies the
-        # engine runs at inference (oneDNN's on a CPU): 245 -> ~455 tok/s here, same top-1
+        # engine runs at inference (oneDNN's): 245 -> ~455 tok/s here, same top-1. (A GPU
+        # keeps the one padded batch: it wants the big multiplies.)
         flat = torch.cat([llama_fast.hidden_states(model, s.to(device), llama_fast.new_cache(model))
                           for s in sequences])
         head = lambda h: llama_fast.head(model, h)  # noqa: E731
