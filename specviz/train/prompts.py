@@ -128,11 +128,11 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
     # Rows kept before count as seen: redrawing their round skips them and goes on after them.
     seen = {" ".join(words(r["prompt"])) for r in out}
     bar = tqdm(total=n, initial=min(len(out), n), desc="self-written prompts", unit="prompt", disable=not progress)
-    round_no = first
+    stopped = first  # the last round drawn: a later call for more resumes there
     for round_no in range(first, 4 * -(-n // batch)):
         if len(out) >= n:
-            round_no -= 1  # stopped at the end of the last round
             break
+        stopped = round_no
         gen = torch.Generator().manual_seed(seed * 1_000_003 + round_no)
         for ids in generate(model or target_loaded.model, [header] * batch, max_new_tokens, eos, pad,
                             temperature=1.0, generator=gen):
@@ -149,7 +149,7 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
                 break
     bar.close()
     if rounds is not None:
-        rounds.append(max(round_no, first))
+        rounds.append(stopped)
     return out[:n]
 
 
