@@ -154,3 +154,34 @@ def states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None =
     x, inputs = run(base.layers, x, cos, sin, cache.k, cache.v, start, mask, groups, table, tuple(layers))
     cache.length = start + t
     return base.norm(x), inputs
+
+
+def decode_rows(model, tokens: torch.Tensor, ks: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], col: int,
+                visible: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One new token for each of B independent sequences: final hidden states (B, hidden).
+
+    The sequences' caches share columns (left padding, as in batched generation): layer i's
+    keys and values are ks[i], vs[i] (B, kv_heads, capacity, head_dim); the new ones go to
+    column `col`. visible (B, col + 1) bool says which columns each row attends to (its own
+    tokens, not the padding); positions (B,) is each row's rotary position."""
+    base = model.model
+    b = tokens.shape[0]
+    kv_heads, d = ks[0].shape[1], ks[0].shape[-1]
+    groups = model.config.num_attention_heads // kv_heads
+    x = base.embed_tokens(tokens)  # (B, hidden)
+    cos, sin = base.rotary_emb(x[:, None], positions[:, None])  # (B, 1, d)
+    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # (B, 1, 1, d): over heads
+    mask = visible[:, None, None, :]  # (B, 1, 1, col + 1): over heads and folded query rows
+    table = pack(model)
+    for layer, k_cache, v_cache in zip(base.layers, ks, vs):
+        attn = layer.self_attn
+        q, k, v = linears((attn.q_proj, attn.k_proj, attn.v_proj), _norm(layer.input_layernorm, x), table)
+        k_cache[:, :, col] = rope(k.view(b, kv_heads, 1, d), cos, sin)[:, :, 0]
+        v_cache[:, :, col] = v.view(b, kv_heads, d)
+        # grouped-query attention as in _attention: a key/value head's query heads are its query rows
+        q = rope(q.view(b, kv_heads * groups, 1, d), cos, sin).view(b, kv_heads, groups, d)
+        out = F.scaled_dot_product_attention(q, k_cache[:, :, :col + 1], v_cache[:, :, :col + 1], attn_mask=mask,
+                                             scale=attn.scaling)
+        x = x + linears((attn.o_proj,), out.reshape(b, -1), table)[0]
+        x = x + _mlp(layer.mlp, _norm(layer.post_attention_layernorm, x), table)
+    return base.norm(x)

@@ -143,6 +143,28 @@ def test_batched_generation_equals_one_at_a_time_greedy(tiny):
     assert sample() == sample()
 
 
+def test_fast_generation_equals_transformers_when_rows_end_at_different_steps(tiny, monkeypatch):
+    """specviz's batched decode (llama_fast over a shared preallocated cache) writes what
+    transformers' padded batch writes, greedy and sampled with one seed, when rows end at
+    different steps: finished rows wait in the batch, then leave it together (20 rows: the
+    cache is compacted once 2 have ended)."""
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, tiny.vocab_size, (int(n),), generator=g).tolist()
+               for n in torch.randint(1, 40, (20,), generator=g)]
+    free = generate(tiny.model, prompts, 20, [0], pad=0)  # 0 is never written: every row runs 20
+    # eos: tokens some rows write early, so rows finish all along the way
+    eos = sorted({r[s] for r, s in zip(free, (2, 5, 9, 13, 17)) if r[s] != 0})
+    assert eos and all(0 not in r for r in free)
+    for kw in ({}, {"temperature": 0.8}):
+        fast = generate(tiny.model, prompts, 20, eos, 0, generator=torch.Generator().manual_seed(7), **kw)
+        with monkeypatch.context() as m:
+            m.setenv("SPECVIZ_FAST", "0")
+            plain = generate(tiny.model, prompts, 20, eos, 0, generator=torch.Generator().manual_seed(7), **kw)
+        assert fast == plain
+        ends = {len(r) for r in fast if r[-1] in eos}
+        assert len(ends) >= 3 and all(len(r) == 20 or r[-1] in eos for r in fast)
+
+
 def test_sampled_generation_draws_from_the_tempered_distribution():
     """generate's draw: counts over 40,000 rows match the probabilities (chi-square), and a
     token of probability 0 (first, inside, last) is never drawn."""

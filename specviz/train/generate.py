@@ -1,8 +1,8 @@
 """The two target passes of self-distillation, batched: write responses, then teacher-force.
 
-`generate` decodes many sequences per forward (left padding, one position id per row) and
-drops a row from the batch the step it ends, so a long straggler does not carry a full
-batch of finished rows. `teacher_force` runs the finished sequences through the target once
+`generate` decodes many sequences per forward (left padding, one position id per row; on a
+CPU through specviz's own batched decode over a preallocated cache) and drops finished rows
+from the batch, so a long straggler does not carry a full batch of finished rows. `teacher_force` runs the finished sequences through the target once
 more (on a CPU, specviz's own forward a sequence at a time: no padding, and the engine's
 multiplies, 1.9x transformers' padded batch here; elsewhere one padded batch) and
 keeps the final hidden state and the top-K next-token probabilities at every position.
@@ -36,7 +36,26 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
     """Each prompt's response, up to and including its first eos (or `max_new_tokens` long).
 
     temperature None is greedy; otherwise tokens are sampled from softmax(logits / T)
-    with `generator`, so a seed fixes the text."""
+    with `generator`, so a seed fixes the text. On a CPU, for the layouts llama_fast takes,
+    specviz's own batched decode (`_generate_fast`); elsewhere transformers' forward."""
+    from .. import llama_fast
+
+    device = next(model.parameters()).device
+    if device.type == "cpu" and llama_fast.supports(model):
+        return _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator)
+    return _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generator)
+
+
+def _pick(logits: torch.Tensor, temperature: float | None, generator: torch.Generator | None) -> torch.Tensor:
+    """argmax, or one draw per row from the tempered distribution."""
+    if temperature is None:
+        return logits.argmax(-1)
+    return draw(torch.softmax(logits.float() / temperature, -1).cpu(), generator).to(logits.device)
+
+
+def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generator) -> list[list[int]]:
+    """Left padding, one position id per row, transformers' DynamicCache; a row leaves the
+    batch (cache, mask, positions) the step it writes eos."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -56,11 +75,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
     eos_t = torch.tensor(sorted(set(eos)), device=device)
     out: list[list[int]] = [[] for _ in prompts]
     for step in range(max_new_tokens):
-        # pick: argmax, or one draw per row from the tempered distribution
-        if temperature is None:
-            tok = logits.argmax(-1)
-        else:
-            tok = draw(torch.softmax(logits.float() / temperature, -1).cpu(), generator).to(device)
+        tok = _pick(logits, temperature, generator)
         for r, t in zip(rows.tolist(), tok.tolist()):
             out[r].append(t)
         if step == max_new_tokens - 1:
@@ -77,6 +92,59 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
         mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
         logits = forward(tok[:, None], mask, next_pos[:, None])
         next_pos = next_pos + 1
+    return out
+
+
+def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator) -> list[list[int]]:
+    """The same generation through llama_fast: each prompt prefilled alone (no padding
+    computed), then one batched step per token over a preallocated cache whose columns the
+    rows share (prompts right-aligned at the widest one). transformers' cache grows by a copy
+    of every layer each step, a cost that grows with the context: here a step writes one
+    column. A finished row stays (its outputs ignored) until an eighth of the batch has
+    finished; then the cache is compacted, once for all of them."""
+    from .. import llama_fast
+
+    cfg, p = model.config, next(model.parameters())
+    n, width = len(prompts), max(len(q) for q in prompts)
+    cache = llama_fast.new_cache(model)
+    shape = (n, cache.kv_heads, width + max_new_tokens, cache.head_dim)
+    ks = [torch.zeros(shape, dtype=p.dtype) for _ in range(cfg.num_hidden_layers)]
+    vs = [torch.zeros(shape, dtype=p.dtype) for _ in range(cfg.num_hidden_layers)]
+    visible = torch.zeros(n, width + max_new_tokens, dtype=torch.bool)
+    last = []
+    for i, q in enumerate(prompts):
+        one = llama_fast.new_cache(model)
+        last.append(llama_fast.hidden_states(model, torch.tensor(q, dtype=torch.long), one)[-1])
+        at = width - len(q)
+        for big, small in zip((*ks, *vs), (*one.k, *one.v)):
+            big[i, :, at:width] = small[:, :len(q)]
+        visible[i, at:width] = True
+    logits = llama_fast.head(model, torch.stack(last))
+    rows = torch.arange(n)  # which prompt each batch row is
+    alive = torch.ones(n, dtype=torch.bool)
+    positions = torch.tensor([len(q) for q in prompts])
+    eos_t = torch.tensor(sorted(set(eos)))
+    out: list[list[int]] = [[] for _ in prompts]
+    for step in range(max_new_tokens):
+        tok = torch.zeros(len(rows), dtype=torch.long)
+        tok[alive] = _pick(logits[alive], temperature, generator)
+        for r, t in zip(rows[alive].tolist(), tok[alive].tolist()):
+            out[r].append(t)
+        if step == max_new_tokens - 1:
+            break
+        alive &= ~torch.isin(tok, eos_t)
+        done = len(rows) - int(alive.sum())
+        if done == len(rows):
+            break
+        if done and done >= len(rows) // 8:  # compact: drop the finished rows everywhere
+            keep = alive.nonzero()[:, 0]
+            ks, vs = [t[keep] for t in ks], [t[keep] for t in vs]
+            rows, tok, visible, positions, alive = rows[keep], tok[keep], visible[keep], positions[keep], alive[keep]
+        col = width + step
+        visible[:, col] = True
+        logits = llama_fast.head(model, llama_fast.decode_rows(model, tok, ks, vs, col, visible[:, :col + 1],
+                                                               positions))
+        positions = positions + 1
     return out
 
 
