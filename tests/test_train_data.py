@@ -17,7 +17,7 @@ from specviz.train import data as data_mod
 from specviz.train import prompts as prompts_mod
 from specviz.train.command import parse_sources
 from specviz.train.data import Corpus, Seq, build_data, bytes_per_token, load_data
-from specviz.train.generate import draw, generate, teacher_force
+from specviz.train.generate import draw, generate, teacher_force, write_and_force
 from specviz.train.prompts import (PROMPTS, gather, row, self_written, shares_bench_text, user_header,
                                    user_turn_ok)
 from specviz.train.tasks import doc_files, doc_tasks, passages_of
@@ -163,6 +163,38 @@ def test_fast_generation_equals_transformers_when_rows_end_at_different_steps(ti
         assert fast == plain
         ends = {len(r) for r in fast if r[-1] in eos}
         assert len(ends) >= 3 and all(len(r) == 20 or r[-1] in eos for r in fast)
+
+
+def test_writing_and_forcing_in_one_pass_records_what_teacher_forcing_does(tiny):
+    """write_and_force: the responses `generate` writes (greedy, and sampled with one seed) and,
+    for prompt and response, the hidden states and top-K a teacher-forced forward over the
+    finished text gives, also for rows that end early (eos) and rows cut at the length cap."""
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, tiny.vocab_size, (int(n),), generator=g).tolist()
+               for n in torch.randint(1, 40, (20,), generator=g)]
+    free = generate(tiny.model, prompts, 16, [0], pad=0)
+    eos = sorted({r[s] for r, s in zip(free, (1, 4, 8, 12)) if r[s] != 0})
+    for kw in ({}, {"temperature": 0.8}):
+        pairs = write_and_force(tiny.model, prompts, 16, eos, 8, generator=torch.Generator().manual_seed(9), **kw)
+        assert [r for r, _ in pairs] == generate(tiny.model, prompts, 16, eos, 0,
+                                                 generator=torch.Generator().manual_seed(9), **kw)
+        assert {len(r) for r, _ in pairs if r[-1] in eos} and any(len(r) == 16 for r, _ in pairs)
+        seqs = [torch.tensor(q + r) for q, (r, _) in zip(prompts, pairs)]
+        for (_, (h, p, i)), (h0, p0, i0), s in zip(pairs, teacher_force(tiny.model, seqs, 8), seqs):
+            assert h.shape == h0.shape == (len(s), 32) and p.shape == p0.shape == (len(s), 8)
+            assert torch.equal(i, i0)
+            torch.testing.assert_close(h, h0, atol=2e-3, rtol=2e-3)
+            torch.testing.assert_close(p, p0, atol=2e-3, rtol=2e-3)
+
+
+def test_on_a_cpu_the_target_writes_its_own_data_unless_told_otherwise(tiny, monkeypatch):
+    from specviz.train.command import generation_model
+
+    assert generation_model(tiny, "auto") is tiny.model  # it records its states as it writes
+    assert generation_model(tiny, "fp32") is tiny.model
+    assert next(generation_model(tiny, "bf16").parameters()).dtype == torch.bfloat16
+    monkeypatch.setenv("SPECVIZ_FAST", "0")  # no recording path: a bf16 copy writes, the target forces
+    assert next(generation_model(tiny, "auto").parameters()).dtype == torch.bfloat16
 
 
 def test_sampled_generation_draws_from_the_tempered_distribution():

@@ -6,6 +6,9 @@ Two passes per batch of prompts (train/generate.py):
 2. teacher-force: one forward over the finished sequences records, after every token, the
    target's final hidden state (post norm: exactly its LM head's input) and its top-K
    next-token probabilities.
+When the target itself writes on a CPU (the default there), the two are one pass: its
+decode steps compute exactly the states a forward over the finished text would, and they
+are recorded as it writes (generate.write_and_force); a bf16 copy or a GPU keeps two passes.
 Prompt positions are kept too: teacher-forcing text is ~3x cheaper than generating it,
 so the prompts themselves are extra distillation data for free.
 
@@ -29,7 +32,7 @@ from typing import Callable
 import torch
 
 from ..errors import SpecvizError
-from .generate import generate, teacher_force
+from .generate import can_write_and_force, generate, teacher_force, write_and_force
 from .prompts import PROMPTS, read_prompts
 
 TOP_K = 32  # how many of the target's next-token probabilities each position keeps
@@ -245,6 +248,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
 
     eos = list(target_loaded.eos_token_ids)
     pad = target_loaded.pad_token_id
+    writer = generate_model or target_loaded.model
     bar = tqdm(total=budget_tokens, initial=min(meta["response_tokens"], budget_tokens or 1 << 62),
                desc="self-distillation", unit="tok", unit_scale=True, disable=not progress)
     start = time.perf_counter()
@@ -258,14 +262,22 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         # the batch's place in the plan, so a resumed build writes the same text
         pass_no = chunk[0][0]
         prompt_ids = [encoded[r["id"]] for _, r in chunk]
-        responses = generate(generate_model or target_loaded.model, prompt_ids, max_new_tokens, eos, pad,
-                             temperature=None if pass_no == 0 else temperature,
-                             generator=torch.Generator().manual_seed(seed * 1_000_003 + j))
-        t1 = time.perf_counter()
-        # teacher-force: the target itself over the finished sequences
+        sampling = dict(temperature=None if pass_no == 0 else temperature,
+                        generator=torch.Generator().manual_seed(seed * 1_000_003 + j))
+        if writer is target_loaded.model and can_write_and_force(writer):
+            # the target writes and its decode steps are the teacher-forced states: one pass
+            pairs = write_and_force(writer, prompt_ids, max_new_tokens, eos, top_k, **sampling)
+            responses, forced = [r for r, _ in pairs], [f for _, f in pairs]
+            t1 = t2 = time.perf_counter()
+        else:
+            responses = generate(writer, prompt_ids, max_new_tokens, eos, pad, **sampling)
+            t1 = time.perf_counter()
+            # teacher-force: the target itself over the finished sequences
+            forced = teacher_force(target_loaded.model,
+                                   [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)],
+                                   top_k, pad)
+            t2 = time.perf_counter()
         seqs = [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)]
-        forced = teacher_force(target_loaded.model, seqs, top_k, pad)
-        t2 = time.perf_counter()
         out = [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
                 "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}",
                 "source": source_of(r)}
@@ -284,7 +296,8 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         _write_meta(folder, meta)
         bar.update(written)
         bar.set_postfix_str(f"pass {pass_no}, {name}, generate {written / (t1 - t0):.0f} tok/s, "
-                            f"teacher-force {sum(map(len, seqs)) / (t2 - t1):.0f} tok/s")
+                            + (f"teacher-force {sum(map(len, seqs)) / (t2 - t1):.0f} tok/s" if t2 > t1
+                               else "states recorded while writing"))
     bar.close()
     say(f"data: {meta['response_tokens']:,} target-written tokens ({meta['tokens']:,} with prompts) in "
         f"{len(meta['shards'])} shards, {meta['seconds'] / 60:.1f} min of building so far")

@@ -42,7 +42,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
 
     device = next(model.parameters()).device
     if device.type == "cpu" and llama_fast.supports(model):
-        return _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator)
+        return _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator)[0]
     return _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generator)
 
 
@@ -95,33 +95,43 @@ def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generato
     return out
 
 
-def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator) -> list[list[int]]:
+def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator, top_k: int | None = None):
     """The same generation through llama_fast: each prompt prefilled alone (no padding
     computed), then one batched step per token over a preallocated cache whose columns the
     rows share (prompts right-aligned at the widest one). transformers' cache grows by a copy
     of every layer each step, a cost that grows with the context: here a step writes one
     column. A finished row stays (its outputs ignored) until an eighth of the batch has
-    finished; then the cache is compacted, once for all of them."""
+    finished; then the cache is compacted, once for all of them.
+
+    top_k: also record what teacher forcing would (`teacher_force`'s triples, for prompt and
+    response): the prompts' from their prefill, each written token's from the step that feeds
+    it (a row's last token is fed once more for that). Returns (responses, records or None)."""
     from .. import llama_fast
 
-    cfg, p = model.config, next(model.parameters())
+    cfg, dtype = model.config, next(model.parameters()).dtype
     n, width = len(prompts), max(len(q) for q in prompts)
     cache = llama_fast.new_cache(model)
     shape = (n, cache.kv_heads, width + max_new_tokens, cache.head_dim)
-    ks = [torch.zeros(shape, dtype=p.dtype) for _ in range(cfg.num_hidden_layers)]
-    vs = [torch.zeros(shape, dtype=p.dtype) for _ in range(cfg.num_hidden_layers)]
+    ks = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
+    vs = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
     visible = torch.zeros(n, width + max_new_tokens, dtype=torch.bool)
-    last = []
+    last, states = [], []
     for i, q in enumerate(prompts):
         one = llama_fast.new_cache(model)
-        last.append(llama_fast.hidden_states(model, torch.tensor(q, dtype=torch.long), one)[-1])
+        h = llama_fast.hidden_states(model, torch.tensor(q, dtype=torch.long), one)
+        last.append(h[-1])
+        if top_k:
+            states.append(h)
         at = width - len(q)
         for big, small in zip((*ks, *vs), (*one.k, *one.v)):
             big[i, :, at:width] = small[:, :len(q)]
         visible[i, at:width] = True
-    logits = llama_fast.head(model, torch.stack(last))
+    head = lambda x: llama_fast.head(model, x)  # noqa: E731
+    # kept[i]: row i's recorded (hidden, top_p, top_ids) blocks, the prompt's first
+    kept = [[r] for r in _records(torch.cat(states), [len(q) for q in prompts], head, top_k)] if top_k else None
+    logits = head(torch.stack(last))
     rows = torch.arange(n)  # which prompt each batch row is
-    alive = torch.ones(n, dtype=torch.bool)
+    alive = torch.ones(n, dtype=torch.bool)  # still writing
     positions = torch.tensor([len(q) for q in prompts])
     eos_t = torch.tensor(sorted(set(eos)))
     out: list[list[int]] = [[] for _ in prompts]
@@ -130,22 +140,54 @@ def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator) 
         tok[alive] = _pick(logits[alive], temperature, generator)
         for r, t in zip(rows[alive].tolist(), tok[alive].tolist()):
             out[r].append(t)
-        if step == max_new_tokens - 1:
-            break
+        wrote = alive.clone()
         alive &= ~torch.isin(tok, eos_t)
-        done = len(rows) - int(alive.sum())
-        if done == len(rows):
+        if step == max_new_tokens - 1:
+            alive[:] = False
+        fed = alive | wrote if top_k else alive  # recording feeds each row's last token too
+        if not bool(fed.any()):
             break
+        done = len(rows) - int(fed.sum())
         if done and done >= len(rows) // 8:  # compact: drop the finished rows everywhere
-            keep = alive.nonzero()[:, 0]
+            keep = fed.nonzero()[:, 0]
             ks, vs = [t[keep] for t in ks], [t[keep] for t in vs]
-            rows, tok, visible, positions, alive = rows[keep], tok[keep], visible[keep], positions[keep], alive[keep]
+            rows, tok, visible, positions = rows[keep], tok[keep], visible[keep], positions[keep]
+            alive, wrote, fed = alive[keep], wrote[keep], fed[keep]
         col = width + step
         visible[:, col] = True
-        logits = llama_fast.head(model, llama_fast.decode_rows(model, tok, ks, vs, col, visible[:, :col + 1],
-                                                               positions))
+        h = llama_fast.decode_rows(model, tok, ks, vs, col, visible[:, :col + 1], positions)
+        if not top_k and not bool(alive.any()):
+            break
+        logits = head(h)
+        if top_k:  # the step's states and top-K are the written tokens' records
+            p, t = _top(logits[wrote], top_k)
+            for r, *block in zip(rows[wrote].tolist(), h[wrote].half(), p, t):
+                kept[r].append([x[None] for x in block])
+            if not bool(alive.any()):
+                break
         positions = positions + 1
-    return out
+    if not top_k:
+        return out, None
+    return out, [tuple(torch.cat(x) for x in zip(*blocks)) for blocks in kept]
+
+
+@torch.inference_mode()
+def write_and_force(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int], top_k: int, *,
+                    temperature: float | None = None, generator: torch.Generator | None = None):
+    """`generate` and `teacher_force` in one pass, where the model itself writes (on a CPU, for
+    the layouts llama_fast takes; see `can_write_and_force`): [(response, (hidden, top_p,
+    top_ids))], the triple over prompt + response as `teacher_force` gives it. The states a
+    decode step computes are the ones a second forward would, so none is run: on the
+    embedded target this costs less than a bf16 copy writing and the fp32 target forcing,
+    and the greedy text is the target's own."""
+    out, records = _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator, top_k)
+    return list(zip(out, records))
+
+
+def can_write_and_force(model) -> bool:
+    from .. import llama_fast
+
+    return next(model.parameters()).device.type == "cpu" and llama_fast.supports(model)
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -197,16 +239,26 @@ def _force(model, sequences, top_k, pad):
         h = _body(model)(input_ids=ids.to(device)).last_hidden_state
         flat = torch.cat([h[i, :n] for i, n in enumerate(lengths)])  # the real positions
         head = model.get_output_embeddings()
-    # The LM head in chunks, so the logits stay small.
+    return _records(flat, lengths, head, top_k)
+
+
+def _records(flat, lengths, head, top_k):
+    """Split (hidden, top_p, top_ids) per sequence from the stacked final states `flat`
+    (the LM head runs in chunks, so the logits stay small)."""
     top_p, top_ids = [], []
     for a in range(0, len(flat), LOGIT_ROWS):
-        probs = torch.softmax(head(flat[a:a + LOGIT_ROWS]).float(), dim=-1)
-        p, t = torch.topk(probs, top_k, dim=-1)
-        top_p.append(p.cpu())
-        top_ids.append(t.cpu())
-    top_p, top_ids = torch.cat(top_p).half().split(lengths), torch.cat(top_ids).split(lengths)
+        p, t = _top(head(flat[a:a + LOGIT_ROWS]), top_k)
+        top_p.append(p)
+        top_ids.append(t)
+    top_p, top_ids = torch.cat(top_p).split(lengths), torch.cat(top_ids).split(lengths)
     hidden = flat.float().half().cpu().split(lengths)
     return list(zip(hidden, top_p, top_ids))
+
+
+def _top(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-K next-token probabilities (half) and their ids, per row of logits."""
+    p, t = torch.topk(torch.softmax(logits.float(), dim=-1), top_k, dim=-1)
+    return p.half().cpu(), t.cpu()
 
 
 def _body(model):
