@@ -354,3 +354,30 @@ def test_build_order_takes_turns_by_source_so_a_budget_cut_holds_every_source():
     # 12 turns of all three, then docs and code alternate (a plain shuffle puts about 3 written there)
     assert {s: head.count(s) for s in set(head)} == {"written": 12, "docs": 18, "code": 18}
     assert data_mod.plan(rows, lengths, 1, 3, 6) != data_mod.plan(rows, lengths, 1, 3, 5)
+
+
+def test_a_grown_pool_builds_whole_batches_and_an_unchanged_one_builds_the_plan():
+    """What is left to build: with nothing or whole batches done, the plan itself (same seeds);
+    after new prompts joined the pool (part-done batches), whole batches again: every row left
+    once, one pass per batch, distinct seeds, none from the plan's whole batches."""
+    rows = [row("written", "chat", f"question {i}") for i in range(40)]
+    lengths = {r["id"]: 5 + i % 9 for i, r in enumerate(rows)}
+    batches = data_mod.plan(rows, lengths, passes=2, batch=4, seed=1)
+    assert data_mod.remaining(batches, set(), lengths, 4) == list(enumerate(batches))
+    done = {(r["id"], p) for j in (0, 3, 11) for p, r in batches[j]}  # a killed run: whole batches
+    assert data_mod.remaining(batches, done, lengths, 4) == [(j, b) for j, b in enumerate(batches)
+                                                             if j not in (0, 3, 11)]
+    grown = rows + [row("docs", "summarisation", f"summarise passage {i}") for i in range(30)]
+    lengths.update({r["id"]: 3 + i % 11 for i, r in enumerate(grown[40:])})
+    plan = data_mod.plan(grown, lengths, passes=2, batch=4, seed=1)
+    left = data_mod.remaining(plan, done, lengths, 4)
+    todo = sorted((p, r["id"]) for b in plan for p, r in b if (r["id"], p) not in done)
+    assert sorted((p, r["id"]) for _, b in left for p, r in b) == todo
+    assert all(len({p for p, _ in b}) == 1 for _, b in left)
+    for p in (0, 1):  # whole batches, but for the plan's own last one and the pool's last one
+        assert sum(len(b) < 4 for _, b in left if b[0][0] == p) <= 2
+    part_done = sum(0 < sum((r["id"], p) not in done for p, r in b) < len(b) for b in plan)
+    assert part_done >= 8 and len(left) <= -(-len(todo) // 4) + 2  # without regrouping: 8+ more
+    seeds = [s for s, _ in left]
+    assert len(set(seeds)) == len(seeds)
+    assert [p for _, b in left for p, _ in b] == sorted(p for _, b in left for p, _ in b)  # pass by pass

@@ -181,6 +181,34 @@ def plan(rows: list[dict], lengths: dict, passes: int, batch: int, seed: int) ->
     return out
 
 
+def remaining(batches: list[list[tuple[int, dict]]], done: set, lengths: dict, batch: int):
+    """The batches still to build, as (seed index, [(pass, row)]), in build order.
+
+    Batches left whole run as planned, seeded by their place in the plan, so a resumed build of
+    the same pool makes what an unbroken one makes. Batches a grown pool left part-done (its new
+    prompts joined their windows) would run a few rows at a time, at a fraction of a full batch's
+    throughput: their rows are pooled per pass, sorted by length within windows of WINDOW
+    batches and cut into whole batches again, each seeded by an index past the plan's."""
+    out, pools = [], {}
+    for j, b in enumerate(batches):
+        left = [(p, r) for p, r in b if (r["id"], p) not in done]
+        if len(left) == len(b):
+            out.append((j, j, left))
+        elif left:
+            pools.setdefault(left[0][0], []).extend((j, x) for x in left)  # a planned batch is one pass
+    extra = len(batches)
+    for p in sorted(pools):
+        items = pools[p]
+        for w in range(0, len(items), batch * WINDOW):
+            window = sorted(items[w:w + batch * WINDOW], key=lambda x: lengths[x[1][1]["id"]])
+            for c in range(0, len(window), batch):
+                part = window[c:c + batch]
+                out.append((min(j for j, _ in part), extra, [x for _, x in part]))
+                extra += 1
+    out.sort(key=lambda x: x[0])  # build order: where each batch's first row was planned
+    return [(seed, b) for _, seed, b in out]
+
+
 def source_of(row: dict) -> str:
     """The source of a prompt row or a stored sequence (plain prompt files and older shards name
     none: theirs are prompts written for the project)."""
@@ -242,8 +270,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
 
     encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
     batches = plan(rows, {k: len(v) for k, v in encoded.items()}, passes, batch, seed)
-    todo = [(j, [(p, r) for p, r in b if (r["id"], p) not in done]) for j, b in enumerate(batches)]
-    todo = [(j, b) for j, b in todo if b]
+    todo = remaining(batches, done, {k: len(v) for k, v in encoded.items()}, batch)
     _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say)
 
     eos = list(target_loaded.eos_token_ids)
