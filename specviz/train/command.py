@@ -58,7 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       "target writes; code: stdlib editing tasks; docs: summarising/rewriting doc text)")
     data.add_argument("--data-batch", type=int, default=64,
                       help="sequences generated per forward (2-core CPU, bf16, sampled: 32 / 64 / 128 gave "
-                           "~170 / ~205 / ~181 tok/s)")
+                           "~170 / ~205 / ~181 tok/s). Memory: a batch's KV cache holds batch x (longest "
+                           "prompt + --max-new-tokens) positions per layer, ~2.5 GB for 64 x 866 on the "
+                           "embedded target in fp32; lower it on a small machine")
     data.add_argument("--generate-dtype", choices=("auto", "fp32", "bf16"), default="auto",
                       help="precision of the copy that writes the responses (auto: on a CPU the target itself, "
                       "recording its states as it writes, 1.2-1.3x a bf16 copy writing + a teacher-forced pass "
