@@ -269,8 +269,8 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         _write_meta(folder, meta)
 
     encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
-    batches = plan(rows, {k: len(v) for k, v in encoded.items()}, passes, batch, seed)
-    todo = remaining(batches, done, {k: len(v) for k, v in encoded.items()}, batch)
+    lengths = {k: len(v) for k, v in encoded.items()}
+    todo = remaining(plan(rows, lengths, passes, batch, seed), done, lengths, batch)
     _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say)
 
     eos = list(target_loaded.eos_token_ids)
