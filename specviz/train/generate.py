@@ -1,15 +1,17 @@
-"""The two target passes of self-distillation, batched: write responses, then teacher-force.
+"""The target passes of self-distillation, batched: write responses, then teacher-force.
 
 `generate` decodes many sequences per forward (left padding, one position id per row; on a
-CPU through specviz's own batched decode over a preallocated cache) and drops finished rows
-from the batch, so a long straggler does not carry a full batch of finished rows. `teacher_force` runs the finished sequences through the target once
-more (on a CPU, specviz's own forward a sequence at a time: no padding, and the engine's
-multiplies, 1.9x transformers' padded batch here; elsewhere one padded batch) and
-keeps the final hidden state and the top-K next-token probabilities at every position.
+CPU specviz's own batched decode over a preallocated cache, elsewhere transformers') and
+drops finished rows from the batch, so a long straggler does not carry a full batch of
+finished rows. `teacher_force` runs the finished sequences through the target once more (on
+a CPU, specviz's own forward a sequence at a time: no padding, and the engine's multiplies,
+1.9x transformers' padded batch here; elsewhere one padded batch) and keeps the final hidden
+state and the top-K next-token probabilities at every position. `write_and_force` does both
+in one pass where the target itself writes on a CPU: its decode steps are those states.
 
 Precision: `generate` may run a bf16 copy of the target (the text only has to be the
-target's own kind of text); `teacher_force` runs the target as loaded (fp32 on CPU), so
-the features and probabilities a drafter learns from are the ones it meets at inference.
+target's own kind of text); the recorded states are always the target's as loaded (fp32 on
+CPU), the features and probabilities a drafter meets at inference.
 """
 from __future__ import annotations
 
