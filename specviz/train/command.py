@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "embedded target in fp32; lower it on a small machine")
     data.add_argument("--generate-dtype", choices=("auto", "fp32", "bf16"), default="auto",
                       help="precision of the copy that writes the responses (auto: on a CPU the target itself, "
-                      "recording its states as it writes, 1.2-1.3x a bf16 copy writing + a teacher-forced pass "
+                      "recording its states as it writes, 1.1-1.3x a bf16 copy writing + a teacher-forced pass "
                       "here; elsewhere bf16 when the target is fp32). The features and probabilities always come "
                       "from the target as loaded")
     data.add_argument("--data-only", action="store_true", help="build or extend the data, then stop")
