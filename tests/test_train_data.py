@@ -252,6 +252,21 @@ def test_disk_estimate_matches_the_shards_and_a_full_disk_is_refused(tiny, promp
     assert not list((tmp_path / "e").glob("shard-*"))
 
 
+def test_a_separate_writer_and_the_target_writing_alone_store_the_same_greedy_data(tiny, prompt_file, tmp_path):
+    """build_data's two ways: another model object writes and the target forces (two passes), or
+    the target writes and records (one pass). With the same fp32 weights both store the same text
+    and states."""
+    import copy
+
+    kw = dict(prompts=prompt_file, passes=1, max_new_tokens=12, batch=8, budget_tokens=60, progress=False)
+    one = load_data(tiny, build_data(tiny, tmp_path / "one", **kw)).sequences
+    two = load_data(tiny, build_data(tiny, tmp_path / "two", generate_model=copy.deepcopy(tiny.model), **kw)).sequences
+    assert [s.ids.tolist() for s in one] == [s.ids.tolist() for s in two] and one
+    for a, b in zip(one, two):
+        assert torch.equal(a.top_ids, b.top_ids)
+        torch.testing.assert_close(a.hidden.float(), b.hidden.float(), atol=2e-3, rtol=2e-3)
+
+
 def test_a_token_budget_stops_the_build_and_a_larger_one_continues_it(tiny, prompt_file, tmp_path):
     kw = dict(prompts=prompt_file, passes=2, max_new_tokens=20, batch=4, progress=False)
     build_data(tiny, tmp_path, budget_tokens=60, **kw)

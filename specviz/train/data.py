@@ -276,6 +276,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     eos = list(target_loaded.eos_token_ids)
     pad = target_loaded.pad_token_id
     writer = generate_model or target_loaded.model
+    one_pass = writer is target_loaded.model and can_write_and_force(writer)
     bar = tqdm(total=budget_tokens, initial=min(meta["response_tokens"], budget_tokens or 1 << 62),
                desc="self-distillation", unit="tok", unit_scale=True, disable=not progress)
     start = time.perf_counter()
@@ -291,20 +292,16 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         prompt_ids = [encoded[r["id"]] for _, r in chunk]
         sampling = dict(temperature=None if pass_no == 0 else temperature,
                         generator=torch.Generator().manual_seed(seed * 1_000_003 + j))
-        if writer is target_loaded.model and can_write_and_force(writer):
-            # the target writes and its decode steps are the teacher-forced states: one pass
+        if one_pass:  # the target writes and its decode steps are the teacher-forced states
             pairs = write_and_force(writer, prompt_ids, max_new_tokens, eos, top_k, **sampling)
             responses, forced = [r for r, _ in pairs], [f for _, f in pairs]
-            t1 = t2 = time.perf_counter()
         else:
             responses = generate(writer, prompt_ids, max_new_tokens, eos, pad, **sampling)
-            t1 = time.perf_counter()
-            # teacher-force: the target itself over the finished sequences
-            forced = teacher_force(target_loaded.model,
-                                   [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)],
-                                   top_k, pad)
-            t2 = time.perf_counter()
+        t1 = time.perf_counter()
         seqs = [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)]
+        if not one_pass:  # teacher-force: the target itself over the finished sequences
+            forced = teacher_force(target_loaded.model, seqs, top_k, pad)
+        t2 = time.perf_counter()
         out = [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
                 "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}",
                 "source": source_of(r)}
@@ -323,8 +320,8 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         _write_meta(folder, meta)
         bar.update(written)
         bar.set_postfix_str(f"pass {pass_no}, {name}, generate {written / (t1 - t0):.0f} tok/s, "
-                            + (f"teacher-force {sum(map(len, seqs)) / (t2 - t1):.0f} tok/s" if t2 > t1
-                               else "states recorded while writing"))
+                            + ("states recorded while writing" if one_pass
+                               else f"teacher-force {sum(map(len, seqs)) / (t2 - t1):.0f} tok/s"))
     bar.close()
     say(f"data: {meta['response_tokens']:,} target-written tokens ({meta['tokens']:,} with prompts) in "
         f"{len(meta['shards'])} shards, {meta['seconds'] / 60:.1f} min of building so far")
