@@ -40,10 +40,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int, eos: list[int
     temperature None is greedy; otherwise tokens are sampled from softmax(logits / T)
     with `generator`, so a seed fixes the text. On a CPU, for the layouts llama_fast takes,
     specviz's own batched decode (`_generate_fast`); elsewhere transformers' forward."""
-    from .. import llama_fast
-
-    device = next(model.parameters()).device
-    if device.type == "cpu" and llama_fast.supports(model):
+    if can_write_and_force(model):
         return _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator)[0]
     return _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generator)
 
@@ -187,6 +184,8 @@ def write_and_force(model, prompts: list[list[int]], max_new_tokens: int, eos: l
 
 
 def can_write_and_force(model) -> bool:
+    """Does specviz's own forward take this model here (a CPU, a layout llama_fast takes)? Then
+    `generate` and `teacher_force` run through it, and `write_and_force` applies."""
     from .. import llama_fast
 
     return next(model.parameters()).device.type == "cpu" and llama_fast.supports(model)
@@ -227,7 +226,7 @@ def _force(model, sequences, top_k, pad):
 
     device = next(model.parameters()).device
     lengths = [len(s) for s in sequences]
-    if device.type == "cpu" and llama_fast.supports(model):
+    if can_write_and_force(model):
         # specviz's own forward, one sequence at a time: no padding, and the multiplies the
         # engine runs at inference (oneDNN's): 245 -> ~455 tok/s here, same top-1. (A GPU
         # keeps the one padded batch: it wants the big multiplies.)
