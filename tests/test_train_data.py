@@ -127,6 +127,21 @@ def test_more_self_written_prompts_go_on_from_the_kept_ones(tiny, tmp_path, monk
         real(tiny, 9, seed=3, **kwargs)  # another seed: drawn afresh
 
 
+def test_a_self_pool_kept_without_its_round_grows_and_keeps_its_prompts(tiny, tmp_path):
+    """Pools written before the stopping round was recorded (first line without "round") grow:
+    the kept prompts stay first and the new ones are drawn from rounds that call never drew."""
+    kwargs = dict(batch=16, max_new_tokens=200, keep=lambda text: len(text) % 3 != 0, progress=False)
+    kept = [row("self", "chat", f"a question kept from an older build, number {i}") for i in range(3)]
+    head = {"seed": 2, "target": tiny.name, "n": 3}
+    (tmp_path / "prompts-self.jsonl").write_text("\n".join(json.dumps(x) for x in [head, *kept]) + "\n")
+    grown = gather({"self": 7}, seed=2, target_loaded=tiny, cache=tmp_path, **kwargs)
+    assert grown[:3] == kept and len(grown) == 7
+    assert len({r["prompt"] for r in grown}) == 7
+    assert grown == self_written(tiny, 7, seed=2, resume=(kept, 4), **kwargs)  # on from round 4 x ceil(3 / 16)
+    line = json.loads((tmp_path / "prompts-self.jsonl").read_text().splitlines()[0])
+    assert line["n"] == 7 and line["round"] >= 4
+
+
 # --- generation -------------------------------------------------------------------------
 
 def test_batched_generation_equals_one_at_a_time_greedy(tiny):

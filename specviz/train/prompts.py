@@ -129,7 +129,10 @@ def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_n
     seen = {" ".join(words(r["prompt"])) for r in out}
     bar = tqdm(total=n, initial=min(len(out), n), desc="self-written prompts", unit="prompt", disable=not progress)
     stopped = first  # the last round drawn: a later call for more resumes there
-    for round_no in range(first, 4 * -(-n // batch)):
+    # Give up after 4x the rounds the prompts still wanted need (the same bound as one call for n,
+    # unless a resume starts late).
+    last = max(4 * -(-n // batch), first + 4 * -(-(n - len(out)) // batch))
+    for round_no in range(first, last):
         if len(out) >= n:
             break
         stopped = round_no
@@ -198,6 +201,11 @@ def _cached_self(target_loaded, n: int, seed: int, cache, **kwargs) -> list[dict
             return rows[:n]
         if same and "round" in old:
             resume = (rows, old["round"])
+        elif same and rows:
+            # Kept before the stopping round was recorded: go on after every round that call could
+            # have drawn (it gave up at 4x its rounds), so the kept prompts stay and only new ones
+            # are drawn. Redrawing from round 0 would replace them when the writer has changed.
+            resume = (rows, 4 * -(-old.get("n", len(rows)) // kwargs.get("batch", 32)))
     stopped: list = []
     rows = self_written(target_loaded, n, seed, resume=resume, rounds=stopped, **kwargs)
     if path:
