@@ -313,3 +313,20 @@ def test_autocast_auto_is_on_only_where_it_was_measured_faster(choice, kind, dev
 
     monkeypatch.setattr(loop, "native_bf16", lambda: native)
     assert command.use_autocast(choice, kind, torch.device(device)) is on
+
+
+def test_the_card_counts_the_prompts_the_data_answers_not_the_last_pool():
+    """A folder grown over several builds: the card names every source its sequences came from
+    (meta["prompts"] names only the last build's pool)."""
+    from specviz.train.card import describe_data
+    from specviz.train.data import Corpus, Seq
+
+    def seq(pid, source, variant="greedy"):
+        z = torch.zeros(4, 1)
+        return Seq(torch.arange(4), 2, z.half(), z.long(), z.half(), pid, variant, source)
+
+    seqs = [seq("w1", "written"), seq("w1", "written", "sample1"), seq("s1", "self"), seq("s2", "self"),
+            seq("c1", "code"), seq("d1", "docs"), seq("d2", "docs"), seq("d3", "docs")]
+    corpus = Corpus(seqs, {"prompts": "3 prompts (written 1, self 2)", "settings": {"temperature": 0.8}})
+    source = describe_data(corpus, corpus, Corpus([]))["source"]
+    assert "7 prompts (docs 3, self 2, code 1, written 1)" in source and "T=0.8" in source

@@ -22,7 +22,15 @@ def describe_data(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
     for s in corpus.sequences:
         variants[s.variant] = variants.get(s.variant, 0) + 1
     temperature = meta.get("settings", {}).get("temperature", "?")
-    return {"source": f"self-distillation: the target's own responses to {meta.get('prompts', 'a prompt set')} "
+    # Counted from the sequences themselves: meta["prompts"] names only the last build's pool, and a
+    # folder grown over several builds holds answers to prompts from earlier pools too.
+    prompts: dict[str, set] = {}
+    for s in corpus.sequences:
+        prompts.setdefault(s.source, set()).add(s.prompt_id)
+    by_size = sorted(prompts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    which = (f"{sum(map(len, prompts.values())):,} prompts ({', '.join(f'{k} {len(v):,}' for k, v in by_size)})"
+             if prompts else meta.get("prompts", "a prompt set"))
+    return {"source": f"self-distillation: the target's own responses to {which} "
                       f"(greedy, and sampled at T={temperature})",
             "sequences (train / held-out)": f"{len(train_c.sequences)} / {len(held_c.sequences)}",
             "responses per pass": ", ".join(f"{k} {v}" for k, v in sorted(variants.items())),
