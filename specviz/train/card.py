@@ -18,15 +18,13 @@ if TYPE_CHECKING:
 
 def describe_data(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
     meta = corpus.meta
-    variants = {}
+    # Prompts are counted from the sequences themselves: meta["prompts"] names only the last build's
+    # pool, and a folder grown over several builds holds answers to prompts from earlier pools too.
+    variants, prompts = {}, {}
     for s in corpus.sequences:
         variants[s.variant] = variants.get(s.variant, 0) + 1
-    temperature = meta.get("settings", {}).get("temperature", "?")
-    # Counted from the sequences themselves: meta["prompts"] names only the last build's pool, and a
-    # folder grown over several builds holds answers to prompts from earlier pools too.
-    prompts: dict[str, set] = {}
-    for s in corpus.sequences:
         prompts.setdefault(s.source, set()).add(s.prompt_id)
+    temperature = meta.get("settings", {}).get("temperature", "?")
     by_size = sorted(prompts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     which = (f"{sum(map(len, prompts.values())):,} prompts ({', '.join(f'{k} {len(v):,}' for k, v in by_size)})"
              if prompts else meta.get("prompts", "a prompt set"))

@@ -59,6 +59,9 @@ def row(source: str, category: str, prompt: str) -> dict:
             "category": category, "prompt": prompt}
 
 
+SELF_BATCH = 32  # user turns drawn per round (self_written); a round is a seed
+
+
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower())
 
@@ -103,7 +106,7 @@ def user_turn_ok(text: str, specials=()) -> bool:
     return letters >= 0.6 * len(text.replace(" ", "")) and plain >= 0.9 * len(text) and len(set(w)) >= 0.5 * len(w)
 
 
-def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = 32, max_new_tokens: int = 96,
+def self_written(target_loaded, n: int, seed: int = 0, *, batch: int = SELF_BATCH, max_new_tokens: int = 96,
                  model=None, keep=None, progress: bool = True, resume: tuple[list[dict], int] | None = None,
                  rounds: list | None = None) -> list[dict]:
     """Up to `n` distinct user turns the target writes after its user header, sampled at T = 1.
@@ -205,7 +208,7 @@ def _cached_self(target_loaded, n: int, seed: int, cache, **kwargs) -> list[dict
             # Kept before the stopping round was recorded: go on after every round that call could
             # have drawn (it gave up at 4x its rounds), so the kept prompts stay and only new ones
             # are drawn. Redrawing from round 0 would replace them when the writer has changed.
-            resume = (rows, 4 * -(-old.get("n", len(rows)) // kwargs.get("batch", 32)))
+            resume = (rows, 4 * -(-old.get("n", len(rows)) // kwargs.get("batch", SELF_BATCH)))
     stopped: list = []
     rows = self_written(target_loaded, n, seed, resume=resume, rounds=stopped, **kwargs)
     if path:
