@@ -24,6 +24,7 @@ from tiny_folder import make_tiny_model_dir
 
 BENCH = PROMPTS.parents[1] / "bench" / "default.jsonl"
 TINY_RECIPE = DraftRecipe(subset=96, hidden=32, layers=1, heads=2, ffn=64)
+TINY_EAGLE = EagleRecipe(subset=64, unroll=2)
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +223,41 @@ def test_resume_continues_to_the_same_result(tiny, data, tmp_path, recipe):
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
+@pytest.mark.parametrize("recipe", [TINY_RECIPE, MedusaRecipe(heads=2, subset=64), TINY_EAGLE],
+                         ids=["draft", "medusa", "eagle"])
+def test_init_starts_from_a_saved_drafter(tiny, data, tmp_path, recipe):
+    """init=FILE: step 0 starts from the saved weights (fine-tuning), not from new ones."""
+    from safetensors.torch import load_file
+
+    corpus = load_data(tiny, data[1])
+    name = f"{recipe.kind}.safetensors"
+    train(recipe, tiny, corpus, tmp_path / "first", TrainConfig(steps=12, batch=4, lr=1e-2, held_out=4,
+                                                                eval_tokens=4), progress=False)
+    still = TrainConfig(steps=1, batch=4, lr=1e-9, held_out=4, eval_tokens=4)  # one step that moves nothing
+    train(recipe, tiny, corpus, tmp_path / "tuned", still, init=tmp_path / "first" / name, progress=False)
+    train(recipe, tiny, corpus, tmp_path / "fresh", still, progress=False)
+    first, tuned, fresh = (load_file(tmp_path / run / name) for run in ("first", "tuned", "fresh"))
+    assert first.keys() == tuned.keys()
+    assert all(torch.allclose(tuned[k].float(), first[k].float(), rtol=1e-3, atol=1e-6) for k in first)
+    assert not all(torch.allclose(fresh[k].float(), first[k].float(), rtol=1e-3, atol=1e-6) for k in first)
+    with pytest.raises(SpecvizError, match="cannot start a 'medusa' run" if recipe.kind != "medusa" else
+                       "cannot start a 'eagle' run"):
+        other = TINY_EAGLE if recipe.kind == "medusa" else MedusaRecipe(heads=2, subset=64)
+        train(other, tiny, corpus, tmp_path / "wrong", still, init=tmp_path / "first" / name, progress=False)
+
+
+def test_eagle_without_the_feature_loss_trains_on_the_token_loss_alone(tiny, data):
+    """feature-loss 0 (EAGLE-3): the loss is the decayed sum of the token losses and nothing else."""
+    corpus = load_data(tiny, data[1])
+    recipe = EagleRecipe(subset=64, unroll=3, reg=0.0)
+    module = recipe.build(tiny, corpus).eval()  # eval: no input noise
+    loss, metrics = recipe.loss(module, tiny, corpus.sequences[:4])
+    tokens_only = sum(recipe.decay ** s * recipe.tok * metrics[f"ce{s + 1}"] for s in range(3))
+    assert metrics["reg"] > 0 and loss.item() == pytest.approx(tokens_only, rel=1e-5)
+    one_step, _ = EagleRecipe(subset=64, unroll=1).loss(module, tiny, corpus.sequences[:4])  # reg 1, tok 0.5
+    assert one_step.item() == pytest.approx(metrics["reg"] + 0.5 * metrics["ce1"], rel=1e-5)
+
+
 @pytest.mark.parametrize("recipe", [DraftRecipe(subset=32, hidden=32, layers=1, heads=2, ffn=64),
                                     MedusaRecipe(heads=3, subset=0), EagleRecipe(subset=0)],
                          ids=["draft", "medusa", "eagle"])
@@ -261,6 +297,9 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     (["train", "draft", "--threads", "0"], "--threads"),
     (["train", "draft", "--epochs", "0"], "--epochs must be positive"),
     (["train", "draft", "--unroll", "2"], "--unroll is for eagle"),
+    (["train", "medusa", "--feature-loss", "0"], "--feature-loss is for eagle"),
+    (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight >= 0"),
+    (["train", "eagle", "--init", "/no/such/eagle.safetensors"], "--init: drafter file /no/such/eagle.safetensors not found"),
     (["train", "draft", "--target", "/no/such/folder"], ""),
 ])
 def test_cli_bad_input_prints_an_error_not_a_traceback(argv, message, capsys):
@@ -285,6 +324,27 @@ def test_cli_trains_from_existing_data(tiny, data, tmp_path, capsys):
     assert "--drafter draft:" in capsys.readouterr().err
     card = (out / "draft.md").read_text()
     assert "--epochs 0.5" in card and "steps: 11" in card  # half of the 44 training sequences, 2 a step
+
+
+def test_cli_fine_tunes_a_saved_eagle_head_on_the_token_loss(tiny, data, tmp_path, capsys):
+    corpus = load_data(tiny, data[1])
+    cfg = TrainConfig(steps=4, batch=4, lr=1e-2, held_out=2, eval_tokens=4)
+    train(TINY_EAGLE, tiny, corpus, tmp_path / "first", cfg, progress=False)
+    out = tmp_path / "tuned"
+    argv = ["train", "eagle", "--target", tiny.source, "--data", str(data[1]), "--out", str(out), "--steps", "2",
+            "--batch", "2", "--held-out", "2", "--eval-tokens", "4", "--device", "cpu", "--feature-loss", "0",
+            "--init", str(tmp_path / "first" / "eagle.safetensors")]
+    import specviz.train.command as command
+
+    recipe = command.KINDS["eagle"]
+    command.KINDS["eagle"] = ("test_train", "TINY_EAGLE")
+    try:
+        assert cli_main(argv) == 0
+    finally:
+        command.KINDS["eagle"] = recipe
+    assert "starting from the weights in" in capsys.readouterr().err
+    card = (out / "eagle.md").read_text()
+    assert "  - reg: 0\n" in card and "--feature-loss 0 --init " in card
 
 
 def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, data, tmp_path):

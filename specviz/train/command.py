@@ -3,6 +3,7 @@
     python -m specviz train draft                       # embedded target, CPU, ~30 min data + training
     python -m specviz train medusa --target Qwen/Qwen2.5-0.5B-Instruct --device cuda --out my-medusa
     python -m specviz train eagle --resume --out my-eagle   # continue after a kill
+    python -m specviz train eagle --init assets/drafters/smollm2-135m-instruct/eagle.safetensors  # fine-tune
     python -m specviz train eagle --data-only --data-tokens 3000000   # self-distillation data at scale
 """
 from __future__ import annotations
@@ -33,6 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="passes over the training sequences instead of --steps (the schedule spans them)")
     p.add_argument("--unroll", type=int, default=None,
                    help="eagle: drafting steps unrolled on its own features in training (default 4)")
+    p.add_argument("--feature-loss", type=float, default=None, metavar="WEIGHT",
+                   help="eagle: weight of the feature regression beside the token loss (default 1; 0 trains on the "
+                        "token loss alone, as EAGLE-3 does)")
+    p.add_argument("--init", default=None, metavar="FILE",
+                   help="start from a saved drafter of this kind and target instead of new weights, e.g. "
+                        "assets/drafters/smollm2-135m-instruct/eagle.safetensors (fine-tuning)")
     p.add_argument("--batch", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warm-up, then cosine decay)")
     p.add_argument("--seed", type=int, default=0)
@@ -133,6 +140,14 @@ def main(args) -> int:
         if not hasattr(recipe, "unroll"):
             raise SpecvizError(f"--unroll is for eagle, not {args.kind}")
         recipe = dataclasses.replace(recipe, unroll=args.unroll)
+    if recipe is not None and args.feature_loss is not None:
+        if not hasattr(recipe, "reg"):
+            raise SpecvizError(f"--feature-loss is for eagle, not {args.kind}")
+        if not 0 <= args.feature_loss < 1e3:
+            raise SpecvizError(f"--feature-loss must be a weight >= 0, got {args.feature_loss}")
+        recipe = dataclasses.replace(recipe, reg=args.feature_loss)
+    if args.init is not None and not pathlib.Path(args.init).is_file():
+        raise SpecvizError(f"--init: drafter file {args.init} not found")
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))
@@ -162,10 +177,12 @@ def main(args) -> int:
                          checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
                          eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes,
                          autocast=use_autocast(args.autocast, args.kind, target.device))
-    train(recipe, target, corpus, out, config, resume=args.resume, log=say,
+    train(recipe, target, corpus, out, config, resume=args.resume, init=args.init, log=say,
           note={"command": f"`python -m specviz train {args.kind} --target {args.target} "
                            + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")
                            + (f"--unroll {args.unroll} " if args.unroll else "")
+                           + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
+                           + (f"--init {args.init} " if args.init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")

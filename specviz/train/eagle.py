@@ -71,6 +71,11 @@ class EagleRecipe:
         init_from_target(head, target)
         return head.to(target.get_output_embeddings().weight.device)
 
+    def rebuild(self, config: dict, state_dict: dict, target_loaded) -> EagleHead:
+        head = EagleHead(config, state_dict.get("subset"))
+        head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+        return head.to(model_of(target_loaded).get_output_embeddings().weight.device)
+
     def config(self, module: EagleHead) -> dict:
         return dict(module.config)
 

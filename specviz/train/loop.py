@@ -39,7 +39,7 @@ class Recipe(Protocol):
     def drafter(self, module: nn.Module, target_loaded): ...
     def drafts(self, module: nn.Module, target_loaded, batch: list[Seq], depth: int) -> torch.Tensor: ...
     # Optional: rebuild(config, state_dict, target_loaded) -> nn.Module, used to resume
-    # (else build() on the same corpus, then load_state_dict).
+    # (else build() on the same corpus, then load_state_dict) and to start from a saved drafter.
 
 
 def crop(seq: Seq, start: int, length: int) -> Seq:
@@ -126,11 +126,13 @@ class Progress:
 
 
 def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainConfig = TrainConfig(), *,
-          resume: bool = False, progress: bool = True, stop_after: int | None = None,
+          resume: bool = False, init=None, progress: bool = True, stop_after: int | None = None,
           log: Callable[[str], None] | None = None, note: dict | None = None) -> dict:
     """Train `recipe` on `corpus`; write <out_dir>/<kind>.safetensors and .md. Returns the card.
 
     resume: continue from <out_dir>/checkpoint.pt (from step 0 when there is none).
+    init: a saved drafter file (same kind, same target) whose weights step 0 starts from instead
+    of new ones: fine-tuning on new data or with another recipe. A checkpoint to resume wins.
     stop_after: end (with a checkpoint, no saved drafter) after this step; for tests of resume.
     note: extra card entries shown first (e.g. the command that reproduces the run).
     """
@@ -144,7 +146,8 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
     if not train_c.sequences:
         raise SpecvizError("no training sequences left after holding out prompts: build more data")
     cfg = cfg.for_data(len(train_c.sequences))
-    module, opt, state = _start(recipe, target_loaded, train_c, cfg, out / CHECKPOINT if resume else None, say)
+    module, opt, state = _start(recipe, target_loaded, train_c, cfg, out / CHECKPOINT if resume else None, say,
+                                init)
 
     bar = tqdm(total=cfg.steps, initial=state.step, desc=f"train {recipe.kind}", unit="step", disable=not progress)
     clock = time.perf_counter()
@@ -208,8 +211,10 @@ def check_positive(**values) -> None:
             raise SpecvizError(f"{name.replace('_', ' ')} must be a positive integer, got {v}")
 
 
-def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint: pathlib.Path | None, say):
-    """The module (new, or as `checkpoint` left it), its AdamW optimiser, and the progress so far."""
+def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint: pathlib.Path | None, say,
+           init=None):
+    """The module (new, from the drafter file `init`, or as `checkpoint` left it), its AdamW
+    optimiser, and the progress so far."""
     torch.manual_seed(cfg.seed)  # the initial weights
     module = recipe.build(target_loaded, train_c)
     ckpt = _read_checkpoint(checkpoint, recipe, say) if checkpoint is not None else None
@@ -218,6 +223,8 @@ def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint:
             module = recipe.rebuild(ckpt["config"], ckpt["module"], target_loaded)
         else:
             module.load_state_dict(ckpt["module"])
+    elif init is not None:
+        module = _warm_start(recipe, init, target_loaded, say)
     module.train()
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -225,6 +232,20 @@ def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint:
         return module, opt, Progress()
     opt.load_state_dict(ckpt["optimizer"])
     return module, opt, Progress(ckpt["step"], ckpt["history"], ckpt["seconds"])
+
+
+def _warm_start(recipe, path, target_loaded, say) -> nn.Module:
+    """The drafter saved in `path`, as a module to train further."""
+    from ..drafters.trained import check_target, read_drafter
+
+    meta, state = read_drafter(path)
+    if meta["kind"] != recipe.kind:
+        raise SpecvizError(f"{path} holds a {meta['kind']!r} drafter: it cannot start a {recipe.kind!r} run")
+    check_target(meta, target_loaded, path)
+    if not hasattr(recipe, "rebuild"):
+        raise SpecvizError(f"{recipe.kind!r} drafters cannot start from saved weights")
+    say(f"starting from the weights in {path}")
+    return recipe.rebuild(meta["config"], state, target_loaded)
 
 
 def _update(opt, loss: torch.Tensor, lr: float) -> None:

@@ -116,6 +116,12 @@ class MedusaRecipe:
         module = MedusaHeads(h.shape[1], self.heads, head_subset(target_loaded, corpus, self.subset))
         return module.to(h.device)
 
+    def rebuild(self, config: dict, state_dict: dict, target_loaded) -> MedusaHeads:
+        subset = state_dict.get("subset")
+        module = MedusaHeads(config["hidden_size"], config["heads"], subset)
+        module.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+        return module.to(model_of(target_loaded).get_output_embeddings().weight.device)
+
     def config(self, module: MedusaHeads) -> dict:
         return heads_config(module)
 
