@@ -12,6 +12,7 @@ from conftest import tiny_llama
 from specviz import models
 from specviz.cli import main as cli_main
 from specviz.errors import SpecvizError
+from specviz.train import command
 from specviz.train.data import PROMPTS, build_data, choose_subset, load_data, read_prompts
 from specviz.train.draft import DraftRecipe
 from specviz.train.eagle import EagleRecipe
@@ -308,25 +309,19 @@ def test_cli_bad_input_prints_an_error_not_a_traceback(argv, message, capsys):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
-def test_cli_trains_from_existing_data(tiny, data, tmp_path, capsys):
+def test_cli_trains_from_existing_data(tiny, data, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     argv = ["train", "draft", "--target", tiny.source, "--data", str(data[1]), "--out", str(out),
             "--epochs", "0.5", "--batch", "2", "--held-out", "2", "--eval-tokens", "4", "--device", "cpu"]
-    import specviz.train.command as command
-
-    recipe = command.KINDS["draft"]
-    command.KINDS["draft"] = ("test_train", "TINY_RECIPE")
-    try:
-        assert cli_main(argv) == 0
-    finally:
-        command.KINDS["draft"] = recipe
+    monkeypatch.setitem(command.KINDS, "draft", ("test_train", "TINY_RECIPE"))
+    assert cli_main(argv) == 0
     assert (out / "draft.safetensors").is_file() and (out / "draft.md").is_file()
     assert "--drafter draft:" in capsys.readouterr().err
     card = (out / "draft.md").read_text()
     assert "--epochs 0.5" in card and "steps: 11" in card  # half of the 44 training sequences, 2 a step
 
 
-def test_cli_fine_tunes_a_saved_eagle_head_on_the_token_loss(tiny, data, tmp_path, capsys):
+def test_cli_fine_tunes_a_saved_eagle_head_on_the_token_loss(tiny, data, tmp_path, capsys, monkeypatch):
     corpus = load_data(tiny, data[1])
     cfg = TrainConfig(steps=4, batch=4, lr=1e-2, held_out=2, eval_tokens=4)
     train(TINY_EAGLE, tiny, corpus, tmp_path / "first", cfg, progress=False)
@@ -334,14 +329,8 @@ def test_cli_fine_tunes_a_saved_eagle_head_on_the_token_loss(tiny, data, tmp_pat
     argv = ["train", "eagle", "--target", tiny.source, "--data", str(data[1]), "--out", str(out), "--steps", "2",
             "--batch", "2", "--held-out", "2", "--eval-tokens", "4", "--device", "cpu", "--feature-loss", "0",
             "--init", str(tmp_path / "first" / "eagle.safetensors")]
-    import specviz.train.command as command
-
-    recipe = command.KINDS["eagle"]
-    command.KINDS["eagle"] = ("test_train", "TINY_EAGLE")
-    try:
-        assert cli_main(argv) == 0
-    finally:
-        command.KINDS["eagle"] = recipe
+    monkeypatch.setitem(command.KINDS, "eagle", ("test_train", "TINY_EAGLE"))
+    assert cli_main(argv) == 0
     assert "starting from the weights in" in capsys.readouterr().err
     card = (out / "eagle.md").read_text()
     assert "  - reg: 0\n" in card and "--feature-loss 0 --init " in card
@@ -369,7 +358,7 @@ def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, d
     ("auto", "medusa", "cpu", True, False),  # not measured faster: stays fp32
 ])
 def test_autocast_auto_is_on_only_where_it_was_measured_faster(choice, kind, device, native, on, monkeypatch):
-    from specviz.train import command, loop
+    from specviz.train import loop
 
     monkeypatch.setattr(loop, "native_bf16", lambda: native)
     assert command.use_autocast(choice, kind, torch.device(device)) is on
