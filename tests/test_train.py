@@ -299,7 +299,7 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     (["train", "draft", "--epochs", "0"], "--epochs must be positive"),
     (["train", "draft", "--unroll", "2"], "--unroll is for eagle"),
     (["train", "medusa", "--feature-loss", "0"], "--feature-loss is for eagle"),
-    (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight >= 0"),
+    (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight in [0, 1000)"),
     (["train", "eagle", "--init", "/no/such/eagle.safetensors"], "--init: drafter file /no/such/eagle.safetensors not found"),
     (["train", "draft", "--target", "/no/such/folder"], ""),
 ])

@@ -144,7 +144,7 @@ def main(args) -> int:
         if not hasattr(recipe, "reg"):
             raise SpecvizError(f"--feature-loss is for eagle, not {args.kind}")
         if not 0 <= args.feature_loss < 1e3:
-            raise SpecvizError(f"--feature-loss must be a weight >= 0, got {args.feature_loss}")
+            raise SpecvizError(f"--feature-loss must be a weight in [0, 1000), got {args.feature_loss}")
         recipe = dataclasses.replace(recipe, reg=args.feature_loss)
     if args.init is not None and not pathlib.Path(args.init).is_file():
         raise SpecvizError(f"--init: drafter file {args.init} not found")
