@@ -268,11 +268,16 @@ def _likeliest(score: list[float], depth: list[int], n: int, min_confidence: flo
     return ranked[:1] + [i for i in ranked[1:] if score[i] >= min_confidence]
 
 
+def head_from(config: dict, state_dict: dict) -> EagleHead:
+    """A saved head (see specviz.train.eagle) as a module: its config and weights, on the CPU."""
+    head = EagleHead(config, state_dict.get("subset"))
+    head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+    return head
+
+
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:
     """Rebuild a trained head (see specviz.train.eagle) for a loaded target."""
     target = target_loaded.model
     ref = target.get_output_embeddings().weight
-    head = EagleHead(config, state_dict.get("subset"))
-    head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-    head.to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
+    head = head_from(config, state_dict).to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
     return Eagle(target, head)

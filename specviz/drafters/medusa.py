@@ -126,12 +126,16 @@ class Medusa(Drafter):
         self._keep(hidden)  # rows for the pending token and the kept drafts: keep the newest
 
 
+def heads_from(config: dict, state_dict: dict) -> MedusaHeads:
+    """Saved heads (see specviz.train.medusa) as a module: their config and weights, on the CPU."""
+    heads = MedusaHeads(config["hidden_size"], config["heads"], state_dict.get("subset"))
+    heads.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+    return heads
+
+
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Medusa:
     """Rebuild trained heads (see specviz.train.medusa) for a loaded target."""
     target = target_loaded.model
     ref = target.get_output_embeddings().weight
-    subset = state_dict.get("subset")
-    heads = MedusaHeads(config["hidden_size"], config["heads"], subset)
-    heads.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-    heads.to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
+    heads = heads_from(config, state_dict).to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
     return Medusa(target, heads)

@@ -146,8 +146,13 @@ def main(args) -> int:
         if not 0 <= args.feature_loss < 1e3:
             raise SpecvizError(f"--feature-loss must be a weight in [0, 1000), got {args.feature_loss}")
         recipe = dataclasses.replace(recipe, reg=args.feature_loss)
-    if args.init is not None and not pathlib.Path(args.init).is_file():
-        raise SpecvizError(f"--init: drafter file {args.init} not found")
+    if args.init is not None:  # a readable drafter file, before the slow parts (train checks kind and target)
+        from ..drafters.trained import read_drafter
+
+        try:
+            read_drafter(args.init)
+        except SpecvizError as e:
+            raise SpecvizError(f"--init: {e}") from None
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))

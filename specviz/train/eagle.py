@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..drafters.eagle import Eagle, EagleHead, eagle_config, init_from_target
+from ..drafters.eagle import Eagle, EagleHead, eagle_config, head_from, init_from_target
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
                      shift, soft_ce)
 
@@ -72,9 +72,7 @@ class EagleRecipe:
         return head.to(target.get_output_embeddings().weight.device)
 
     def rebuild(self, config: dict, state_dict: dict, target_loaded) -> EagleHead:
-        head = EagleHead(config, state_dict.get("subset"))
-        head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-        return head.to(model_of(target_loaded).get_output_embeddings().weight.device)
+        return head_from(config, state_dict).to(model_of(target_loaded).get_output_embeddings().weight.device)
 
     def config(self, module: EagleHead) -> dict:
         return dict(module.config)

@@ -126,7 +126,7 @@ class Progress:
 
 
 def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainConfig = TrainConfig(), *,
-          resume: bool = False, init=None, progress: bool = True, stop_after: int | None = None,
+          resume: bool = False, init: str | pathlib.Path | None = None, progress: bool = True, stop_after: int | None = None,
           log: Callable[[str], None] | None = None, note: dict | None = None) -> dict:
     """Train `recipe` on `corpus`; write <out_dir>/<kind>.safetensors and .md. Returns the card.
 
@@ -212,19 +212,19 @@ def check_positive(**values) -> None:
 
 
 def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint: pathlib.Path | None, say,
-           init=None):
+           init: str | pathlib.Path | None = None):
     """The module (new, from the drafter file `init`, or as `checkpoint` left it), its AdamW
     optimiser, and the progress so far."""
-    torch.manual_seed(cfg.seed)  # the initial weights
-    module = recipe.build(target_loaded, train_c)
     ckpt = _read_checkpoint(checkpoint, recipe, say) if checkpoint is not None else None
-    if ckpt is not None:
-        if hasattr(recipe, "rebuild"):
-            module = recipe.rebuild(ckpt["config"], ckpt["module"], target_loaded)
-        else:
-            module.load_state_dict(ckpt["module"])
-    elif init is not None:
+    if ckpt is not None and hasattr(recipe, "rebuild"):
+        module = recipe.rebuild(ckpt["config"], ckpt["module"], target_loaded)
+    elif ckpt is None and init is not None:
         module = _warm_start(recipe, init, target_loaded, say)
+    else:
+        torch.manual_seed(cfg.seed)  # the initial weights
+        module = recipe.build(target_loaded, train_c)
+        if ckpt is not None:
+            module.load_state_dict(ckpt["module"])
     module.train()
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, heads_config
+from ..drafters.medusa import Medusa, MedusaHeads, TargetHead, heads_config, heads_from
 from .data import choose_subset
 
 SUBSET = 8192  # rows of the LM head the drafters read (0 = the full vocabulary)
@@ -117,10 +117,7 @@ class MedusaRecipe:
         return module.to(h.device)
 
     def rebuild(self, config: dict, state_dict: dict, target_loaded) -> MedusaHeads:
-        subset = state_dict.get("subset")
-        module = MedusaHeads(config["hidden_size"], config["heads"], subset)
-        module.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-        return module.to(model_of(target_loaded).get_output_embeddings().weight.device)
+        return heads_from(config, state_dict).to(model_of(target_loaded).get_output_embeddings().weight.device)
 
     def config(self, module: MedusaHeads) -> dict:
         return heads_config(module)
