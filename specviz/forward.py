@@ -72,24 +72,31 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
     (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
     hidden=(i, j, ...) returns instead the inputs of those decoder layers (transformers'
     hidden_states numbering), concatenated along the feature axis: EAGLE-3 reads three.
+    Number L (the model's layer count) is the final state itself, as hidden=True gives it.
     mask and positions (fast path only) replace the causal chain: tree drafts (tree.py).
     """
     layers = hidden if isinstance(hidden, tuple) else ()
+    n_layers = model.config.get_text_config().num_hidden_layers
+    inner = tuple(i for i in layers if i != n_layers)
     if isinstance(cache, llama_fast.KVCache):
         with _observed(model):
-            h, inputs = llama_fast.states(model, ids, cache, mask=mask, positions=positions, layers=layers)
+            h, found = llama_fast.states(model, ids, cache, mask=mask, positions=positions, layers=inner)
             logits = llama_fast.head(model, h[-logits_to_keep:] if logits_to_keep else h).float()
     elif hidden:
         out = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True,
-                                  output_hidden_states=bool(layers))
-        h, inputs = out.last_hidden_state[0], [out.hidden_states[i][0] for i in layers]
+                                  output_hidden_states=bool(inner))
+        h, found = out.last_hidden_state[0], [out.hidden_states[i][0] for i in inner]
         logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
     else:
         out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
         return out.logits[0].float()
     if not hidden:
         return logits
-    return logits, (torch.cat(inputs, -1) if layers else h).float()
+    if not layers:
+        return logits, h.float()
+    by_layer = dict(zip(inner, found))
+    by_layer[n_layers] = h
+    return logits, torch.cat([by_layer[i] for i in layers], -1).float()
 
 
 def rollback(cache, length: int) -> None:

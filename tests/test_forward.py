@@ -68,6 +68,27 @@ def test_layer_inputs_are_transformers_hidden_states_on_both_paths(monkeypatch):
             torch.testing.assert_close(torch.cat([l1, l2]), forward(model, ids, new_cache(model)), rtol=1e-4, atol=1e-4)
 
 
+def test_layer_number_L_is_the_final_state_and_inner_states_can_stop_early(monkeypatch):
+    """A fused specviz EAGLE head reads (2, 4, L): L = the layer count is the final, normed
+    state (what hidden=True gives). Recording the data's inner states runs only the layers
+    below the last tap, with the same values."""
+    model = tiny_llama(layers=8)
+    ids = torch.arange(20) % 96
+    with torch.no_grad():
+        out = model.model(input_ids=ids[None], output_hidden_states=True)
+        want = torch.cat([out.hidden_states[2][0], out.hidden_states[4][0], out.last_hidden_state[0]], -1)
+        for fast in ("1", "0"):
+            monkeypatch.setenv("SPECVIZ_FAST", fast)
+            logits, h = forward(model, ids, new_cache(model), hidden=(2, 4, 8))
+            torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(logits, forward(model, ids, new_cache(model)), rtol=1e-4, atol=1e-4)
+        monkeypatch.setenv("SPECVIZ_FAST", "1")
+        cache = new_cache(model)
+        final, inner = llama_fast.states(model, ids, cache, layers=(2, 4), final=False)
+        assert final is None and cache.length == 20
+        torch.testing.assert_close(torch.cat(inner, -1), want[:, :128], rtol=1e-4, atol=1e-4)
+
+
 def test_unsupported_layouts_fall_back_to_transformers(monkeypatch):
     model = tiny_llama()
     monkeypatch.setenv("SPECVIZ_FAST", "0")
