@@ -50,6 +50,7 @@ class Seq:
     prompt_id: str = ""
     variant: str = "greedy"  # which pass wrote the response ("greedy", "sample1", ...)
     source: str = "written"  # which prompt source ("written", "self", "code", "docs")
+    taps: torch.Tensor | None = None  # (T, n * H) half: inputs of inner target layers (EAGLE-3), when loaded
 
 
 @dataclass
@@ -118,8 +119,9 @@ def data_dir(target_loaded) -> pathlib.Path:
     return cache_dir() / "train" / fingerprint(target_loaded.model)[:12]
 
 
-def load_data(target_loaded, folder: str | pathlib.Path | None = None) -> Corpus:
-    """Every cached sequence for this target (ids long, hidden/top_p half, memory-mapped)."""
+def load_data(target_loaded, folder: str | pathlib.Path | None = None, taps: tuple[int, ...] = ()) -> Corpus:
+    """Every cached sequence for this target (ids long, hidden/top_p half, memory-mapped);
+    with `taps`, also those inner layers' inputs (recorded first by `record_taps`)."""
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
     meta = _read_meta(folder)
     shards = _shards(folder, meta)
@@ -128,12 +130,80 @@ def load_data(target_loaded, folder: str | pathlib.Path | None = None) -> Corpus
                            "(`python -m specviz train draft` builds it when missing)")
     seqs = []
     for name in shards:
-        for row in torch.load(folder / name, weights_only=True, mmap=True):
+        rows = torch.load(folder / name, weights_only=True, mmap=True)
+        inner = [None] * len(rows)
+        if taps:
+            path = folder / taps_name(name, taps)
+            if not path.is_file():
+                raise SpecvizError(f"{folder} has no recorded inputs of layers {_layers(taps)} for {name}: "
+                                   "record them first (train/data.py record_taps; `--taps` does it)")
+            inner = torch.load(path, weights_only=True, mmap=True)
+        for row, t in zip(rows, inner, strict=True):
             seqs.append(Seq(ids=row["ids"].long(), response_start=int(row["response_start"]),
                             hidden=row["hidden"], top_ids=row["top_ids"].long(), top_p=row["top_p"],
                             prompt_id=row["prompt_id"], variant=row["variant"],
-                            source=source_of(row)))
+                            source=source_of(row), taps=t))
     return Corpus(seqs, meta)
+
+
+def taps_name(shard: str, taps: tuple[int, ...]) -> str:
+    """The file beside a shard that holds its sequences' inputs of layers `taps`."""
+    return f"taps-{'-'.join(map(str, taps))}-{shard}"
+
+
+def _layers(taps) -> str:
+    return ", ".join(map(str, taps))
+
+
+@torch.inference_mode()
+def record_taps(target_loaded, folder: str | pathlib.Path | None, taps: tuple[int, ...], *,
+                progress: bool = True, log: Callable[[str], None] | None = None) -> None:
+    """Record, beside each shard, the inputs of the target's decoder layers `taps` after every
+    stored token (fp16, a list of (T, len(taps) * H) tensors in the shard's order).
+
+    A shard keeps only the final state; EAGLE-3's fused features also read inner layers.
+    One teacher-forced pass over the stored text, running only the layers up to the last
+    tap, on the target as loaded (the states the engine hands a drafter). Resumable: a
+    shard whose file exists is skipped, and each file is written whole or not at all."""
+    from tqdm.auto import tqdm
+
+    from ..forward import model_device
+    from .. import llama_fast
+
+    say = log or (lambda m: None)
+    folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
+    model = target_loaded.model
+    n_layers = model.config.get_text_config().num_hidden_layers
+    if not taps or any(not 0 <= t < n_layers for t in taps) or list(taps) != sorted(set(taps)):
+        raise SpecvizError(f"taps must be distinct decoder layers in increasing order, each in [0, {n_layers}) "
+                           f"(this target has {n_layers} layers), got {_layers(taps) or 'none'}")
+    todo = [n for n in _shards(folder, _read_meta(folder)) if not (folder / taps_name(n, taps)).is_file()]
+    if not todo:
+        return
+    fast = llama_fast.supports(model)
+    device = model_device(model)
+    per_token = 2 * len(taps) * model.config.get_text_config().hidden_size
+    say(f"recording the inputs of layers {_layers(taps)} for {len(todo)} shards in {folder} "
+        f"({per_token} bytes per token; resumable)")
+    bar = tqdm(total=len(todo), desc="layer inputs", unit="shard", disable=not progress)
+    for name in todo:
+        t0, out = time.perf_counter(), []
+        rows = torch.load(folder / name, weights_only=True, mmap=True)
+        for row in rows:
+            ids = row["ids"].long().to(device)
+            if fast:
+                _, found = llama_fast.states(model, ids, llama_fast.new_cache(model), layers=taps, final=False)
+            else:
+                hs = model.get_decoder()(input_ids=ids.view(1, -1), output_hidden_states=True).hidden_states
+                found = [hs[t][0] for t in taps]
+            out.append(torch.cat(found, -1).half().cpu())
+        tmp = folder / f".{taps_name(name, taps)}.tmp"
+        torch.save(out, tmp)
+        tmp.replace(folder / taps_name(name, taps))
+        tokens = sum(len(r["ids"]) for r in rows)
+        bar.update(1)
+        bar.set_postfix_str(f"{tokens / (time.perf_counter() - t0):.0f} tok/s")
+    bar.close()
 
 
 def _shards(folder: pathlib.Path, meta: dict) -> list[str]:

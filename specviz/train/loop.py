@@ -45,8 +45,9 @@ class Recipe(Protocol):
 def crop(seq: Seq, start: int, length: int) -> Seq:
     """A window of a sequence (all per-position fields sliced alike)."""
     end = start + length
-    return Seq(seq.ids[start:end], max(0, seq.response_start - start), seq.hidden[start:end],
-               seq.top_ids[start:end], seq.top_p[start:end], seq.prompt_id, seq.variant)
+    return dataclasses.replace(seq, ids=seq.ids[start:end], response_start=max(0, seq.response_start - start),
+                               hidden=seq.hidden[start:end], top_ids=seq.top_ids[start:end],
+                               top_p=seq.top_p[start:end], taps=None if seq.taps is None else seq.taps[start:end])
 
 
 def sample_batch(corpus: Corpus, step: int, batch: int, seed: int, window: int) -> list[Seq]:
@@ -218,6 +219,9 @@ def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint:
     ckpt = _read_checkpoint(checkpoint, recipe, say) if checkpoint is not None else None
     if ckpt is not None and hasattr(recipe, "rebuild"):
         module = recipe.rebuild(ckpt["config"], ckpt["module"], target_loaded)
+        if recipe.config(module) != ckpt["config"]:
+            raise SpecvizError(f"{checkpoint} was made with other settings ({ckpt['config']}); resume it with "
+                               "the flags it was started with, or start a new run in another --out")
     elif ckpt is None and init is not None:
         module = _warm_start(recipe, init, target_loaded, say)
     else:

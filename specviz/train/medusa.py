@@ -30,6 +30,7 @@ class Batch:
     top_p: torch.Tensor  # (B, T, K) float32, 0 on padding
     length: torch.Tensor  # (B,) real tokens per row
     start: torch.Tensor  # (B,) where each response begins
+    taps: torch.Tensor | None = None  # (B, T, n * H) float32 inner layers' inputs (EAGLE-3), when loaded
 
     def real(self, offset: int, width: int) -> torch.Tensor:
         """(B, width) mask: position offset + t is a real token."""
@@ -51,7 +52,13 @@ def pad_batch(seqs, device, dtype=torch.float32) -> Batch:
         top_ids[b, :n], top_p[b, :n] = s.top_ids, s.top_p.to(dtype)
     length = torch.tensor([len(s.ids) for s in seqs])
     start = torch.tensor([int(s.response_start) for s in seqs])
-    return Batch(*(t.to(device) for t in (ids, hidden, top_ids, top_p, length, start)))
+    taps = None
+    if seqs[0].taps is not None:
+        taps = torch.zeros(B, T, seqs[0].taps.shape[-1], dtype=dtype)
+        for b, s in enumerate(seqs):
+            taps[b, :len(s.ids)] = s.taps.to(dtype)
+        taps = taps.to(device)
+    return Batch(*(t.to(device) for t in (ids, hidden, top_ids, top_p, length, start)), taps)
 
 
 def model_of(target_loaded):
