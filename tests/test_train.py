@@ -258,6 +258,68 @@ def test_eagle_without_the_feature_loss_trains_on_the_token_loss_alone(tiny, dat
     assert one_step.item() == pytest.approx(metrics["reg"] + 0.5 * metrics["ce1"], rel=1e-5)
 
 
+def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_extends(tiny, data, tmp_path):
+    """EAGLE-3's feature fusion (--taps): the data gains each sequence's layer-1 inputs once
+    (resumable); a fused head warm-started from an unfused one drafts exactly as it did; after
+    training it uses the inner layer, its file loads as a drafter reading (1, L), the engine's
+    first drafts are the teacher-forced ones, and its greedy output is plain decoding's."""
+    import shutil
+
+    from specviz.drafters.trained import load_drafter
+    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.forward import forward, new_cache
+    from specviz.train.data import record_taps, taps_name
+
+    folder = tmp_path / "data"
+    shutil.copytree(data[1], folder)
+    record_taps(tiny, folder, (1,), progress=False)
+    files = sorted(folder.glob("taps-1-shard-*.pt"))
+    assert files and len(files) == len(list(folder.glob("shard-*.pt")))
+    stamp = [f.stat().st_mtime_ns for f in files]
+    record_taps(tiny, folder, (1,), progress=False)  # done already: nothing is redone
+    assert [f.stat().st_mtime_ns for f in files] == stamp
+    with pytest.raises(SpecvizError, match="no recorded inputs of layers 0"):
+        load_data(tiny, folder, taps=(0,))
+    with pytest.raises(SpecvizError, match="taps must be distinct decoder layers"):
+        record_taps(tiny, folder, (2,), progress=False)  # a 2-layer target: the final state is not a tap
+    corpus = load_data(tiny, folder, taps=(1,))
+    seq = corpus.sequences[3]
+    with torch.no_grad():
+        want = forward(tiny.model, seq.ids, new_cache(tiny.model), hidden=(1,))[1]
+    torch.testing.assert_close(seq.taps.float(), want, rtol=1e-2, atol=1e-2)
+    assert taps_name("shard-00000.pt", (2, 15)) == "taps-2-15-shard-00000.pt"
+
+    cfg = TrainConfig(steps=12, batch=4, lr=1e-2, held_out=4, eval_tokens=8)
+    train(TINY_EAGLE, tiny, load_data(tiny, folder), tmp_path / "plain", cfg, progress=False)
+    fused_recipe = EagleRecipe(subset=64, unroll=2, taps=(1,))
+    still = TrainConfig(steps=1, batch=4, lr=1e-9, held_out=4, eval_tokens=8)
+    train(fused_recipe, tiny, corpus, tmp_path / "start", still, init=tmp_path / "plain" / "eagle.safetensors",
+          progress=False)
+    plain_drafter = load_drafter(tmp_path / "plain" / "eagle.safetensors", tiny)
+    start_drafter = load_drafter(tmp_path / "start" / "eagle.safetensors", tiny)
+    assert plain_drafter.hidden_layers == () and start_drafter.hidden_layers == (1, 2)
+    held = corpus.split(4)[1].sequences
+    # identity on the final state: the plain head's drafts, every one
+    assert torch.equal(fused_recipe.drafts(start_drafter.head, tiny, held, 2),
+                       TINY_EAGLE.drafts(plain_drafter.head, tiny, held, 2))
+
+    card = train(fused_recipe, tiny, corpus, tmp_path / "fused", cfg, init=tmp_path / "plain" / "eagle.safetensors",
+                 progress=False)
+    drafter = load_drafter(tmp_path / "fused" / "eagle.safetensors", tiny)
+    assert drafter.head.fuse.weight[:, :64].abs().max() > 1e-3  # it learned to read layer 1
+    assert card["config"]["taps"] == [1, 2] and card["recipe"]["taps"] == (1,)
+    agree, compared = map(int, card["held-out"]["first drafts equal to the teacher-forced ones"].split(" / "))
+    assert agree == compared > 0
+    prompt = models.encode_prompt(tiny, "the cat sat on the mat")
+    gen = GenerationConfig(max_new_tokens=24, k=3)
+    base = collect(baseline_generate(tiny.model, prompt, gen))[1]
+    spec = collect(speculative_generate(tiny.model, drafter, prompt, gen))[1]
+    assert spec.token_ids == base.token_ids and spec.stats.drafted > 0
+    with pytest.raises(SpecvizError, match="reads layers \\[1, 2\\]; train it with --taps 1"):
+        train(TINY_EAGLE, tiny, corpus, tmp_path / "wrong", still, init=tmp_path / "fused" / "eagle.safetensors",
+              progress=False)
+
+
 @pytest.mark.parametrize("recipe", [DraftRecipe(subset=32, hidden=32, layers=1, heads=2, ffn=64),
                                     MedusaRecipe(heads=3, subset=0), EagleRecipe(subset=0)],
                          ids=["draft", "medusa", "eagle"])
@@ -300,6 +362,9 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     (["train", "medusa", "--feature-loss", "0"], "--feature-loss is for eagle"),
     (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight in [0, 1000)"),
     (["train", "eagle", "--init", "/no/such/eagle.safetensors"], "--init: drafter file /no/such/eagle.safetensors not found"),
+    (["train", "medusa", "--taps", "2"], "--taps is for eagle"),
+    (["train", "eagle", "--taps", "2,x"], "--taps takes distinct decoder layer numbers in increasing order"),
+    (["train", "eagle", "--taps", "15,2"], "--taps takes distinct decoder layer numbers in increasing order"),
     (["train", "draft", "--target", "/no/such/folder"], ""),
 ])
 def test_cli_bad_input_prints_an_error_not_a_traceback(argv, message, capsys):
@@ -333,6 +398,30 @@ def test_cli_fine_tunes_a_saved_eagle_head_on_the_token_loss(tiny, data, tmp_pat
     assert "starting from the weights in" in capsys.readouterr().err
     card = (out / "eagle.md").read_text()
     assert "  - reg: 0\n" in card and "--feature-loss 0 --init " in card
+
+
+def test_cli_fuses_inner_layers_into_a_saved_eagle_head(tiny, data, tmp_path, capsys, monkeypatch):
+    """--taps 1 --init plain: records layer 1's inputs beside the data, then fine-tunes a fused head;
+    a fused --init without --taps keeps its taps; a layer the target lacks is an error."""
+    import shutil
+
+    folder = tmp_path / "data"
+    shutil.copytree(data[1], folder)
+    train(TINY_EAGLE, tiny, load_data(tiny, folder), tmp_path / "plain",
+          TrainConfig(steps=4, batch=4, lr=1e-2, held_out=2, eval_tokens=4), progress=False)
+    monkeypatch.setitem(command.KINDS, "eagle", ("test_train", "TINY_EAGLE"))
+    base = ["train", "eagle", "--target", tiny.source, "--data", str(folder), "--steps", "2", "--batch", "2",
+            "--held-out", "2", "--eval-tokens", "4", "--device", "cpu"]
+    argv = base + ["--out", str(tmp_path / "fused"), "--taps", "1", "--init", str(tmp_path / "plain" / "eagle.safetensors")]
+    assert cli_main(argv) == 0
+    assert "recording the inputs of layers 1" in capsys.readouterr().err
+    card = (tmp_path / "fused" / "eagle.md").read_text()
+    assert "--taps 1 --init " in card and "  - taps: 1 / 2\n" in card
+    again = base + ["--out", str(tmp_path / "again"), "--init", str(tmp_path / "fused" / "eagle.safetensors")]
+    assert cli_main(again) == 0
+    assert "recording" not in capsys.readouterr().err and "--taps 1 --init " in (tmp_path / "again" / "eagle.md").read_text()
+    assert cli_main(base + ["--out", str(tmp_path / "bad"), "--taps", "2"]) == 2
+    assert "this target has decoder layers 0-1" in capsys.readouterr().err
 
 
 def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, data, tmp_path):

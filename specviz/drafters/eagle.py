@@ -11,6 +11,12 @@ Cache: after begin/feedback the head has (or will feed) one pair per context tok
 last, all with the target's true features. Draft pairs use predicted features, so feedback
 crops them off and feeds the true features of the kept tokens instead.
 
+Feature fusion (EAGLE-3's, optional: config "taps"): the head may read, instead of the
+final state alone, the inputs of a few target layers side by side with the final state
+last (numbered as forward.forward numbers them, L = the final state), which a learned
+`fuse` projection turns into one feature (after an RMS norm of each inner layer's input). Only true pairs carry them; predicted features
+are already one feature wide and skip the projection.
+
 Heads the EAGLE authors released (EAGLE-1/2, EAGLE-3) load through published.py and run
 in this same drafter.
 """
@@ -68,6 +74,11 @@ class EagleHead(nn.Module):
         inv_freq = inverse_frequencies(d, config["rope_theta"]) / config.get("rope_scale", 1.0)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
+        taps = config.get("taps") or ()
+        self.fuse = nn.Linear(len(taps) * h, h, bias=False) if len(taps) > 1 else None
+        # Inner layers' inputs are raw residual streams (a few dimensions hundreds of times the
+        # rest, as in most LLMs): each is RMS-normed first, as the target's own layers norm them.
+        self.tap_norms = nn.ModuleList(RMSNorm(h, eps) for _ in taps[:-1])
 
     def new_cache(self) -> KVCache:
         w = self.fc.weight
@@ -109,6 +120,9 @@ class EagleHead(nn.Module):
 
     def pair(self, h: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's residual stream x = fc(h, e) and its attention input, normed x."""
+        if self.fuse is not None and h.shape[-1] == self.fuse.in_features:  # the target's taps
+            *inner, final = h.split(self.fc.out_features, dim=-1)
+            h = self.fuse(torch.cat([norm(x) for norm, x in zip(self.tap_norms, inner)] + [final], dim=-1))
         x = self.fc(torch.cat([h, e], dim=-1))
         return x, self.ln1(x)
 
@@ -119,6 +133,19 @@ class EagleHead(nn.Module):
         b = self.ln2(x)
         x = x + self.down(F.silu(linear(self.gate, b)) * linear(self.up, b))
         return self.norm(x)
+
+
+def fused(head: EagleHead, taps: list[int]) -> EagleHead:
+    """`head` reading the target layers `taps` (the final state last) through a new `fuse`
+    projection that starts as the identity on the final state: at first it drafts exactly
+    as `head` did, and training learns what the inner layers add."""
+    h = head.config["hidden_size"]
+    out = EagleHead({**head.config, "taps": list(taps)}, head.subset)
+    out.load_state_dict(head.state_dict(), strict=False)
+    with torch.no_grad():
+        out.fuse.weight.zero_()
+        out.fuse.weight[:, -h:] = torch.eye(h)
+    return out.to(head.fc.weight)
 
 
 def init_from_target(head: EagleHead, target) -> None:
@@ -141,7 +168,7 @@ class Eagle(Drafter):
         self.tree_width = tree_width  # greedy trees: expand the w likeliest nodes per depth, w children each
         self.embed = embed if embed is not None else target.get_input_embeddings()
         self.lm = lm if lm is not None else TargetHead(target, head.subset)
-        self.hidden_layers = hidden_layers
+        self.hidden_layers = hidden_layers or tuple(head.config.get("taps") or ())
         self.dtype = head.fc.weight.dtype
         if name:
             self.name = name

@@ -41,10 +41,11 @@ def describe_target(target_loaded) -> str:
 
 
 def describe_recipe(recipe) -> dict:
-    """The recipe's settings (a dataclass's fields), e.g. EAGLE's unroll depth."""
+    """The recipe's settings (a dataclass's fields), e.g. EAGLE's unroll depth; unused
+    optional ones (empty, like an unfused EAGLE head's taps) are left out."""
     if not dataclasses.is_dataclass(recipe):
         return {}
-    return {k: v for k, v in dataclasses.asdict(recipe).items() if k != "kind"}
+    return {k: v for k, v in dataclasses.asdict(recipe).items() if k != "kind" and v != ()}
 
 
 def describe_training(cfg: "TrainConfig", state: "Progress", sequences: int) -> dict:

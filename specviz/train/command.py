@@ -37,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feature-loss", type=float, default=None, metavar="WEIGHT",
                    help="eagle: weight of the feature regression beside the token loss (default 1; 0 trains on the "
                         "token loss alone, as EAGLE-3 does)")
+    p.add_argument("--taps", default=None, metavar="LAYERS",
+                   help="eagle: EAGLE-3's feature fusion: also read the inputs of these target layers, e.g. 2,15 "
+                        "(low and middle of 30), fused with the final state by a learned projection; recorded "
+                        "once beside the data. With --init from an unfused head it starts as that head")
     p.add_argument("--init", default=None, metavar="FILE",
                    help="start from a saved drafter of this kind and target instead of new weights, e.g. "
                         "assets/drafters/smollm2-135m-instruct/eagle.safetensors (fine-tuning)")
@@ -108,7 +112,7 @@ def main(args) -> int:
     import torch
 
     from .. import models
-    from .data import build_data, data_dir, load_data
+    from .data import build_data, data_dir, load_data, record_taps
     from .loop import TrainConfig, check_positive, train
     from .prompts import gather
 
@@ -146,14 +150,24 @@ def main(args) -> int:
         if not 0 <= args.feature_loss < 1e3:
             raise SpecvizError(f"--feature-loss must be a weight in [0, 1000), got {args.feature_loss}")
         recipe = dataclasses.replace(recipe, reg=args.feature_loss)
+    init_taps = []
     if args.init is not None:  # a readable drafter file, before the slow parts (train checks kind and target)
         from ..drafters.trained import read_drafter
 
         try:
-            read_drafter(args.init)
+            init_taps = list(read_drafter(args.init)[0]["config"].get("taps") or ())
         except SpecvizError as e:
             raise SpecvizError(f"--init: {e}") from None
+    taps = parse_taps(args.taps) if args.taps is not None else tuple(init_taps[:-1])  # a fused --init keeps its own
+    if recipe is not None and taps:
+        if not hasattr(recipe, "taps"):
+            raise SpecvizError(f"--taps is for eagle, not {args.kind}")
+        recipe = dataclasses.replace(recipe, taps=taps)
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
+    if recipe is not None and taps:
+        n_layers = target.model.config.get_text_config().num_hidden_layers
+        if taps[-1] >= n_layers:
+            raise SpecvizError(f"--taps: this target has decoder layers 0-{n_layers - 1}; got {args.taps}")
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))
     if args.data_minutes is not None or args.data_tokens is not None or not have:
@@ -172,7 +186,9 @@ def main(args) -> int:
         build_data(target, folder, prompts=prompts, passes=args.passes, max_new_tokens=args.max_new_tokens,
                    batch=args.data_batch, budget_s=None if minutes is None else 60 * minutes,
                    budget_tokens=args.data_tokens, seed=args.seed, generate_model=writer, log=say)
-    corpus = load_data(target, folder)
+    if recipe is not None and taps:
+        record_taps(target, folder, taps, log=say)
+    corpus = load_data(target, folder, taps=taps if recipe is not None else ())
     say(f"data: {len(corpus.sequences)} sequences, {corpus.tokens} tokens "
         f"({corpus.response_tokens} written by the target)")
     if args.data_only:
@@ -187,11 +203,23 @@ def main(args) -> int:
                            + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")
                            + (f"--unroll {args.unroll} " if args.unroll else "")
                            + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
+                           + (f"--taps {','.join(map(str, taps))} " if taps else "")
                            + (f"--init {args.init} " if args.init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0
+
+
+def parse_taps(spec: str) -> tuple[int, ...]:
+    """--taps "2,15" -> (2, 15): distinct layer numbers, increasing."""
+    try:
+        taps = tuple(int(x) for x in spec.split(","))
+    except ValueError:
+        taps = ()
+    if not taps or list(taps) != sorted(set(taps)) or taps[0] < 0:
+        raise SpecvizError(f"--taps takes distinct decoder layer numbers in increasing order, e.g. 2,15; got {spec!r}")
+    return taps
 
 
 def parse_sources(spec: str) -> dict[str, int]:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..drafters.eagle import Eagle, EagleHead, eagle_config, head_from, init_from_target
+from ..drafters.eagle import Eagle, EagleHead, eagle_config, fused, head_from, init_from_target
+from ..errors import SpecvizError
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
                      shift, soft_ce)
 
@@ -26,16 +27,19 @@ from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, maske
 def unrolled(head: EagleHead, h: torch.Tensor, e: torch.Tensor, depth: int, noise: float = 0.0) -> list[torch.Tensor]:
     """The head's own chain from every position: out[s][:, i] predicts h_{i+1+s}.
 
-    h (B, W, H): the target's features h_0..h_{W-1}; e (B, W, H): embeddings of x_1..x_W.
+    h (B, W, H): the target's features h_0..h_{W-1} (a fused head: (B, W, n * H), its taps);
+    e (B, W, H): embeddings of x_1..x_W.
     Step 0 reads the true pairs (h_i, x_{i+1}); step s reads (its own step s-1 output,
     x_{i+1+s}) at position i+s and attends to the true pairs 0..i and to the chain's own
     steps 1..s at row i: what drafting at depth s+1 sees once drafts 1..s were kept.
     Rows past the text (i + s >= W) read zero embeddings; callers mask them out.
-    `noise`: Gaussian noise on the true features, relative to their RMS.
+    `noise`: Gaussian noise on the true final states, relative to their RMS.
     """
     W = h.shape[1]
-    if noise:
-        h = h + torch.randn_like(h) * noise * h.detach().pow(2).mean().sqrt()
+    if noise:  # on the final state only: drafting replaces it with predictions (a fused head's taps stay true)
+        H = e.shape[-1]
+        last = h[..., -H:]
+        h = torch.cat([h[..., :-H], last + torch.randn_like(last) * noise * last.detach().pow(2).mean().sqrt()], -1)
     rows = torch.arange(W, device=h.device)
     keys, values, out, f = [], [], [], h
     for s in range(depth):
@@ -63,16 +67,34 @@ class EagleRecipe:
     noise: float = 0.05  # input feature noise, relative to the features' RMS
     unroll: int = 4  # drafting steps unrolled in training (1 = teacher forcing only)
     decay: float = 0.8  # step s's loss is weighted decay**s
+    # EAGLE-3's feature fusion: inner target layers whose inputs the head also reads, beside
+    # the final state (their inputs recorded beside the data: data.record_taps). () = EAGLE-1.
+    taps: tuple[int, ...] = ()
 
     def build(self, target_loaded, corpus) -> EagleHead:
         target = model_of(target_loaded)
         subset = head_subset(target_loaded, corpus, self.subset)
         head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
         init_from_target(head, target)
+        if self.taps:
+            head = fused(head, self.layers(target))
         return head.to(target.get_output_embeddings().weight.device)
 
     def rebuild(self, config: dict, state_dict: dict, target_loaded) -> EagleHead:
-        return head_from(config, state_dict).to(model_of(target_loaded).get_output_embeddings().weight.device)
+        """A saved head; with taps, an unfused one gains the fusion, starting as itself."""
+        target = model_of(target_loaded)
+        head = head_from(config, state_dict)
+        have = list(config.get("taps") or ())
+        if self.taps and not have:
+            head = fused(head, self.layers(target))
+        elif have != (self.layers(target) if self.taps else []):
+            raise SpecvizError(f"this EAGLE head reads layers {have or 'final only'}; train it with "
+                               + (f"--taps {','.join(map(str, have[:-1]))}" if have else "no --taps"))
+        return head.to(target.get_output_embeddings().weight.device)
+
+    def layers(self, target) -> list[int]:
+        """What a fused head reads: the taps, then the final state (numbered L, as forward does)."""
+        return sorted(self.taps) + [target.config.get_text_config().num_hidden_layers]
 
     def config(self, module: EagleHead) -> dict:
         return dict(module.config)
@@ -81,7 +103,12 @@ class EagleRecipe:
         b = pad_batch(seqs, module.subset.device)
         with torch.no_grad():
             e = model_of(target_loaded).get_input_embeddings()(b.ids[:, 1:]).float()  # x_1..x_{T-1}
-        return b, unrolled(module, b.hidden[:, :-1], e, depth, noise)
+        h = b.hidden[:, :-1]
+        if module.fuse is not None:
+            if b.taps is None:
+                raise SpecvizError("this EAGLE head fuses inner layers, but the data was loaded without them")
+            h = torch.cat([b.taps[:, :-1], h], -1)
+        return b, unrolled(module, h, e, depth, noise)
 
     def loss(self, module: EagleHead, target_loaded, seqs):
         head = lm_head(module, model_of(target_loaded))
