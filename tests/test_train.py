@@ -318,6 +318,10 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
     with pytest.raises(SpecvizError, match="reads layers \\[1, 2\\]; train it with --taps 1"):
         train(TINY_EAGLE, tiny, corpus, tmp_path / "wrong", still, init=tmp_path / "fused" / "eagle.safetensors",
               progress=False)
+    # a checkpoint resumes only with the settings it was made with
+    assert train(TINY_EAGLE, tiny, corpus, tmp_path / "cut", cfg, progress=False, stop_after=3) == {"stopped_at": 3}
+    with pytest.raises(SpecvizError, match="checkpoint.pt was made with other settings"):
+        train(fused_recipe, tiny, corpus, tmp_path / "cut", cfg, progress=False, resume=True)
 
 
 @pytest.mark.parametrize("recipe", [DraftRecipe(subset=32, hidden=32, layers=1, heads=2, ffn=64),
