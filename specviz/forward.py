@@ -76,8 +76,8 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
     mask and positions (fast path only) replace the causal chain: tree drafts (tree.py).
     """
     layers = hidden if isinstance(hidden, tuple) else ()
-    n_layers = model.config.get_text_config().num_hidden_layers
-    inner = tuple(i for i in layers if i != n_layers)
+    n_layers = model.config.get_text_config().num_hidden_layers if layers else 0
+    inner = tuple(sorted(i for i in layers if i != n_layers))
     if isinstance(cache, llama_fast.KVCache):
         with _observed(model):
             h, found = llama_fast.states(model, ids, cache, mask=mask, positions=positions, layers=inner)

@@ -135,9 +135,11 @@ def states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None =
            final: bool = True) -> tuple[torch.Tensor | None, list]:
     """`hidden_states`, and the inputs of the decoder layers numbered in `layers` (layer i's
     input is transformers' hidden_states[i]; EAGLE-3 reads three), in layer order.
-    final=False stops after the last layer in `layers` and returns (None, inputs): the
+    final=False stops before the last layer in `layers` and returns (None, inputs): the
     inner states alone cost only the layers below them (training data, train/data.py); the
     cache then holds only those layers' keys and values, so it serves no later call."""
+    if not final and not layers:
+        raise ValueError("final=False needs the layers to return")
     base = model.model
     cfg = model.config
     t, start = ids.numel(), cache.length
@@ -155,11 +157,13 @@ def states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None =
     cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
     compiled = _compiled.get(model)
     run, table = (compiled, None) if compiled and final else (_stack, pack(model))
-    n = len(base.layers) if final else max(layers) + 1
+    n = len(base.layers) if final else max(layers)  # the last tap's input is the output of the layers below it
     blocks = base.layers if final else base.layers[:n]
     x, inputs = run(blocks, x, cos, sin, cache.k[:n], cache.v[:n], start, mask, groups, table, tuple(layers))
     cache.length = start + t
-    return (base.norm(x) if final else None), inputs
+    if not final:
+        return None, inputs + [x]
+    return base.norm(x), inputs
 
 
 def decode_rows(model, tokens: torch.Tensor, ks: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], col: int,

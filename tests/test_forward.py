@@ -282,3 +282,18 @@ def test_a_onednn_that_disagrees_with_f_linear_is_not_used(monkeypatch):
     x = torch.randn(3, 8)
     with torch.no_grad():
         torch.testing.assert_close(packing.linear(layer, x), layer(x))
+
+
+def test_half_precision_rms_norm_survives_a_residual_streams_largest_values():
+    """A raw residual stream (a fused EAGLE head's taps) has dimensions in the thousands: squared
+    in fp16 they overflow. The norm squares in float32 and matches the float32 result."""
+    from specviz.layers import rms_norm
+
+    x = torch.randn(4, 64)
+    x[:, 3] = 20000.0
+    weight = torch.rand(64) + 0.5
+    want = rms_norm(x, weight, 1e-5)
+    for dtype in (torch.float16, torch.bfloat16):
+        got = rms_norm(x.to(dtype), weight.to(dtype), 1e-5)
+        assert got.dtype == dtype and torch.isfinite(got).all()
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)

@@ -280,7 +280,7 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
     assert [f.stat().st_mtime_ns for f in files] == stamp
     with pytest.raises(SpecvizError, match="no recorded inputs of layers 0"):
         load_data(tiny, folder, taps=(0,))
-    with pytest.raises(SpecvizError, match="taps must be distinct decoder layers"):
+    with pytest.raises(SpecvizError, match="taps are distinct decoder layers in increasing order, each in 0-1"):
         record_taps(tiny, folder, (2,), progress=False)  # a 2-layer target: the final state is not a tap
     corpus = load_data(tiny, folder, taps=(1,))
     seq = corpus.sequences[3]
@@ -307,7 +307,7 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
                  progress=False)
     drafter = load_drafter(tmp_path / "fused" / "eagle.safetensors", tiny)
     assert drafter.head.fuse.weight[:, :64].abs().max() > 1e-3  # it learned to read layer 1
-    assert card["config"]["taps"] == [1, 2] and card["recipe"]["taps"] == (1,)
+    assert card["config"]["hidden_layers"] == [1, 2] and card["recipe"]["taps"] == (1,)
     agree, compared = map(int, card["held-out"]["first drafts equal to the teacher-forced ones"].split(" / "))
     assert agree == compared > 0
     prompt = models.encode_prompt(tiny, "the cat sat on the mat")
@@ -315,7 +315,7 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
     base = collect(baseline_generate(tiny.model, prompt, gen))[1]
     spec = collect(speculative_generate(tiny.model, drafter, prompt, gen))[1]
     assert spec.token_ids == base.token_ids and spec.stats.drafted > 0
-    with pytest.raises(SpecvizError, match="reads layers \\[1, 2\\]; train it with --taps 1"):
+    with pytest.raises(SpecvizError, match="fuses layers 1 with the final state; train it with --taps 1"):
         train(TINY_EAGLE, tiny, corpus, tmp_path / "wrong", still, init=tmp_path / "fused" / "eagle.safetensors",
               progress=False)
     # a checkpoint resumes only with the settings it was made with
@@ -420,12 +420,29 @@ def test_cli_fuses_inner_layers_into_a_saved_eagle_head(tiny, data, tmp_path, ca
     assert cli_main(argv) == 0
     assert "recording the inputs of layers 1" in capsys.readouterr().err
     card = (tmp_path / "fused" / "eagle.md").read_text()
-    assert "--taps 1 --init " in card and "  - taps: 1 / 2\n" in card
+    assert "--taps 1 --init " in card and "  - hidden_layers: 1 / 2\n" in card and "  - taps: 1\n" in card
     again = base + ["--out", str(tmp_path / "again"), "--init", str(tmp_path / "fused" / "eagle.safetensors")]
     assert cli_main(again) == 0
     assert "recording" not in capsys.readouterr().err and "--taps 1 --init " in (tmp_path / "again" / "eagle.md").read_text()
     assert cli_main(base + ["--out", str(tmp_path / "bad"), "--taps", "2"]) == 2
-    assert "this target has decoder layers 0-1" in capsys.readouterr().err
+    assert "--taps: taps are distinct decoder layers in increasing order, each in 0-1" in capsys.readouterr().err
+    # refused before any slow part: a fused --init with other taps; --taps on an unfused checkpoint
+    assert cli_main(base + ["--out", str(tmp_path / "bad"), "--taps", "0",
+                            "--init", str(tmp_path / "fused" / "eagle.safetensors")]) == 2
+    assert "fuses layers 1: --taps 0 cannot change that" in capsys.readouterr().err
+    assert cli_main(base + ["--out", str(tmp_path / "plain"), "--taps", "1", "--resume"]) == 2
+    assert "reads the final state alone: --taps 1 cannot change that" in capsys.readouterr().err
+    # --data-only records them too (a data folder prepared for a later run)
+    other = tmp_path / "data-only"
+    shutil.copytree(data[1], other)
+    assert cli_main(["train", "eagle", "--target", tiny.source, "--data", str(other), "--data-only", "--taps", "0",
+                     "--device", "cpu"]) == 0
+    assert len(list(other.glob("taps-0-shard-*.pt"))) == len(list(other.glob("shard-*.pt")))
+    # a taps file that does not match its shard (an older build) is a sentence
+    first = sorted(other.glob("taps-0-shard-*.pt"))[0]
+    torch.save(torch.load(first, weights_only=True)[1:], first)
+    with pytest.raises(SpecvizError, match="does not match shard-00000.pt .*record the layer inputs again"):
+        load_data(tiny, other, taps=(0,))
 
 
 def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, data, tmp_path):

@@ -11,10 +11,11 @@ Cache: after begin/feedback the head has (or will feed) one pair per context tok
 last, all with the target's true features. Draft pairs use predicted features, so feedback
 crops them off and feeds the true features of the kept tokens instead.
 
-Feature fusion (EAGLE-3's, optional: config "taps"): the head may read, instead of the
-final state alone, the inputs of a few target layers side by side with the final state
-last (numbered as forward.forward numbers them, L = the final state), which a learned
-`fuse` projection turns into one feature (after an RMS norm of each inner layer's input). Only true pairs carry them; predicted features
+Feature fusion (EAGLE-3's, optional: config "hidden_layers"): the head may read, instead of
+the final state alone, the inputs of a few target layers (its taps) side by side with the
+final state last, numbered as Drafter.hidden_layers numbers them (L, the layer count, is the
+final state); a learned `fuse` projection turns them into one feature, after an RMS norm of
+each inner layer's input. Only true pairs carry them; predicted features
 are already one feature wide and skip the projection.
 
 Heads the EAGLE authors released (EAGLE-1/2, EAGLE-3) load through published.py and run
@@ -74,11 +75,11 @@ class EagleHead(nn.Module):
         inv_freq = inverse_frequencies(d, config["rope_theta"]) / config.get("rope_scale", 1.0)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("subset", torch.empty(0, dtype=torch.long) if subset is None else subset.long())
-        taps = config.get("taps") or ()
-        self.fuse = nn.Linear(len(taps) * h, h, bias=False) if len(taps) > 1 else None
+        read = config.get("hidden_layers") or ()  # fused: inner layers, then the final state
+        self.fuse = nn.Linear(len(read) * h, h, bias=False) if len(read) > 1 else None
         # Inner layers' inputs are raw residual streams (a few dimensions hundreds of times the
         # rest, as in most LLMs): each is RMS-normed first, as the target's own layers norm them.
-        self.tap_norms = nn.ModuleList(RMSNorm(h, eps) for _ in taps[:-1])
+        self.tap_norms = nn.ModuleList(RMSNorm(h, eps) for _ in read[:-1])
 
     def new_cache(self) -> KVCache:
         w = self.fc.weight
@@ -135,13 +136,15 @@ class EagleHead(nn.Module):
         return self.norm(x)
 
 
-def fused(head: EagleHead, taps: list[int]) -> EagleHead:
-    """`head` reading the target layers `taps` (the final state last) through a new `fuse`
-    projection that starts as the identity on the final state: at first it drafts exactly
-    as `head` did, and training learns what the inner layers add."""
+def fused(head: EagleHead, hidden_layers: list[int]) -> EagleHead:
+    """An unfused `head` reading `hidden_layers` (inner layers, then the final state) through a
+    new `fuse` projection that starts as the identity on the final state: at first it drafts
+    exactly as `head` did, and training learns what the inner layers add."""
     h = head.config["hidden_size"]
-    out = EagleHead({**head.config, "taps": list(taps)}, head.subset)
-    out.load_state_dict(head.state_dict(), strict=False)
+    out = EagleHead({**head.config, "hidden_layers": list(hidden_layers)}, head.subset)
+    missing, unexpected = out.load_state_dict(head.state_dict(), strict=False)
+    if unexpected or any(not (k == "fuse.weight" or k.startswith("tap_norms.")) for k in missing):
+        raise ValueError(f"fused() takes an unfused EagleHead; keys {missing + unexpected} disagree")
     with torch.no_grad():
         out.fuse.weight.zero_()
         out.fuse.weight[:, -h:] = torch.eye(h)
@@ -168,7 +171,7 @@ class Eagle(Drafter):
         self.tree_width = tree_width  # greedy trees: expand the w likeliest nodes per depth, w children each
         self.embed = embed if embed is not None else target.get_input_embeddings()
         self.lm = lm if lm is not None else TargetHead(target, head.subset)
-        self.hidden_layers = hidden_layers or tuple(head.config.get("taps") or ())
+        self.hidden_layers = hidden_layers or tuple(head.config.get("hidden_layers") or ())
         self.dtype = head.fc.weight.dtype
         if name:
             self.name = name

@@ -39,8 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "token loss alone, as EAGLE-3 does)")
     p.add_argument("--taps", default=None, metavar="LAYERS",
                    help="eagle: EAGLE-3's feature fusion: also read the inputs of these target layers, e.g. 2,15 "
-                        "(low and middle of 30), fused with the final state by a learned projection; recorded "
-                        "once beside the data. With --init from an unfused head it starts as that head")
+                        "(a low and a middle one), fused with the final state by a learned projection; recorded "
+                        "once beside the data. With --init from an unfused head it starts as that head; a fused "
+                        "--init or --resume keeps its own")
     p.add_argument("--init", default=None, metavar="FILE",
                    help="start from a saved drafter of this kind and target instead of new weights, e.g. "
                         "assets/drafters/smollm2-135m-instruct/eagle.safetensors (fine-tuning)")
@@ -112,7 +113,7 @@ def main(args) -> int:
     import torch
 
     from .. import models
-    from .data import build_data, data_dir, load_data, record_taps
+    from .data import build_data, check_taps, data_dir, load_data, record_taps, taps_text
     from .loop import TrainConfig, check_positive, train
     from .prompts import gather
 
@@ -150,24 +151,29 @@ def main(args) -> int:
         if not 0 <= args.feature_loss < 1e3:
             raise SpecvizError(f"--feature-loss must be a weight in [0, 1000), got {args.feature_loss}")
         recipe = dataclasses.replace(recipe, reg=args.feature_loss)
-    init_taps = []
+    taps = parse_taps(args.taps) if args.taps is not None else ()
+    if taps and not hasattr(recipe_for(args.kind), "taps"):
+        raise SpecvizError(f"--taps is for eagle, not {args.kind}")
+    out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
     if args.init is not None:  # a readable drafter file, before the slow parts (train checks kind and target)
         from ..drafters.trained import read_drafter
 
         try:
-            init_taps = list(read_drafter(args.init)[0]["config"].get("taps") or ())
+            init_config = read_drafter(args.init)[0]["config"]
         except SpecvizError as e:
             raise SpecvizError(f"--init: {e}") from None
-    taps = parse_taps(args.taps) if args.taps is not None else tuple(init_taps[:-1])  # a fused --init keeps its own
+        taps = _same_taps(taps, args.taps, init_config, f"--init {args.init}")
+    if args.resume and not args.data_only and (out / "checkpoint.pt").is_file():
+        taps = _same_taps(taps, args.taps, torch.load(out / "checkpoint.pt", weights_only=False)["config"],
+                          f"the checkpoint in {out}", may_fuse=False)
     if recipe is not None and taps:
-        if not hasattr(recipe, "taps"):
-            raise SpecvizError(f"--taps is for eagle, not {args.kind}")
         recipe = dataclasses.replace(recipe, taps=taps)
     target = models.load(args.target, args.device, args.dtype, progress=_progress)
-    if recipe is not None and taps:
-        n_layers = target.model.config.get_text_config().num_hidden_layers
-        if taps[-1] >= n_layers:
-            raise SpecvizError(f"--taps: this target has decoder layers 0-{n_layers - 1}; got {args.taps}")
+    if taps:
+        try:
+            check_taps(taps, target.model.config.get_text_config().num_hidden_layers)
+        except SpecvizError as e:
+            raise SpecvizError(f"--taps: {e}") from None
     folder = pathlib.Path(args.data) if args.data else data_dir(target)
     have = any(folder.glob("shard-*.pt"))
     if args.data_minutes is not None or args.data_tokens is not None or not have:
@@ -186,14 +192,13 @@ def main(args) -> int:
         build_data(target, folder, prompts=prompts, passes=args.passes, max_new_tokens=args.max_new_tokens,
                    batch=args.data_batch, budget_s=None if minutes is None else 60 * minutes,
                    budget_tokens=args.data_tokens, seed=args.seed, generate_model=writer, log=say)
-    if recipe is not None and taps:
+    if taps:
         record_taps(target, folder, taps, log=say)
-    corpus = load_data(target, folder, taps=taps if recipe is not None else ())
+    corpus = load_data(target, folder, taps=taps)
     say(f"data: {len(corpus.sequences)} sequences, {corpus.tokens} tokens "
         f"({corpus.response_tokens} written by the target)")
     if args.data_only:
         return 0
-    out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
     config = TrainConfig(steps=steps, epochs=args.epochs, lr=args.lr, batch=args.batch, seed=args.seed,
                          checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
                          eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes,
@@ -203,12 +208,26 @@ def main(args) -> int:
                            + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")
                            + (f"--unroll {args.unroll} " if args.unroll else "")
                            + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
-                           + (f"--taps {','.join(map(str, taps))} " if taps else "")
+                           + (f"--taps {taps_text(taps, ',')} " if taps else "")
                            + (f"--init {args.init} " if args.init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
     return 0
+
+
+def _same_taps(taps: tuple[int, ...], flag: str | None, config: dict, where: str,
+               may_fuse: bool = True) -> tuple[int, ...]:
+    """The taps a run continues with: those of the head it starts from, unless --taps fuses an
+    unfused one (`may_fuse`: a warm start, not a checkpoint, whose optimiser state would not
+    fit). Anything else is refused here, before the slow parts."""
+    from .data import taps_text
+
+    have = tuple((config.get("hidden_layers") or ())[:-1])
+    if flag is None or have == taps or (may_fuse and not have):
+        return taps if flag is not None else have
+    raise SpecvizError(f"{where} " + (f"fuses layers {taps_text(have)}" if have else "reads the final state alone")
+                       + f": --taps {flag} cannot change that")
 
 
 def parse_taps(spec: str) -> tuple[int, ...]:

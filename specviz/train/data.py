@@ -135,10 +135,13 @@ def load_data(target_loaded, folder: str | pathlib.Path | None = None, taps: tup
         if taps:
             path = folder / taps_name(name, taps)
             if not path.is_file():
-                raise SpecvizError(f"{folder} has no recorded inputs of layers {_layers(taps)} for {name}: "
+                raise SpecvizError(f"{folder} has no recorded inputs of layers {taps_text(taps)} for {name}: "
                                    "record them first (train/data.py record_taps; `--taps` does it)")
             inner = torch.load(path, weights_only=True, mmap=True)
-        for row, t in zip(rows, inner, strict=True):
+        if len(inner) != len(rows) or any(t is not None and len(t) != len(r["ids"]) for r, t in zip(rows, inner)):
+            raise SpecvizError(f"{folder / taps_name(name, taps)} does not match {name} (left from an older "
+                               "build?): delete it and record the layer inputs again")
+        for row, t in zip(rows, inner):
             seqs.append(Seq(ids=row["ids"].long(), response_start=int(row["response_start"]),
                             hidden=row["hidden"], top_ids=row["top_ids"].long(), top_p=row["top_p"],
                             prompt_id=row["prompt_id"], variant=row["variant"],
@@ -148,11 +151,20 @@ def load_data(target_loaded, folder: str | pathlib.Path | None = None, taps: tup
 
 def taps_name(shard: str, taps: tuple[int, ...]) -> str:
     """The file beside a shard that holds its sequences' inputs of layers `taps`."""
-    return f"taps-{'-'.join(map(str, taps))}-{shard}"
+    return f"taps-{taps_text(taps, '-')}-{shard}"
 
 
-def _layers(taps) -> str:
-    return ", ".join(map(str, taps))
+def taps_text(taps, sep: str = ", ") -> str:
+    """(2, 15) -> "2, 15" (or "2,15", as --taps takes them)."""
+    return sep.join(map(str, taps))
+
+
+def check_taps(taps: tuple[int, ...], n_layers: int) -> None:
+    """Taps are inner decoder layers of the target, distinct and increasing."""
+    if not taps or list(taps) != sorted(set(taps)) or taps[0] < 0 or taps[-1] >= n_layers:
+        raise SpecvizError(f"taps are distinct decoder layers in increasing order, each in 0-{n_layers - 1} "
+                           f"(this target has {n_layers} layers; the final state is always read), "
+                           f"got {taps_text(taps) or 'none'}")
 
 
 @torch.inference_mode()
@@ -174,16 +186,14 @@ def record_taps(target_loaded, folder: str | pathlib.Path | None, taps: tuple[in
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
     model = target_loaded.model
     n_layers = model.config.get_text_config().num_hidden_layers
-    if not taps or any(not 0 <= t < n_layers for t in taps) or list(taps) != sorted(set(taps)):
-        raise SpecvizError(f"taps must be distinct decoder layers in increasing order, each in [0, {n_layers}) "
-                           f"(this target has {n_layers} layers), got {_layers(taps) or 'none'}")
+    check_taps(taps, n_layers)
     todo = [n for n in _shards(folder, _read_meta(folder)) if not (folder / taps_name(n, taps)).is_file()]
     if not todo:
         return
     fast = llama_fast.supports(model)
     device = model_device(model)
     per_token = 2 * len(taps) * model.config.get_text_config().hidden_size
-    say(f"recording the inputs of layers {_layers(taps)} for {len(todo)} shards in {folder} "
+    say(f"recording the inputs of layers {taps_text(taps)} for {len(todo)} shards in {folder} "
         f"({per_token} bytes per token; resumable)")
     bar = tqdm(total=len(todo), desc="layer inputs", unit="shard", disable=not progress)
     for name in todo:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..drafters.eagle import Eagle, EagleHead, eagle_config, fused, head_from, init_from_target
 from ..errors import SpecvizError
+from .data import taps_text
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
                      shift, soft_ce)
 
@@ -37,7 +38,7 @@ def unrolled(head: EagleHead, h: torch.Tensor, e: torch.Tensor, depth: int, nois
     """
     W = h.shape[1]
     if noise:  # on the final state only: drafting replaces it with predictions (a fused head's taps stay true)
-        H = e.shape[-1]
+        H = head.fc.out_features
         last = h[..., -H:]
         h = torch.cat([h[..., :-H], last + torch.randn_like(last) * noise * last.detach().pow(2).mean().sqrt()], -1)
     rows = torch.arange(W, device=h.device)
@@ -81,15 +82,17 @@ class EagleRecipe:
         return head.to(target.get_output_embeddings().weight.device)
 
     def rebuild(self, config: dict, state_dict: dict, target_loaded) -> EagleHead:
-        """A saved head; with taps, an unfused one gains the fusion, starting as itself."""
+        """A saved head; with taps, an unfused one gains the fusion, starting as itself (a
+        warm start: a checkpoint resumed so is refused by the loop, its optimiser state differs)."""
         target = model_of(target_loaded)
         head = head_from(config, state_dict)
-        have = list(config.get("taps") or ())
+        have = list(config.get("hidden_layers") or ())
         if self.taps and not have:
             head = fused(head, self.layers(target))
         elif have != (self.layers(target) if self.taps else []):
-            raise SpecvizError(f"this EAGLE head reads layers {have or 'final only'}; train it with "
-                               + (f"--taps {','.join(map(str, have[:-1]))}" if have else "no --taps"))
+            raise SpecvizError("this EAGLE head " + (f"fuses layers {taps_text(have[:-1])} with the final state; "
+                               f"train it with --taps {taps_text(have[:-1], ',')}" if have else
+                               "reads the final state alone; train it without --taps"))
         return head.to(target.get_output_embeddings().weight.device)
 
     def layers(self, target) -> list[int]:
