@@ -367,8 +367,9 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight in [0, 1000)"),
     (["train", "eagle", "--init", "/no/such/eagle.safetensors"], "--init: drafter file /no/such/eagle.safetensors not found"),
     (["train", "medusa", "--taps", "2"], "--taps is for eagle"),
-    (["train", "eagle", "--taps", "2,x"], "--taps takes distinct decoder layer numbers in increasing order"),
-    (["train", "eagle", "--taps", "15,2"], "--taps takes distinct decoder layer numbers in increasing order"),
+    (["train", "eagle", "--taps", "2,x"], "--taps takes decoder layer numbers separated by commas, e.g. 2,15; got '2,x'"),
+    (["train", "eagle", "--taps", "15,2"], "--taps: taps are distinct decoder layers in increasing order, e.g. 2,15"),
+    (["train", "eagle", "--taps", "2,2"], "got 2, 2"),
     (["train", "draft", "--target", "/no/such/folder"], ""),
 ])
 def test_cli_bad_input_prints_an_error_not_a_traceback(argv, message, capsys):

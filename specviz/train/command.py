@@ -231,13 +231,17 @@ def _same_taps(taps: tuple[int, ...], flag: str | None, config: dict, where: str
 
 
 def parse_taps(spec: str) -> tuple[int, ...]:
-    """--taps "2,15" -> (2, 15): distinct layer numbers, increasing."""
+    """--taps "2,15" -> (2, 15); their bound is checked once the target is loaded."""
+    from .data import check_taps
+
     try:
         taps = tuple(int(x) for x in spec.split(","))
     except ValueError:
-        taps = ()
-    if not taps or list(taps) != sorted(set(taps)) or taps[0] < 0:
-        raise SpecvizError(f"--taps takes distinct decoder layer numbers in increasing order, e.g. 2,15; got {spec!r}")
+        raise SpecvizError(f"--taps takes decoder layer numbers separated by commas, e.g. 2,15; got {spec!r}") from None
+    try:
+        check_taps(taps)
+    except SpecvizError as e:
+        raise SpecvizError(f"--taps: {e}") from None
     return taps
 
 

@@ -159,12 +159,14 @@ def taps_text(taps, sep: str = ", ") -> str:
     return sep.join(map(str, taps))
 
 
-def check_taps(taps: tuple[int, ...], n_layers: int) -> None:
-    """Taps are inner decoder layers of the target, distinct and increasing."""
-    if not taps or list(taps) != sorted(set(taps)) or taps[0] < 0 or taps[-1] >= n_layers:
-        raise SpecvizError(f"taps are distinct decoder layers in increasing order, each in 0-{n_layers - 1} "
-                           f"(this target has {n_layers} layers; the final state is always read), "
-                           f"got {taps_text(taps) or 'none'}")
+def check_taps(taps: tuple[int, ...], n_layers: int | None = None) -> None:
+    """Taps are inner decoder layers of the target, distinct and increasing; with `n_layers`
+    (once the target is known) each also below it."""
+    if (not taps or list(taps) != sorted(set(taps)) or taps[0] < 0
+            or (n_layers is not None and taps[-1] >= n_layers)):
+        span = (f", each in 0-{n_layers - 1} (this target has {n_layers} layers; the final state is always read)"
+                if n_layers is not None else ", e.g. 2,15 (the final state is always read)")
+        raise SpecvizError(f"taps are distinct decoder layers in increasing order{span}, got {taps_text(taps) or 'none'}")
 
 
 @torch.inference_mode()
