@@ -385,3 +385,36 @@ def test_tree_steps_are_costed_by_every_node_the_target_verified(target, prompts
     assert sum(n * c for n, c in rec.draft_lengths.items()) == rec.drafted  # nodes, as stats count them
     shown = sum(n_shown for n_shown, _ in rec.step_outcomes)  # the chains the events show
     assert shown < rec.drafted, "the trees had nodes off the shown chain"
+
+
+def test_progress_line_says_how_far_how_long_and_what_ran():
+    from specviz.bench.command import progress_line
+
+    assert progress_line(12, 84, 200, "eagle k=4 chat-03") == (
+        "bench: 12/84 runs (14%), 3:20 elapsed, about 20:00 left; last: eagle k=4 chat-03")
+    assert progress_line(84, 84, 3725, "x") == "bench: 84/84 runs (100%), 1:02:05 elapsed; last: x"
+
+
+def test_progress_off_a_terminal_prints_plain_lines_at_most_every_interval(capsys, monkeypatch):
+    from specviz.bench.command import _Progress
+
+    bar = _Progress(disabled=False)  # capsys's stderr is not a terminal: no bar, lines
+    bar.start(3)
+    for label in ("a", "b", "c"):
+        bar.step(label)
+    bar.close()
+    assert capsys.readouterr().err.splitlines() == ["bench: 3/3 runs (100%), 0:00 elapsed; last: c"]  # quick: the end only
+    monkeypatch.setattr(_Progress, "every", 0.0)
+    bar = _Progress(disabled=False)
+    bar.start(3)
+    for label in ("a", "b", "c"):
+        bar.step(label)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" runs")[0] for line in lines] == ["bench: 1/3", "bench: 2/3", "bench: 3/3"]
+    assert lines[-1].endswith("; last: c") and "left" not in lines[-1]
+    bar = _Progress(disabled=True)
+    bar.start(3)
+    bar.step("a")
+    bar.close()
+    assert capsys.readouterr().err == ""
