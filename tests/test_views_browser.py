@@ -28,7 +28,10 @@ def page(browser, app_models):  # noqa: F811
 def test_the_distribution_view_shows_p_q_residual_and_reshapes_live(page):
     box = page.locator("#sv-dist-box")
     box.scroll_into_view_if_needed()
-    page.wait_for_selector("#sv-dist-card .sv-dist", timeout=HANG)
+    # the run's last step reaches the view a moment after the run ends (step.change); until
+    # then the card shows its placeholder, which is also .sv-dist: wait for a real position
+    page.wait_for_selector("#sv-dist-card .sv-dist[data-row]", timeout=HANG)
+    page.wait_for_selector('#sv-dist-plot .legendtext:has-text("residual")', timeout=HANG)
     card = page.locator("#sv-dist-card")
     assert "overlap Σ min(p, q)" in card.inner_text() and "draw u" in card.inner_text()
     legend = page.locator("#sv-dist-plot .legendtext").all_text_contents()
