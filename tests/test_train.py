@@ -488,4 +488,7 @@ def test_the_card_counts_the_prompts_the_data_answers_not_the_last_pool():
             seq("c1", "code"), seq("d1", "docs"), seq("d2", "docs"), seq("d3", "docs")]
     corpus = Corpus(seqs, {"prompts": "3 prompts (written 1, self 2)", "settings": {"temperature": 0.8}})
     source = describe_data(corpus, corpus, Corpus([]))["source"]
-    assert "7 prompts (docs 3, self 2, code 1, written 1)" in source and "T=0.8" in source
+    assert "7 prompts (docs 3, self 2, code 1, written 1)" in source and "sampled at T=0.8" in source
+    greedy = Corpus([s for s in seqs if s.variant == "greedy"], corpus.meta)  # a --passes 1 build
+    source = describe_data(greedy, greedy, Corpus([]))["source"]
+    assert "(greedy only)" in source and "sampled" not in source

@@ -28,8 +28,9 @@ def describe_data(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
     by_size = sorted(prompts.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     which = (f"{sum(map(len, prompts.values())):,} prompts ({', '.join(f'{k} {len(v):,}' for k, v in by_size)})"
              if prompts else meta.get("prompts", "a prompt set"))
-    return {"source": f"self-distillation: the target's own responses to {which} "
-                      f"(greedy, and sampled at T={temperature})",
+    how = (f"greedy, and sampled at T={temperature}" if any(v != "greedy" for v in variants)
+           else "greedy only")  # a --passes 1 build draws nothing
+    return {"source": f"self-distillation: the target's own responses to {which} ({how})",
             "sequences (train / held-out)": f"{len(train_c.sequences)} / {len(held_c.sequences)}",
             "responses per pass": ", ".join(f"{k} {v}" for k, v in sorted(variants.items())),
             "tokens (all / target-written)": f"{corpus.tokens} / {corpus.response_tokens}",
