@@ -357,6 +357,50 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
 
 # --- the command line -------------------------------------------------------------------
 
+@pytest.mark.parametrize("recipe", [TINY_RECIPE, TINY_EAGLE], ids=["draft", "eagle"])
+def test_average_init_saves_the_mean_of_the_trained_and_the_starting_weights(tiny, data, tmp_path, recipe):
+    """average_init=w: the saved file is (1 - w) x what training reached + w x the init file,
+    the held-out block measures that mean, and it drafts exactly like any other drafter."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    from specviz.drafters.trained import load_drafter
+    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+
+    corpus = load_data(tiny, data[1])
+    name = f"{recipe.kind}.safetensors"
+    train(recipe, tiny, corpus, tmp_path / "first", TrainConfig(steps=8, batch=4, lr=1e-2, held_out=4,
+                                                                eval_tokens=4), progress=False)
+    init = tmp_path / "first" / name
+    tune = TrainConfig(steps=6, batch=4, lr=1e-2, held_out=4, eval_tokens=4, seed=1)
+    train(recipe, tiny, corpus, tmp_path / "tuned", tune, init=init, progress=False)
+    card = train(recipe, tiny, corpus, tmp_path / "mean", dataclasses.replace(tune, average_init=0.5), init=init,
+                 progress=False)
+    first, tuned, mean = (load_file(tmp_path / run / name) for run in ("first", "tuned", "mean"))
+    assert mean.keys() == first.keys()
+    moved = 0
+    for k in first:
+        if not first[k].is_floating_point():
+            assert torch.equal(mean[k], first[k])
+            continue
+        want = (first[k].float() + tuned[k].float()) / 2
+        torch.testing.assert_close(mean[k].float(), want, rtol=2e-3, atol=1e-4)
+        moved += not torch.allclose(tuned[k].float(), mean[k].float(), rtol=1e-3, atol=1e-5)
+    assert moved > 0  # the fine-tune moved the weights, and the mean sits between
+    assert "0.5 x trained + 0.5 x the --init weights" in card["training"]["saved weights"]
+    drafter = load_drafter(tmp_path / "mean" / name, tiny)
+    prompt = models.encode_prompt(tiny, "the cat sat on the mat")
+    gen = GenerationConfig(max_new_tokens=16, k=3)
+    base = collect(baseline_generate(tiny.model, prompt, gen))[1]
+    assert collect(speculative_generate(tiny.model, drafter, prompt, gen))[1].token_ids == base.token_ids
+    with pytest.raises(SpecvizError, match="needs an init file"):
+        train(recipe, tiny, corpus, tmp_path / "none", dataclasses.replace(tune, average_init=0.5), progress=False)
+    with pytest.raises(SpecvizError, match=r"share of the averaged weights must be in \[0, 1\)"):
+        train(recipe, tiny, corpus, tmp_path / "none", dataclasses.replace(tune, average_init=1.0), init=init,
+              progress=False)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "draft", "--steps", "0"], "steps must be a positive integer"),
     (["train", "draft", "--lr", "2"], "--lr must be in"),
@@ -366,6 +410,8 @@ def test_a_time_cap_saves_what_there_is(tiny, data, tmp_path):
     (["train", "medusa", "--feature-loss", "0"], "--feature-loss is for eagle"),
     (["train", "eagle", "--feature-loss", "-1"], "--feature-loss must be a weight in [0, 1000)"),
     (["train", "eagle", "--init", "/no/such/eagle.safetensors"], "--init: drafter file /no/such/eagle.safetensors not found"),
+    (["train", "eagle", "--average-init", "1"], "--average-init must be the init's share in [0, 1)"),
+    (["train", "eagle", "--average-init", "0.5"], "--average-init averages with the weights a run started from"),
     (["train", "medusa", "--taps", "2"], "--taps is for eagle"),
     (["train", "eagle", "--taps", "2,x"], "--taps takes decoder layer numbers separated by commas, e.g. 2,15; got '2,x'"),
     (["train", "eagle", "--taps", "15,2"], "--taps: taps are distinct decoder layers in increasing order, e.g. 2,15"),

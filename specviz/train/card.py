@@ -57,7 +57,9 @@ def describe_training(cfg: "TrainConfig", state: "Progress", sequences: int) -> 
             "precision": "fp32 weights, bf16 autocast" if cfg.autocast else "fp32",
             "seconds": round(state.seconds, 1),
             "train loss (mean of last 10%)": _tail_mean(state.history),
-            "train loss (first 10 steps)": _head_mean(state.history)}
+            "train loss (first 10 steps)": _head_mean(state.history),
+            **({"saved weights": f"{1 - cfg.average_init:g} x trained + {cfg.average_init:g} x the --init "
+                                 "weights (a weight average; held-out measures it)"} if cfg.average_init else {})}
 
 
 def save_with_card(recipe, module, target_loaded, card: dict, out: pathlib.Path) -> dict:

@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a low and a middle one), fused with the final state by a learned projection; recorded "
                         "once beside the data. With --init from an unfused head it starts as that head; a fused "
                         "--init or --resume keeps its own")
+    p.add_argument("--average-init", type=float, default=0.0, metavar="SHARE",
+                   help="with --init: save SHARE x the --init weights + (1 - SHARE) x the trained ones, e.g. 0.5 "
+                        "(a weight average: a fine-tune on a narrow slice forgets less; default 0 = off)")
     p.add_argument("--init", default=None, metavar="FILE",
                    help="start from a saved drafter of this kind and target instead of new weights, e.g. "
                         "assets/drafters/smollm2-135m-instruct/eagle.safetensors (fine-tuning)")
@@ -155,6 +158,10 @@ def main(args) -> int:
     if taps and not hasattr(recipe_for(args.kind), "taps"):
         raise SpecvizError(f"--taps is for eagle, not {args.kind}")
     out = pathlib.Path(args.out) if args.out else pathlib.Path("trained-drafters") / _slug(args.target)
+    if not 0 <= args.average_init < 1:
+        raise SpecvizError(f"--average-init must be the init's share in [0, 1), e.g. 0.5, got {args.average_init}")
+    if args.average_init and args.init is None:
+        raise SpecvizError("--average-init averages with the weights a run started from: give them with --init FILE")
     if args.init is not None:  # a readable drafter file, before the slow parts (train checks kind and target)
         from ..drafters.trained import read_drafter
 
@@ -202,7 +209,8 @@ def main(args) -> int:
     config = TrainConfig(steps=steps, epochs=args.epochs, lr=args.lr, batch=args.batch, seed=args.seed,
                          checkpoint_every=args.checkpoint_every, held_out=args.held_out, eval_k=args.eval_k,
                          eval_tokens=args.eval_tokens, max_seconds=None if args.minutes is None else 60 * args.minutes,
-                         autocast=use_autocast(args.autocast, args.kind, target.device))
+                         autocast=use_autocast(args.autocast, args.kind, target.device),
+                         average_init=args.average_init)
     train(recipe, target, corpus, out, config, resume=args.resume, init=args.init, log=say,
           note={"command": f"`python -m specviz train {args.kind} --target {args.target} "
                            + (f"--epochs {args.epochs:g} " if args.epochs else f"--steps {steps} ")
@@ -210,6 +218,7 @@ def main(args) -> int:
                            + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
                            + (f"--taps {taps_text(taps, ',')} " if taps else "")
                            + (f"--init {args.init} " if args.init else "")
+                           + (f"--average-init {args.average_init:g} " if args.average_init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
     path = out / f"{args.kind}.safetensors"
     say(f"saved {path} and its model card; use it with --drafter {args.kind}:{path}")
