@@ -191,7 +191,8 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
     state.seconds += time.perf_counter() - clock
     module.eval()
     if cfg.average_init:
-        _average_with(module, _warm_start(recipe, init, target_loaded, say), cfg.average_init)
+        # The init again (read_drafter caches the file); quiet: its "starting from" line would mislead here.
+        _average_with(module, _warm_start(recipe, init, target_loaded, lambda m: None), cfg.average_init)
         say(f"saved weights: {1 - cfg.average_init:g} x trained + {cfg.average_init:g} x {init}")
 
     card = {
