@@ -7,21 +7,22 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
 
 - alpha: discounted counts of accepted / rejected draft tokens (recent steps weigh
   more, and an idle estimate drifts back to the prior, so a drafter that was unlucky
-  gets tried again instead of being shut off for good). Drafts that say how strong a
-  match they come from (`Draft.match`: prompt lookup's n-gram length) get a rate per
-  match length, whose prior is the overall rate;
+  gets tried again instead of being shut off for good). Drafts whose drafter names their
+  kind (`Drafter.plan`: prompt lookup's n-gram length; a hybrid's model drafts) get a rate
+  per kind, whose prior is the overall rate;
 - T(m): the measured verify time for each m seen, interpolated between them and
   extrapolated along the line through the nearest two (with one measurement, a gentle
   assumed slope, so that long drafts get tried when alpha is high), and never above a
   larger size's measurement;
-- c_draft: measured draft seconds per drafted token.
+- c_draft: measured draft seconds per drafted token, per kind where kinds are named (a
+  hybrid's copied drafts cost ~nothing, its model's do not).
 """
 from __future__ import annotations
 
 from .theory import expected_tokens
 
 DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
-IDLE_DISCOUNT = 0.9  # per step without a draft (after that match): a memory of ~10 such steps
+IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps
 PRIOR = 0.5  # pseudo-counts each way: alpha starts at 0.5, and evidence soon outweighs it
 SLOPE = 0.05  # assumed extra cost per verified token, as a fraction of T(1), where unmeasured
 
@@ -30,19 +31,20 @@ class DraftLength:
     def __init__(self, k: int, k_max: int, dynamic: bool):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
         self.accepted = self.rejected = 0.0
-        self.by_match: dict[int, tuple[float, float]] = {}  # match -> (accepted, rejected), discounted
+        self.by_kind: dict[int, tuple[float, float]] = {}  # kind -> (accepted, rejected), discounted
         self.verify: dict[int, float] = {}  # m tokens verified -> EMA seconds
         self.draft_per_token: float | None = None
+        self.cost_by_kind: dict[int, float] = {}  # kind -> EMA draft seconds per drafted token
 
     @property
     def alpha(self) -> float:
         return (self.accepted + PRIOR) / (self.accepted + self.rejected + 2 * PRIOR)
 
-    def alpha_of(self, match=None) -> float:
-        """The acceptance rate of drafts after this match (the overall rate for None)."""
-        if match is None or match not in self.by_match:
+    def alpha_of(self, kind=None) -> float:
+        """The acceptance rate of drafts of this kind (the overall rate for None)."""
+        if kind is None or kind not in self.by_kind:
             return self.alpha
-        acc, rej = self.by_match[match]
+        acc, rej = self.by_kind[kind]
         return (acc + 2 * PRIOR * self.alpha) / (acc + rej + 2 * PRIOR)
 
     def verify_cost(self, m: int) -> float | None:
@@ -74,13 +76,13 @@ class DraftLength:
         t1 = cost[only] / (1 + SLOPE * (only - 1))
         return t1 * (1 + SLOPE * (m - 1))
 
-    def next(self, match=None) -> int:
-        """The draft length for the coming step (for a draft after this match, when known)."""
+    def next(self, kind=None) -> int:
+        """The draft length for the coming step (for a draft of this kind, when known)."""
         if not self.dynamic:
             return self.k
         if not self.verify:
             return self.k  # nothing measured yet: start where the user said
-        alpha, c = self.alpha_of(match), self.draft_per_token or 0.0
+        alpha, c = self.alpha_of(kind), self.cost_by_kind.get(kind, self.draft_per_token) or 0.0
         best_j, best_rate = 0, 0.0
         for j in range(self.k_max + 1):
             rate = expected_tokens(alpha, j) / (self.verify_cost(j + 1) + c * j)
@@ -88,17 +90,22 @@ class DraftLength:
                 best_j, best_rate = j, rate
         return best_j
 
-    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float, match=None) -> None:
+    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float, kind=None) -> None:
         """What one step did: feeds the estimates behind `next`."""
         m = drafted + 1
-        old = self.verify.get(m)
-        self.verify[m] = verify_time if old is None else 0.8 * old + 0.2 * verify_time
+        self.verify[m] = _ema(self.verify.get(m), verify_time)
         if drafted:
             per = draft_time / drafted
-            self.draft_per_token = per if self.draft_per_token is None else 0.8 * self.draft_per_token + 0.2 * per
+            self.draft_per_token = _ema(self.draft_per_token, per)
+            if kind is not None:
+                self.cost_by_kind[kind] = _ema(self.cost_by_kind.get(kind), per)
         self.accepted, self.rejected = _counted(self.accepted, self.rejected, drafted, accepted)
-        if match is not None:
-            self.by_match[match] = _counted(*self.by_match.get(match, (0.0, 0.0)), drafted, accepted)
+        if kind is not None:
+            self.by_kind[kind] = _counted(*self.by_kind.get(kind, (0.0, 0.0)), drafted, accepted)
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else 0.8 * old + 0.2 * new
 
 
 def _counted(acc: float, rej: float, drafted: int, accepted: int) -> tuple[float, float]:

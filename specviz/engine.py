@@ -138,7 +138,6 @@ def speculative_generate(
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
     length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k)
     min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
-    free = cfg.dynamic_k and drafter is not None and drafter.free
 
     start = time.perf_counter()
     # Medusa/EAGLE read the target's final states; EAGLE-3 the inputs of a few layers.
@@ -156,15 +155,14 @@ def speculative_generate(
     while reason is None:
         t0 = time.perf_counter()
         with torch.inference_mode():
-            # 1. Draft: at most k tokens, never more than the run can still emit. A free
-            # drafter (prompt lookup) drafts the longest it may, then keeps what pays for
-            # the n-gram length it matched; a tree sized by confidence gets the largest budget
-            # and keeps the nodes its drafter is sure enough of.
+            # 1. Draft: at most k tokens, never more than the run can still emit. The drafter
+            # first says what kind of draft is coming (prompt lookup: the n-gram length it
+            # matched), and dynamic k gives it the length that kind has earned; a tree sized
+            # by confidence gets the largest budget and keeps the nodes its drafter is sure of.
+            kind = drafter.plan(run.ids) if drafter is not None else None
             sized = min_conf > 0 and trees and drafter is not None and drafter.tree_width > 1
-            k_step = max(0, min(length.k_max if free or sized else length.next(), run.room() - 1))
+            k_step = max(0, min(length.k_max if sized else length.next(kind), run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
-            if free and draft.tokens.numel() and draft.parents is None:
-                draft = draft.cut(length.next(draft.match))
             n_draft = draft.tokens.numel()
             synchronize(dev)
             t1 = time.perf_counter()
@@ -188,7 +186,7 @@ def speculative_generate(
             run.processor.update(emitted)
             run.pending = torch.tensor([token], device=dev)
         t2 = time.perf_counter()
-        length.record(n_draft, n, t1 - t0, t2 - t1, draft.match)
+        length.record(n_draft, n, t1 - t0, t2 - t1, kind)
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1

@@ -102,3 +102,17 @@ def test_a_slow_first_step_does_not_make_plain_steps_look_dear_for_the_rest_of_t
     assert length.verify_cost(1) <= 0.052
     assert length.verify_cost(4) >= length.verify_cost(3)  # no downward extrapolation
     assert length.next() == 0
+
+
+def test_each_kind_of_draft_pays_its_own_drafting_cost():
+    """A hybrid's copied drafts cost nothing to make, its model's cost a target step per four
+    tokens: at the same acceptance the copies may draft long while the model's drafts stay
+    short, instead of both paying the blended cost."""
+    length = DraftLength(4, 16, dynamic=True)
+    cost = lambda m: 0.05 * (1 + 0.05 * (m - 1))  # noqa: E731
+    for _ in range(30):
+        length.record(4, 3, 0.0, cost(5), 3)  # copied: free
+        length.record(4, 3, 4 * 0.0125, cost(5), 0)  # the model's: 12.5 ms a token
+    assert length.cost_by_kind == {3: 0.0, 0: pytest.approx(0.0125)}
+    assert length.alpha_of(0) == pytest.approx(length.alpha_of(3))
+    assert length.next(0) < length.next(3)

@@ -3,7 +3,11 @@
 A drafter is told the run is starting (`begin`), is asked for up to k tokens after the
 current context (`propose`), and is told how many of them the target kept (`feedback`),
 so it can roll back its own state. Everything the engine tells a drafter goes through
-`begin` and `feedback`; the verifier never asks what kind of drafter it is.
+`begin` and `feedback`; the verifier never asks what kind of drafter it is. Before each
+propose the engine asks `plan`, from the context alone, what kind of draft is coming (prompt
+lookup: the n-gram length that matched), so dynamic k can size it by what that kind has earned.
+A step whose drafter drafted nothing (dynamic k chose 0, or a hybrid's other drafter drafted)
+still ends with `feedback(0, hidden)`: hidden then holds the target's states for that step.
 
 Drafters that read the target's features (Medusa, EAGLE) set `needs_hidden`; the engine
 then hands them the target's final hidden states (the LM head's input) for every context
@@ -25,17 +29,6 @@ class Draft:
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
     # pending token (see tree.py). None: a chain. Trees only when `begin` said trees=True.
     parents: tuple[int, ...] | None = None
-    # How strong a match the draft comes from, for drafters whose guesses differ in
-    # reliability: prompt lookup's n, the length of the n-gram that matched (None: all of a
-    # drafter's guesses are alike). Dynamic k keeps an acceptance rate per match length, so
-    # a strong match can draft long while a weak one drafts short. The engine cuts a free
-    # drafter's draft by it, so it must follow from the context alone, never from tokens
-    # the drafter sampled (see autoregressive_draft: the same rule keeps sampling exact).
-    match: int | None = None
-
-    def cut(self, j: int) -> "Draft":
-        """The first j tokens (chains only)."""
-        return Draft(self.tokens[:j], None if self.q is None else self.q[:j], None, self.match)
 
 
 class Drafter:
@@ -44,11 +37,8 @@ class Drafter:
     # With needs_hidden: the decoder layers whose inputs (transformers' hidden_states[i]) are
     # read instead of the final state, concatenated along the feature axis; () = the final one.
     hidden_layers: tuple[int, ...] = ()
-    # True when drafting costs ~nothing whatever its length (prompt lookup): with dynamic k
-    # the engine asks for the longest draft and cuts it to the length its match has earned.
-    free = False
     # Tree drafters (Medusa, EAGLE): candidates expanded per node when trees are allowed;
-    # 0 or 1 drafts chains only (the benchmark's NAME@chain arm). Read at every propose.
+    # 0 or 1 drafts chains only (the benchmark's NAME@chain arm). Read at every step, after plan.
     tree_width = 0
 
     def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,
@@ -61,6 +51,15 @@ class Drafter:
         trees: the engine can verify tree drafts this run (greedy decoding without a repetition
         penalty, over the fast path's cache); otherwise every draft must be a chain.
         """
+
+    def plan(self, ids: list[int]) -> int | None:
+        """What kind of draft the coming propose will make after `ids`, for drafters whose
+        guesses differ in reliability: prompt lookup's n, the length of the n-gram that
+        matched. None: all of this drafter's drafts are alike. Dynamic k keeps an acceptance
+        rate and a drafting cost per kind, so a strong match can draft long while a weak one
+        drafts short. It is decided from the context alone, before anything is drawn, never
+        from tokens the drafter samples (the rule that keeps sampling exact: autoregressive_draft)."""
+        return None
 
     def propose(self, ids: list[int], k: int, min_confidence: float = 0.0) -> Draft:
         """Up to k tokens to follow `ids` (prompt and generated text so far)."""

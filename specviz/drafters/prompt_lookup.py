@@ -10,8 +10,8 @@ A match of a single token is weak evidence: on the embedded model's own greedy a
 draft does (+13% per step in that simulation). So a 1-gram match proposes at most
 `weak_match_tokens` tokens; longer matches propose up to k.
 
-Each draft says which n matched (`Draft.match`): with dynamic k the engine keeps an
-acceptance rate per n and drafts long only after the matches that earn it (in code
+`plan` says which n matches before anything is drafted: with dynamic k the engine keeps
+an acceptance rate per n and drafts long only after the matches that earn it (in code
 editing, a 3-gram match is usually the start of a verbatim copy).
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ from .base import Draft, Drafter, empty_draft
 
 class PromptLookup(Drafter):
     name = "prompt lookup"
-    free = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1):
         if not 1 <= min_ngram <= max_ngram:
@@ -45,15 +44,26 @@ class PromptLookup(Drafter):
                     self.index[tuple(ids[e - n:e])] = e  # later occurrences win
         self.indexed = max(self.indexed, len(ids))
 
-    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+    def lookup(self, ids: list[int]) -> tuple[int, int] | None:
+        """(n, start): the longest n-gram ending the context that occurred before, and the
+        position after its latest occurrence; None when not even one token recurs."""
         self._index_up_to(ids)
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if len(ids) <= n:
-                continue
-            start = self.index.get(tuple(ids[-n:]))
-            if start is not None:
-                if n == 1 and self.weak_match_tokens:
-                    k = min(k, self.weak_match_tokens)
-                tokens = ids[start:start + k]
-                return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, match=n)
-        return empty_draft(self.device)
+            if len(ids) > n:
+                start = self.index.get(tuple(ids[-n:]))
+                if start is not None:
+                    return n, start
+        return None
+
+    def plan(self, ids) -> int | None:
+        found = self.lookup(ids)
+        return None if found is None else found[0]
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        found = self.lookup(ids)
+        if found is None:
+            return empty_draft(self.device)
+        n, start = found
+        if n == 1 and self.weak_match_tokens:
+            k = min(k, self.weak_match_tokens)
+        return Draft(torch.tensor(ids[start:start + k], dtype=torch.long, device=self.device), None)
