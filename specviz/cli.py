@@ -29,7 +29,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
     p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup), 'layerskip[:0-9,20-29]', 'eagle', "
                    "'medusa', 'draft' (trained for the embedded target; 'eagle:FILE' etc. for your own; "
-                   "'eagle:HUB_ID_OR_FOLDER', 'medusa:...' for released heads) or a draft model id/folder")
+                   "'eagle:HUB_ID_OR_FOLDER', 'medusa:...' for released heads) or a draft model id/folder; "
+                   "any of them but none and pld with '+pld' (e.g. 'eagle+pld'): prompt lookup where the text "
+                   "repeats itself, that drafter elsewhere")
     p.add_argument("--k", type=int, default=cfg.k,
                    help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")

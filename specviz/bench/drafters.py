@@ -24,6 +24,7 @@ import torch
 
 from ..drafters import Drafter, DraftModel
 from ..drafters.choose import make_drafter, needs_model
+from ..drafters.hybrid import Hybrid
 from ..errors import SpecvizError
 
 TINY_RANDOM = "tiny-random"
@@ -78,6 +79,7 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
             if drafter is None or drafter.tree_width < 2:
                 raise SpecvizError(f"{spec} does not draft trees: '{CHAIN}' applies to tree drafters (medusa, eagle)")
             drafter.tree_width = 0
-        model = drafter.model if needs_model(spec) else None
+        inner = drafter.model if isinstance(drafter, Hybrid) else drafter  # a hybrid's model drafter
+        model = inner.model if needs_model(spec) else None
         out.append(BenchDrafter(name, drafter, model))
     return out

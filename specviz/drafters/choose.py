@@ -16,6 +16,7 @@ from .prompt_lookup import PromptLookup
 NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
 LAYER_SKIP = "layerskip"  # "layerskip" (default subset) or "layerskip:0-9,14,20-29"
+WITH_LOOKUP = "+pld"  # "eagle+pld": prompt lookup where the context repeats, that drafter elsewhere
 # Trained drafters: "draft" | "medusa" | "eagle" = shipped for the embedded target,
 # "draft:PATH" etc. = a file written by `python -m specviz train`; "eagle:FOLDER_OR_HUB_ID" and
 # "medusa:FOLDER_OR_HUB_ID" = a head its authors released (published.py).
@@ -32,8 +33,29 @@ def _trained(spec: str) -> tuple[str, str] | None:
     return None
 
 
+def split_hybrid(spec: str) -> tuple[str, bool]:
+    """("eagle", True) for "eagle+pld" (hybrid.py); (spec, False) for any other spec."""
+    s = (spec or "").strip()
+    if s.lower().endswith(WITH_LOOKUP):
+        return s[: -len(WITH_LOOKUP)].strip(), True
+    return s, False
+
+
+def with_lookup(drafter: Drafter | None, spec: str) -> Drafter:
+    """`drafter` paired with prompt lookup, or a sentence saying why it cannot be."""
+    from .hybrid import Hybrid
+
+    if drafter is None or isinstance(drafter, PromptLookup):
+        raise SpecvizError(f"'{spec}{WITH_LOOKUP}': '{WITH_LOOKUP}' pairs prompt lookup with a model drafter "
+                           "(eagle, medusa, draft, layerskip or a draft model), not with itself or none")
+    return Hybrid(drafter)
+
+
 def drafter_label(spec: str) -> str:
     """A short human name for a drafter spec."""
+    inner, hybrid = split_hybrid(spec)
+    if hybrid:
+        return f"{drafter_label(inner)} + prompt lookup"
     s = spec.strip().lower()
     if s in NONE_NAMES:
         return "none"
@@ -48,7 +70,7 @@ def drafter_label(spec: str) -> str:
 
 def needs_model(spec: str) -> bool:
     """Does this drafter spec name a separate draft model to load?"""
-    s = (spec or "").strip().lower()
+    s = split_hybrid(spec)[0].lower()
     return (bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and not s.startswith(LAYER_SKIP)
             and _trained(s) is None)
 
@@ -65,7 +87,8 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
                  progress: Callable[[str, float], None] | None = None) -> Drafter | None:
     """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `layerskip[:layers]`
     -> the target with layers skipped, `draft`/`medusa`/`eagle` -> the shipped trained drafter
-    (embedded target only), `draft:PATH` etc. -> a trained file, else a draft model id or folder.
+    (embedded target only), `draft:PATH` etc. -> a trained file, else a draft model id or folder;
+    any of those but none and pld with `+pld` -> paired with prompt lookup (hybrid.py).
 
     A draft model is loaded on the target's device and dtype and must share its tokenizer.
     """
@@ -75,6 +98,9 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
     if not s:
         raise SpecvizError("no drafter given: use 'none', 'pld', 'layerskip', 'draft', 'medusa', 'eagle' "
                            "or a draft model id/folder")
+    inner, hybrid = split_hybrid(s)
+    if hybrid:
+        return with_lookup(make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress), inner)
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:

@@ -91,7 +91,7 @@ def _playground_tab(policy: Policy):
     with gr.Row(elem_classes="sv-actions"):
         drafter = gr.Dropdown(list(policy.drafters), value=policy.default_drafter, label="Drafter", scale=4,
                               allow_custom_value=not policy.hosted, elem_id="sv-drafter",
-                              info="none, prompt lookup, layer skip, the trained EAGLE / Medusa / distilled drafters, or a draft model sharing the target's tokenizer")
+                              info="none, prompt lookup, layer skip, the trained EAGLE / Medusa / distilled drafters (NAME+pld: copy where the text repeats, NAME elsewhere), or a draft model sharing the target's tokenizer")
         run = gr.Button("Generate", variant="primary", scale=1, min_width=110, elem_id="sv-generate")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-stop")
     # What the page shows before (and after a reload during) a run: never blank blocks.

@@ -47,6 +47,7 @@ DRAFTERS = (
     ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
     ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
     ("EAGLE head (trained for the embedded model)", "eagle"),
+    ("EAGLE head + prompt lookup (copy where the text repeats, EAGLE elsewhere)", "eagle+pld"),
     ("Medusa heads (trained for the embedded model)", "medusa"),
     ("distilled draft model (trained for the embedded model)", "draft"),
     ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
@@ -68,7 +69,7 @@ class Policy:
     drafters: tuple = DRAFTERS
     default_target: str = "default"
     default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "medusa", "draft")
+    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "eagle+pld", "medusa", "draft")
     max_new_tokens: int = 1024
     max_prompt_tokens: int | None = None  # None: the model's context is the limit
     max_run_seconds: float | None = None  # a run past it stops, keeping what it produced

@@ -62,8 +62,9 @@ def run_label(drafter: str) -> str:
         return drafter
     if not choose.needs_model(drafter):
         return choose.drafter_label(drafter)
-    short = SHORT_NAMES.get(drafter) or drafter.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"draft model: {short}"
+    model, hybrid = choose.split_hybrid(drafter)
+    short = SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+    return f"draft model: {short}" + (" + prompt lookup" if hybrid else "")
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
@@ -115,10 +116,12 @@ def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_byt
     """The drafter called `name` (a generator: loading a draft model reports progress)."""
     if not choose.needs_model(name):
         return choose.make_drafter(name, target)
-    loaded = yield from loading(models, name, "draft model", frame, should_stop, cache_bytes)
+    model, hybrid = choose.split_hybrid(name)
+    loaded = yield from loading(models, model, "draft model", frame, should_stop, cache_bytes)
     if loaded is None:
         return None
-    return choose.draft_model(target, loaded, name)
+    drafter = choose.draft_model(target, loaded, model)
+    return choose.with_lookup(drafter, model) if hybrid else drafter
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
