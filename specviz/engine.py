@@ -194,7 +194,8 @@ def speculative_generate(
         accepted += n
         steps += 1
         yield v.event(step=steps - 1, position=position, emitted=tuple(emitted), draft_time=t1 - t0,
-                      verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy)
+                      verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
+                      source=drafter.describe(kind) if drafter is not None else "")
         reason = run.stop_reason()
     yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
 

@@ -46,6 +46,9 @@ class StepEvent:
     # not recorded).
     p_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
+    # Who drafted this step, for a drafter that mixes sources (a hybrid: "prompt lookup,
+    # 3-gram match" or its model's name); "" for a drafter whose every draft is alike.
+    source: str = ""
 
     @property
     def rejected(self) -> tuple[int, ...]:

@@ -64,7 +64,8 @@ def replay(args) -> int:
     each = None
     if args.steps:
         def each(s):
-            out.write(f"\nstep {s.step} ({len(s.draft)} drafted, {s.accepted} kept): ")
+            by = f" by {s.source}" if s.source else ""
+            out.write(f"\nstep {s.step} ({len(s.draft)} drafted{by}, {s.accepted} kept): ")
     elif args.speed is not None:
         start = time.monotonic()
 

@@ -151,3 +151,18 @@ def test_specs_pair_a_model_drafter_with_prompt_lookup(target):
     for bad in ("pld+pld", "none+pld"):
         with pytest.raises(SpecvizError, match="pairs prompt lookup with a model drafter"):
             make_drafter(bad, loaded)
+
+
+def test_each_step_says_who_drafted_it(target):
+    """The step inspector and `replay --steps` show a hybrid step's source: the model's name
+    or prompt lookup with the n-gram length that matched."""
+    hybrid = Recorder(model_drafter("eagle", target))
+    steps, _ = collect(speculative_generate(target, hybrid, REPEATS, GenerationConfig(max_new_tokens=30, k=3)))
+    drafted = [s for s in steps if s.draft]
+    assert len(drafted) == len(hybrid.steps)
+    for s, (ids, copying, _) in zip(drafted, hybrid.steps):
+        n = 3 if recurs(ids, 3) else 2
+        assert s.source == (f"prompt lookup, {n}-gram match" if copying else "eagle")
+    alone = collect(speculative_generate(target, model_drafter("eagle", target), REPEATS,
+                                         GenerationConfig(max_new_tokens=8, k=3)))[0]
+    assert {s.source for s in alone} == {""}

@@ -247,6 +247,14 @@ def test_greedy_inspector_shows_the_drafters_q_and_the_argmax_rule_not_min_p_q()
     assert "none given" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
 
 
+def test_inspector_says_who_drafted_a_step_when_the_drafter_mixes_sources():
+    mixed = step_html(spec_trace((step(0, [1, 2], 2, 7, source="prompt lookup, 3-gram <match>"),
+                                  Labels(draft=("a", "b"), token="g"))), 0)
+    assert "2 drafted by prompt lookup, 3-gram &lt;match&gt;, 2 accepted" in mixed
+    plain = step_html(spec_trace((step(0, [1, 2], 2, 7), Labels(draft=("a", "b"), token="g"))), 0)
+    assert "2 drafted, 2 accepted" in plain and " by " not in plain
+
+
 def test_acceptance_by_position_counts_only_reached_positions():
     t = spec_trace(
         (step(0, [1, 2, 3], 1, 9), Labels(draft=("a", "b", "c"), token="x")),  # pos1 ok, pos2 rejected, pos3 unreached

@@ -61,6 +61,11 @@ class Drafter:
         from tokens the drafter samples (the rule that keeps sampling exact: autoregressive_draft)."""
         return None
 
+    def describe(self, kind: int | None) -> str:
+        """Who makes drafts of this kind, in a few words, for a drafter that mixes sources
+        (StepEvent.source); "" when every draft comes from the same place."""
+        return ""
+
     def propose(self, ids: list[int], k: int, min_confidence: float = 0.0) -> Draft:
         """Up to k tokens to follow `ids` (prompt and generated text so far)."""
         raise NotImplementedError

@@ -49,6 +49,9 @@ class Hybrid(Drafter):
         self.copying = n is not None and n >= self.min_match
         return n if self.copying else MODEL
 
+    def describe(self, kind: int | None) -> str:
+        return self.model.name if kind == MODEL else f"prompt lookup, {kind}-gram match"
+
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         if self.copying:
             return self.lookup.propose(ids, k)

@@ -85,8 +85,8 @@ def step_html(trace: Trace, index: int | None) -> str:
     own = "corrected token" if e.token_kind == "corrected" else "bonus token"
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
-        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted, '
-        f"{e.accepted} accepted · {escape(rule)}</p>"
+        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted'
+        f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
         '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div>'

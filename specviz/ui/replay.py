@@ -209,7 +209,8 @@ def step(r: Replay | None, session, delta: int):
     message = f"Step {r.position} of {n}"
     if r.position:
         e = spec.steps[-1]
-        message += f": {len(e.draft)} drafted, {e.accepted} kept, then the target's {e.token_kind} token"
+        by = f" by {e.source}" if e.source else ""
+        message += f": {len(e.draft)} drafted{by}, {e.accepted} kept, then the target's {e.token_kind} token"
     return _values(_frame(r, spec, base, "done" if r.position == n else "stopped", message), session, r)
 
 
