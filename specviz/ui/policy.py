@@ -47,7 +47,7 @@ DRAFTERS = (
     ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
     ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
     ("EAGLE head (trained for the embedded model)", "eagle"),
-    ("EAGLE head + prompt lookup (copy where the text repeats, EAGLE elsewhere)", "eagle+pld"),
+    ("EAGLE head + prompt lookup (copy where the text repeats)", "eagle+pld"),
     ("Medusa heads (trained for the embedded model)", "medusa"),
     ("distilled draft model (trained for the embedded model)", "draft"),
     ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
