@@ -320,3 +320,48 @@ def test_teacher_forced_drafts_are_the_drafters_own(target, kind):
             module = d.heads if kind.startswith("medusa") else d.head
             forced = recipe.drafts(module, loaded, [seq], 4)[0]
         assert forced[n, :len(draft)].tolist() == draft
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("native, switch, want", [(True, None, torch.bfloat16), (False, None, torch.float32),
+                                                  (True, "0", torch.float32)])
+def test_a_loaded_head_drafts_in_bf16_only_where_the_cpu_multiplies_bf16(target, baselines, kind, native, switch,
+                                                                        want, monkeypatch):
+    """A saved head beside an fp32 CPU target computes in bf16 where the CPU has native bf16
+    (packing.draft_dtype; SPECVIZ_DRAFT_BF16=0 keeps fp32), LM-head rows included. Its drafts are
+    the fp32 head's but for rounding, and the output is still the target's: the target verifies."""
+    from specviz import packing
+
+    monkeypatch.setattr(packing, "native_bf16", lambda: native)
+    if switch is None:
+        monkeypatch.delenv("SPECVIZ_DRAFT_BF16", raising=False)
+    else:
+        monkeypatch.setenv("SPECVIZ_DRAFT_BF16", switch)
+    loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
+    recipe = MedusaRecipe(heads=2, subset=48) if kind == "medusa" else EagleRecipe(subset=48)
+    module, _, _ = fit(recipe, loaded, corpus_of(target), 10, 3e-3)
+    rebuild = medusa_from if kind == "medusa" else eagle_from
+    state = {k: v.detach().half() if v.is_floating_point() else v for k, v in module.state_dict().items()}
+    drafter = rebuild(recipe.config(module), state, loaded)
+    lm = drafter.head if kind == "medusa" else drafter.lm
+    head = drafter.heads if kind == "medusa" else drafter.head
+    assert {p.dtype for p in head.parameters()} == {want} and lm.weight.dtype == want
+    assert target.lm_head.weight.dtype == torch.float32  # the target itself is untouched
+
+    ids = corpus_of(target).sequences[0].ids.tolist()[:12]
+    with monkeypatch.context() as m:
+        m.setenv("SPECVIZ_DRAFT_BF16", "0")
+        fp32 = rebuild(recipe.config(module), state, loaded)
+    with torch.inference_mode():
+        mine = started_with(drafter, target, ids).propose(ids, 3)
+        ref = started_with(fp32, target, ids).propose(ids, 3)
+    assert mine.q.dtype == torch.float32 and torch.allclose(mine.q.sum(-1), torch.ones(len(mine.q)))
+    assert torch.allclose(mine.q[0], ref.q[0], atol=2e-2)  # the same first distribution, but for rounding
+    if want is torch.float32:
+        assert torch.equal(mine.tokens, ref.tokens) and torch.equal(mine.q, ref.q)
+    for tree in (0, 3):
+        cfg = GenerationConfig(max_new_tokens=24, k=3)
+        for model, prompt, base in baselines[:4]:  # the target's (vocabulary 96) prompts
+            fresh = rebuild(recipe.config(module), state, loaded)
+            fresh.tree_width = tree
+            assert collect(speculative_generate(model, fresh, prompt, cfg))[1].token_ids == base.token_ids

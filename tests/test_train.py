@@ -299,9 +299,10 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
     start_drafter = load_drafter(tmp_path / "start" / "eagle.safetensors", tiny)
     assert plain_drafter.hidden_layers == () and start_drafter.hidden_layers == (1, 2)
     held = corpus.split(4)[1].sequences
-    # identity on the final state: the plain head's drafts, every one
-    assert torch.equal(fused_recipe.drafts(start_drafter.head, tiny, held, 2),
-                       TINY_EAGLE.drafts(plain_drafter.head, tiny, held, 2))
+    # identity on the final state: the plain head's drafts, every one (in fp32, as training
+    # runs them: a loaded drafter may compute in bf16, packing.draft_dtype)
+    assert torch.equal(fused_recipe.drafts(start_drafter.head.float(), tiny, held, 2),
+                       TINY_EAGLE.drafts(plain_drafter.head.float(), tiny, held, 2))
 
     card = train(fused_recipe, tiny, corpus, tmp_path / "fused", cfg, init=tmp_path / "plain" / "eagle.safetensors",
                  progress=False)
@@ -514,9 +515,9 @@ def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, d
     ("auto", "medusa", "cpu", True, False),  # not measured faster: stays fp32
 ])
 def test_autocast_auto_is_on_only_where_it_was_measured_faster(choice, kind, device, native, on, monkeypatch):
-    from specviz.train import loop
+    from specviz import packing
 
-    monkeypatch.setattr(loop, "native_bf16", lambda: native)
+    monkeypatch.setattr(packing, "native_bf16", lambda: native)
     assert command.use_autocast(choice, kind, torch.device(device)) is on
 
 

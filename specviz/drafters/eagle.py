@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
-from ..packing import linear
+from ..packing import draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 from .medusa import TargetHead
 
@@ -123,8 +123,8 @@ class EagleHead(nn.Module):
         """The layer's residual stream x = fc(h, e) and its attention input, normed x."""
         if self.fuse is not None and h.shape[-1] == self.fuse.in_features:  # the target's taps
             *inner, final = h.split(self.fc.out_features, dim=-1)
-            h = self.fuse(torch.cat([norm(x) for norm, x in zip(self.tap_norms, inner)] + [final], dim=-1))
-        x = self.fc(torch.cat([h, e], dim=-1))
+            h = linear(self.fuse, torch.cat([norm(x) for norm, x in zip(self.tap_norms, inner)] + [final], dim=-1))
+        x = linear(self.fc, torch.cat([h, e], dim=-1))
         return x, self.ln1(x)
 
     def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
@@ -132,7 +132,7 @@ class EagleHead(nn.Module):
         B, T, _ = x.shape
         x = x + linear(self.o, att.transpose(1, 2).reshape(B, T, -1))
         b = self.ln2(x)
-        x = x + self.down(F.silu(linear(self.gate, b)) * linear(self.up, b))
+        x = x + linear(self.down, F.silu(linear(self.gate, b)) * linear(self.up, b))
         return self.norm(x)
 
 
@@ -309,5 +309,6 @@ def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:
     """Rebuild a trained head (see specviz.train.eagle) for a loaded target."""
     target = target_loaded.model
     ref = target.get_output_embeddings().weight
-    head = head_from(config, state_dict).to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
-    return Eagle(target, head)
+    dtype = draft_dtype(ref)
+    head = head_from(config, state_dict).to(device=ref.device, dtype=dtype).requires_grad_(False)
+    return Eagle(target, head, lm=TargetHead(target, head.subset, dtype))

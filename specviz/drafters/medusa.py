@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..packing import dense, linear
+from ..packing import dense, draft_dtype, linear
 from ..tree import best_first
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
@@ -23,7 +23,8 @@ from .base import Draft, Drafter, autoregressive_draft, empty_draft
 class TargetHead:
     """The target's LM head, optionally restricted to `subset` rows (sliced once)."""
 
-    def __init__(self, target, subset: torch.Tensor | None = None):
+    def __init__(self, target, subset: torch.Tensor | None = None, dtype: torch.dtype | None = None):
+        """dtype: compute in this dtype (a copy of the rows) instead of the target's."""
         out = target.get_output_embeddings()
         weight = out.weight.detach()
         bias = out.bias.detach() if getattr(out, "bias", None) is not None else None
@@ -32,6 +33,8 @@ class TargetHead:
         if self.subset is not None:
             weight = weight[self.subset]
             bias = bias[self.subset] if bias is not None else None
+        if dtype is not None:
+            weight, bias = weight.to(dtype), bias.to(dtype) if bias is not None else None
         self.weight, self.bias = weight, bias
 
     @property
@@ -137,5 +140,6 @@ def drafter_from(config: dict, state_dict: dict, target_loaded) -> Medusa:
     """Rebuild trained heads (see specviz.train.medusa) for a loaded target."""
     target = target_loaded.model
     ref = target.get_output_embeddings().weight
-    heads = heads_from(config, state_dict).to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
-    return Medusa(target, heads)
+    dtype = draft_dtype(ref)
+    heads = heads_from(config, state_dict).to(device=ref.device, dtype=dtype).requires_grad_(False)
+    return Medusa(target, heads, lm=TargetHead(target, heads.subset, dtype))

@@ -103,7 +103,7 @@ def use_autocast(choice: str, kind: str, device) -> bool:
     the hardware has bf16 (CUDA, or a CPU with AMX / AVX512-BF16)."""
     if choice != "auto":
         return choice == "on"
-    from .loop import native_bf16
+    from ..packing import native_bf16
 
     return kind in ("eagle", "draft") and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
 

@@ -207,16 +207,6 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
     return save_with_card(recipe, module, target_loaded, card, out)
 
 
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16): without it bf16 autocast
-    is emulated and slower than fp32, so it is never assumed (a free Space's CPU may lack it)."""
-    try:
-        flags = pathlib.Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
 def check_positive(**values) -> None:
     """SpecvizError unless every value is an int >= 1."""
     for name, v in values.items():
