@@ -402,6 +402,48 @@ def test_average_init_saves_the_mean_of_the_trained_and_the_starting_weights(tin
               progress=False)
 
 
+def test_a_widened_eagle_head_starts_as_the_head_it_grows_then_learns_and_drafts_exactly(tiny, data, tmp_path):
+    """--mlp-width from an --init head: the new MLP units start silent (the head's output is the
+    init's), the same every time (so --average-init can average with it); training uses them, the
+    file records the width and loads as a drafter whose greedy output is plain decoding's; a head
+    never narrows."""
+    import dataclasses
+
+    from specviz.drafters.eagle import widened
+    from specviz.drafters.trained import load_drafter, read_drafter
+    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+
+    corpus = load_data(tiny, data[1])
+    cfg = TrainConfig(steps=8, batch=4, lr=1e-2, held_out=4, eval_tokens=4)
+    train(TINY_EAGLE, tiny, corpus, tmp_path / "narrow", cfg, progress=False)
+    init = tmp_path / "narrow" / "eagle.safetensors"
+    wide = dataclasses.replace(TINY_EAGLE, width=2 * tiny.model.config.intermediate_size)
+    narrow_head = TINY_EAGLE.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny).eval()
+    grown = wide.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny).eval()
+    again = wide.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny)
+    assert grown.up.weight.shape[0] == wide.width and torch.equal(grown.up.weight, again.up.weight)
+    assert grown.up.weight[wide.width // 2:].abs().max() > 0  # new units are live, their output silent
+    held = corpus.split(4)[1].sequences
+    assert torch.equal(wide.drafts(grown, tiny, held, 2), TINY_EAGLE.drafts(narrow_head, tiny, held, 2))
+
+    card = train(wide, tiny, corpus, tmp_path / "wide", dataclasses.replace(cfg, seed=1), init=init, progress=False)
+    assert card["config"]["intermediate_size"] == wide.width and card["recipe"]["width"] == wide.width
+    drafter = load_drafter(tmp_path / "wide" / "eagle.safetensors", tiny)
+    assert drafter.head.down.weight[:, wide.width // 2:].abs().max() > 1e-4  # it learned to use them
+    prompt = models.encode_prompt(tiny, "the cat sat on the mat")
+    gen = GenerationConfig(max_new_tokens=16, k=3)
+    base = collect(baseline_generate(tiny.model, prompt, gen))[1]
+    assert collect(speculative_generate(tiny.model, drafter, prompt, gen))[1].token_ids == base.token_ids
+    mean = train(wide, tiny, corpus, tmp_path / "mean", dataclasses.replace(cfg, seed=1, average_init=0.5), init=init,
+                 progress=False)  # averages with the grown init
+    assert mean["config"]["intermediate_size"] == wide.width
+    with pytest.raises(ValueError, match="cannot narrow"):
+        widened(grown, 8)
+    with pytest.raises(SpecvizError, match="it can grow, not shrink"):
+        train(dataclasses.replace(TINY_EAGLE, width=8), tiny, corpus, tmp_path / "shrink", cfg,
+              init=tmp_path / "wide" / "eagle.safetensors", progress=False)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "draft", "--steps", "0"], "steps must be a positive integer"),
     (["train", "draft", "--lr", "2"], "--lr must be in"),
@@ -414,6 +456,8 @@ def test_average_init_saves_the_mean_of_the_trained_and_the_starting_weights(tin
     (["train", "eagle", "--average-init", "1"], "--average-init must be the init's share in [0, 1)"),
     (["train", "eagle", "--average-init", "0.5"], "--average-init averages with the weights a run started from"),
     (["train", "medusa", "--taps", "2"], "--taps is for eagle"),
+    (["train", "draft", "--mlp-width", "64"], "--mlp-width is for eagle"),
+    (["train", "eagle", "--mlp-width", "0"], "--mlp-width must be a number of units from 1 to 65536, got 0"),
     (["train", "eagle", "--taps", "2,x"], "--taps takes decoder layer numbers separated by commas, e.g. 2,15; got '2,x'"),
     (["train", "eagle", "--taps", "15,2"], "--taps: taps are distinct decoder layers in increasing order, e.g. 2,15"),
     (["train", "eagle", "--taps", "2,2"], "got 2, 2"),

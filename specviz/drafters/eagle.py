@@ -151,6 +151,27 @@ def fused(head: EagleHead, hidden_layers: list[int]) -> EagleHead:
     return out.to(head.fc.weight)
 
 
+def widened(head: EagleHead, size: int) -> EagleHead:
+    """`head` with `size` hidden units in its MLP instead of its own: the new units' gate and
+    up rows start small and random (seeded, so the same every time), their down columns at zero,
+    so at first it drafts exactly as `head` did and training decides what they add."""
+    old = head.config["intermediate_size"]
+    if size < old:
+        raise ValueError(f"cannot narrow an EAGLE head's MLP from {old} to {size} units")
+    out = EagleHead({**head.config, "intermediate_size": size}, head.subset)
+    state = head.state_dict()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name in ("gate", "up"):
+            w = state[f"{name}.weight"].float()
+            extra = torch.randn(size - old, w.shape[1], generator=g) * w.std()
+            state[f"{name}.weight"] = torch.cat([w, extra])
+        down = state["down.weight"].float()
+        state["down.weight"] = torch.cat([down, down.new_zeros(down.shape[0], size - old)], 1)
+    out.load_state_dict({k: v.to(head.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()})
+    return out.to(head.fc.weight.device)
+
+
 def init_from_target(head: EagleHead, target) -> None:
     """Start the output norm at the target's final norm: the features it predicts live there."""
     norm = getattr(getattr(target, target.base_model_prefix, None), "norm", None)

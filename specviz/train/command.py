@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a low and a middle one), fused with the final state by a learned projection; recorded "
                         "once beside the data. With --init from an unfused head it starts as that head; a fused "
                         "--init or --resume keeps its own")
+    p.add_argument("--mlp-width", type=int, default=None, metavar="UNITS",
+                   help="eagle: hidden units of the head's MLP (default: the target layer's, 1536 for the embedded "
+                        "model). Growing an --init head adds units that start silent, so it starts as that head")
     p.add_argument("--average-init", type=float, default=0.0, metavar="SHARE",
                    help="with --init: save SHARE x the --init weights + (1 - SHARE) x the trained ones, e.g. 0.5 "
                         "(a weight average: a fine-tune on a narrow slice forgets less; default 0 = off)")
@@ -154,6 +157,12 @@ def main(args) -> int:
         if not 0 <= args.feature_loss < 1e3:
             raise SpecvizError(f"--feature-loss must be a weight in [0, 1000), got {args.feature_loss}")
         recipe = dataclasses.replace(recipe, reg=args.feature_loss)
+    if recipe is not None and args.mlp_width is not None:
+        if not hasattr(recipe, "width"):
+            raise SpecvizError(f"--mlp-width is for eagle, not {args.kind}")
+        if not 1 <= args.mlp_width <= 1 << 16:
+            raise SpecvizError(f"--mlp-width must be a number of units from 1 to 65536, got {args.mlp_width}")
+        recipe = dataclasses.replace(recipe, width=args.mlp_width)
     taps = parse_taps(args.taps) if args.taps is not None else ()
     if taps and not hasattr(recipe_for(args.kind), "taps"):
         raise SpecvizError(f"--taps is for eagle, not {args.kind}")

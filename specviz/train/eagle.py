@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..drafters.eagle import Eagle, EagleHead, eagle_config, fused, head_from, init_from_target
+from ..drafters.eagle import Eagle, EagleHead, eagle_config, fused, head_from, init_from_target, widened
 from ..errors import SpecvizError
 from .data import taps_text
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
@@ -71,11 +71,15 @@ class EagleRecipe:
     # EAGLE-3's feature fusion: inner target layers whose inputs the head also reads, beside
     # the final state (their inputs recorded beside the data: data.record_taps). () = EAGLE-1.
     taps: tuple[int, ...] = ()
+    # Hidden units of the head's MLP (0: the target layer's own). More is more capacity and more
+    # bytes per draft step; from a narrower --init the new units start silent (drafters.eagle.widened).
+    width: int = 0
 
     def build(self, target_loaded, corpus) -> EagleHead:
         target = model_of(target_loaded)
         subset = head_subset(target_loaded, corpus, self.subset)
-        head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
+        config = eagle_config(target, 0 if subset is None else subset.numel())
+        head = EagleHead({**config, "intermediate_size": self.width or config["intermediate_size"]}, subset)
         init_from_target(head, target)
         if self.taps:
             head = fused(head, self.layers(target))
@@ -93,6 +97,11 @@ class EagleRecipe:
             raise SpecvizError("this EAGLE head " + (f"fuses layers {taps_text(have[:-1])} with the final state; "
                                f"train it with --taps {taps_text(have[:-1], ',')}" if have else
                                "reads the final state alone; train it without --taps"))
+        width = head.config["intermediate_size"]
+        if self.width and self.width != width:
+            if self.width < width:
+                raise SpecvizError(f"this EAGLE head's MLP has {width} units; it can grow, not shrink to {self.width}")
+            head = widened(head, self.width)
         return head.to(target.get_output_embeddings().weight.device)
 
     def layers(self, target) -> list[int]:
