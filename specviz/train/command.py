@@ -226,6 +226,7 @@ def main(args) -> int:
                            + (f"--unroll {args.unroll} " if args.unroll else "")
                            + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
                            + (f"--taps {taps_text(taps, ',')} " if taps else "")
+                           + (f"--mlp-width {args.mlp_width} " if args.mlp_width else "")
                            + (f"--init {args.init} " if args.init else "")
                            + (f"--average-init {args.average_init:g} " if args.average_init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})
