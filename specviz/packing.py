@@ -98,7 +98,7 @@ def native_bf16() -> bool:
 def draft_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype a trained drafter head computes in beside a target whose weights are like
     `weight`: bf16 beside an fp32 target on a CPU with native bf16 (the head's and the LM-head
-    rows' bytes halve; measured on the shipped EAGLE head, tree of 4, 2 threads: 12.2 -> 10.2
+    rows' bytes halve; measured on the shipped EAGLE head, tree of 4, 2 threads: 10.6 -> 8.9
     ms of drafting a step), else the target's own dtype. SPECVIZ_DRAFT_BF16=0 keeps fp32."""
     if (weight.is_cpu and weight.dtype is torch.float32 and os.environ.get("SPECVIZ_DRAFT_BF16", "1") != "0"
             and native_bf16()):
