@@ -31,7 +31,16 @@ KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset"]
 
 def make(kind: str, target, seed: int = 0, tree: int = 0):
     """A drafter of `kind` with random weights (the subset drops every third token);
-    `tree` > 1: greedy tree drafts of that width where the engine allows them."""
+    `tree` > 1: greedy tree drafts of that width where the engine allows them; a kind ending
+    in "-bf16": the head and its LM-head rows in bf16, as drafter_from makes them on a CPU
+    with native bf16 (packing.draft_dtype)."""
+    if kind.endswith("-bf16"):
+        d = make(kind.removesuffix("-bf16"), target, seed, tree)
+        head = d.heads if isinstance(d, Medusa) else d.head
+        lm = TargetHead(target, head.subset, torch.bfloat16)
+        if isinstance(d, Medusa):
+            return Medusa(target, head.to(torch.bfloat16), tree_width=tree, lm=lm)
+        return Eagle(target, head.to(torch.bfloat16), tree_width=tree, lm=lm)
     torch.manual_seed(seed)
     vocab, hidden = target.lm_head.weight.shape
     subset = torch.tensor([t for t in range(vocab) if t % 3]) if kind.endswith("subset") else None
@@ -204,7 +213,7 @@ def test_greedy_with_repetition_penalty_matches_too(target, prompts):
 
 
 @pytest.mark.slow  # thousands of sampled runs for a chi-square test
-@pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset"])
+@pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset", "eagle-subset-bf16"])
 def test_sampled_tokens_follow_the_target(kind):
     """Chi-square of the first three sampled tokens against the exact joint, with a head
     whose q is zero on one of the four tokens (the subset drops token 0 and 3)."""
