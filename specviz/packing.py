@@ -28,6 +28,7 @@ ties); the target verifies in fp32, so the output cannot.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import platform
@@ -85,9 +86,11 @@ def available() -> bool:
     return _works
 
 
+@functools.cache
 def native_bf16() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AMX or AVX512-BF16): without it bf16 is
-    emulated and slower than fp32, so it is never assumed (a free Space's CPU may lack it)."""
+    emulated and slower than fp32, so it is never assumed (a free Space's CPU may lack it).
+    Read once: every drafter built asks, and /proc/cpuinfo grows with the core count."""
     try:
         flags = pathlib.Path("/proc/cpuinfo").read_text().split()
     except OSError:

@@ -348,7 +348,8 @@ def test_a_loaded_head_drafts_in_bf16_only_where_the_cpu_multiplies_bf16(target,
         monkeypatch.setenv("SPECVIZ_DRAFT_BF16", switch)
     loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
     recipe = MedusaRecipe(heads=2, subset=48) if kind == "medusa" else EagleRecipe(subset=48)
-    module, _, _ = fit(recipe, loaded, corpus_of(target), 10, 3e-3)
+    corpus = corpus_of(target)
+    module, _, _ = fit(recipe, loaded, corpus, 10, 3e-3)
     rebuild = medusa_from if kind == "medusa" else eagle_from
     state = {k: v.detach().half() if v.is_floating_point() else v for k, v in module.state_dict().items()}
     drafter = rebuild(recipe.config(module), state, loaded)
@@ -357,7 +358,7 @@ def test_a_loaded_head_drafts_in_bf16_only_where_the_cpu_multiplies_bf16(target,
     assert {p.dtype for p in head.parameters()} == {want} and lm.weight.dtype == want
     assert target.lm_head.weight.dtype == torch.float32  # the target itself is untouched
 
-    ids = corpus_of(target).sequences[0].ids.tolist()[:12]
+    ids = corpus.sequences[0].ids.tolist()[:12]
     with monkeypatch.context() as m:
         m.setenv("SPECVIZ_DRAFT_BF16", "0")
         fp32 = rebuild(recipe.config(module), state, loaded)
