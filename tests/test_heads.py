@@ -26,12 +26,12 @@ from specviz.train.loop import sample_batch
 from specviz.train.medusa import MedusaRecipe
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
-KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset"]
+KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset", "eagle-deep"]
 
 
 def make(kind: str, target, seed: int = 0, tree: int = 0):
-    """A drafter of `kind` with random weights (the subset drops every third token);
-    `tree` > 1: greedy tree drafts of that width where the engine allows them; a kind ending
+    """A drafter of `kind` with random weights (the subset drops every third token; "-deep":
+    an EAGLE head of two decoder layers); `tree` > 1: greedy tree drafts of that width where the engine allows them; a kind ending
     in "-bf16": the head and its LM-head rows in bf16, as drafter_from makes them on a CPU
     with native bf16 (packing.draft_dtype)."""
     if kind.endswith("-bf16"):
@@ -49,7 +49,8 @@ def make(kind: str, target, seed: int = 0, tree: int = 0):
         for block in heads.blocks:
             torch.nn.init.normal_(block.weight, std=0.3)
         return Medusa(target, heads.requires_grad_(False), tree_width=tree)
-    head = EagleHead(eagle_config(target, 0 if subset is None else subset.numel()), subset)
+    config = eagle_config(target, 0 if subset is None else subset.numel())
+    head = EagleHead({**config, "layers": 2} if kind.endswith("deep") else config, subset)
     return Eagle(target, head.requires_grad_(False), tree_width=tree)
 
 
@@ -139,7 +140,7 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic, 
     assert rejected and drafted and (accepted or dynamic)
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle-subset"])
+@pytest.mark.parametrize("kind", ["medusa", "eagle-subset", "eagle-deep"])
 def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
     ids = list(range(30, 45))
     with torch.inference_mode():
@@ -163,6 +164,25 @@ def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
         again = d.propose(context, 3)
         fresh = started(kind, target, context).propose(context, 3)
     assert torch.equal(again.tokens, fresh.tokens) and torch.allclose(again.q, fresh.q, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle-deep"])
+def test_an_eagle_trees_greedy_branch_is_the_chain_draft(target, kind):
+    """Each tree node reads its parent's predicted feature at its depth's position and attends
+    to the context and its own ancestors only (in every layer): so the branch that takes the
+    likeliest child at each depth, as far as the tree grew it, is the greedy chain's draft."""
+    ids = list(range(30, 45))
+    with torch.inference_mode():
+        chain = started(kind, target, ids).propose(ids, 4).tokens.tolist()
+        d = make(kind, target, tree=3)
+        d.begin(ids, Processor(Sampling(), 96, ids, "cpu"), torch.Generator(), torch.device("cpu"),
+                hidden=hidden_of(target, ids)[:-1], trees=True)
+        draft = d.propose(ids, 12)
+    parents, branch, node = list(draft.parents), [], -1
+    while node in parents:  # children are listed likeliest first within a depth
+        node = parents.index(node)
+        branch.append(int(draft.tokens[node]))
+    assert len(branch) >= 2 and branch == chain[:len(branch)]
 
 
 class _Unpruned(Eagle):
@@ -312,12 +332,12 @@ def test_unrolled_loss_at_depth_1_is_the_teacher_forced_loss(target):
     assert {"ce4", "top1_4"} <= deep_metrics.keys()
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle-subset", "medusa-subset"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle-subset", "eagle-deep", "medusa-subset"])
 def test_teacher_forced_drafts_are_the_drafters_own(target, kind):
     """On the text its own drafts make, the recipe's one-pass depth-d prediction after context
     x_<n is the drafter's draft d: same positions, features, attention and subset."""
     loaded = SimpleNamespace(model=target, eos_token_ids=(0,))
-    recipe = MedusaRecipe() if kind.startswith("medusa") else EagleRecipe()
+    recipe = MedusaRecipe() if kind.startswith("medusa") else EagleRecipe(depth=2 if kind.endswith("deep") else 0)
     ids = list(range(30, 50))
     for n in (3, 9, 20):
         with torch.inference_mode():

@@ -444,6 +444,48 @@ def test_a_widened_eagle_head_starts_as_the_head_it_grows_then_learns_and_drafts
               init=tmp_path / "wide" / "eagle.safetensors", progress=False)
 
 
+def test_a_deepened_eagle_head_starts_as_the_head_it_grows_then_learns_and_drafts_exactly(tiny, data, tmp_path):
+    """--head-layers from an --init head: the new decoder layer starts silent (the head drafts as
+    the init did), the same every time; training uses it, the file records the depth and loads
+    as a drafter whose greedy output (chains and trees) is plain decoding's; a head never loses
+    layers."""
+    import dataclasses
+
+    from specviz.drafters.eagle import deepened
+    from specviz.drafters.trained import load_drafter, read_drafter
+    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+
+    corpus = load_data(tiny, data[1])
+    cfg = TrainConfig(steps=8, batch=4, lr=1e-2, held_out=4, eval_tokens=4)
+    train(TINY_EAGLE, tiny, corpus, tmp_path / "one", cfg, progress=False)
+    init = tmp_path / "one" / "eagle.safetensors"
+    deep = dataclasses.replace(TINY_EAGLE, depth=2)
+    one = TINY_EAGLE.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny).eval()
+    grown = deep.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny).eval()
+    again = deep.rebuild(read_drafter(init)[0]["config"], read_drafter(init)[1], tiny)
+    assert grown.depth == 2 and torch.equal(grown.blocks[0].q.weight, again.blocks[0].q.weight)
+    assert grown.blocks[0].q.weight.abs().max() > 0 and grown.blocks[0].o.weight.abs().max() == 0
+    held = corpus.split(4)[1].sequences
+    assert torch.equal(deep.drafts(grown, tiny, held, 3), TINY_EAGLE.drafts(one, tiny, held, 3))
+
+    card = train(deep, tiny, corpus, tmp_path / "deep", dataclasses.replace(cfg, seed=1), init=init, progress=False)
+    assert card["config"]["layers"] == 2 and card["recipe"]["depth"] == 2
+    drafter = load_drafter(tmp_path / "deep" / "eagle.safetensors", tiny)
+    assert drafter.head.depth == 2 and drafter.head.blocks[0].o.weight.abs().max() > 1e-4  # it learned to use it
+    prompt = models.encode_prompt(tiny, "the cat sat on the mat")
+    gen = GenerationConfig(max_new_tokens=16, k=4)
+    base = collect(baseline_generate(tiny.model, prompt, gen))[1]
+    for width in (3, 0):  # trees (greedy drafts them by default), then chains
+        drafter.tree_width = width
+        steps, end = collect(speculative_generate(tiny.model, drafter, prompt, gen))
+        assert end.token_ids == base.token_ids and all((s.tree is not None) == (width > 1 and bool(s.draft)) for s in steps)
+    with pytest.raises(ValueError, match="shallower"):
+        deepened(grown, 1)
+    with pytest.raises(SpecvizError, match="it can grow, not shrink"):
+        train(dataclasses.replace(TINY_EAGLE, depth=1), tiny, corpus, tmp_path / "shrink", cfg,
+              init=tmp_path / "deep" / "eagle.safetensors", progress=False)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "draft", "--steps", "0"], "steps must be a positive integer"),
     (["train", "draft", "--lr", "2"], "--lr must be in"),
@@ -458,6 +500,8 @@ def test_a_widened_eagle_head_starts_as_the_head_it_grows_then_learns_and_drafts
     (["train", "medusa", "--taps", "2"], "--taps is for eagle"),
     (["train", "draft", "--mlp-width", "64"], "--mlp-width is for eagle"),
     (["train", "eagle", "--mlp-width", "0"], "--mlp-width must be a number of units from 1 to 65536, got 0"),
+    (["train", "medusa", "--head-layers", "2"], "--head-layers is for eagle"),
+    (["train", "eagle", "--head-layers", "0"], "--head-layers must be a number of layers from 1 to 16, got 0"),
     (["train", "eagle", "--taps", "2,x"], "--taps takes decoder layer numbers separated by commas, e.g. 2,15; got '2,x'"),
     (["train", "eagle", "--taps", "15,2"], "--taps: taps are distinct decoder layers in increasing order, e.g. 2,15"),
     (["train", "eagle", "--taps", "2,2"], "got 2, 2"),

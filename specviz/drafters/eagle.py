@@ -18,6 +18,11 @@ final state); a learned `fuse` projection turns them into one feature, after an 
 each inner layer's input. Only true pairs carry them; predicted features
 are already one feature wide and skip the projection.
 
+Depth (optional: config "layers", default 1 as in the paper): further pre-norm decoder
+layers after the first, each with its own attention over its own cache layer, before the
+final norm. More capacity per draft step for more bytes per step; `deepened` grows a head
+so that at first it drafts exactly as it did.
+
 Heads the EAGLE authors released (EAGLE-1/2, EAGLE-3) load through published.py and run
 in this same drafter.
 """
@@ -50,8 +55,42 @@ def eagle_config(target, subset: int = 0) -> dict:
     }
 
 
+class Block(nn.Module):
+    """A pre-norm Llama-style decoder layer after the head's first (a deeper head)."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        h, d, m, eps = config["hidden_size"], config["head_dim"], config["intermediate_size"], config["rms_norm_eps"]
+        self.ln1, self.ln2 = RMSNorm(h, eps), RMSNorm(h, eps)
+        self.q = nn.Linear(h, config["heads"] * d, bias=False)
+        self.k = nn.Linear(h, config["kv_heads"] * d, bias=False)
+        self.v = nn.Linear(h, config["kv_heads"] * d, bias=False)
+        self.o = nn.Linear(config["heads"] * d, h, bias=False)
+        self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
+
+
+def _qkv(layer: nn.Module, a: torch.Tensor, cos, sin, heads: int, kv_heads: int):
+    """A layer's queries, keys and values (B, heads, T, head_dim) from its attention input a (B, T, ·)."""
+    B, T, _ = a.shape
+    q = rope(linear(layer.q, a).view(B, T, heads, -1).transpose(1, 2), cos, sin)
+    k = rope(linear(layer.k, a).view(B, T, kv_heads, -1).transpose(1, 2), cos, sin)
+    v = linear(layer.v, a).view(B, T, kv_heads, -1).transpose(1, 2)
+    return q, k, v
+
+
+def _mix(layer: nn.Module, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    """A layer's residual stream x (B, T, H) after its attention output att and its MLP."""
+    B, T, _ = x.shape
+    x = x + linear(layer.o, att.transpose(1, 2).reshape(B, T, -1))
+    b = layer.ln2(x)
+    return x + linear(layer.down, F.silu(linear(layer.gate, b)) * linear(layer.up, b))
+
+
 class EagleHead(nn.Module):
-    """fc(feature, embedding) -> one pre-norm Llama-style decoder layer -> final norm."""
+    """fc(feature, embedding) -> pre-norm Llama-style decoder layer(s) -> final norm.
+
+    The first layer's weights sit on the head itself (the paper's layout, which released
+    heads share); a deeper head's further layers are `blocks`."""
 
     def __init__(self, config: dict, subset: torch.Tensor | None = None):
         super().__init__()
@@ -80,10 +119,16 @@ class EagleHead(nn.Module):
         # Inner layers' inputs are raw residual streams (a few dimensions hundreds of times the
         # rest, as in most LLMs): each is RMS-normed first, as the target's own layers norm them.
         self.tap_norms = nn.ModuleList(RMSNorm(h, eps) for _ in read[:-1])
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.get("layers", 1) - 1))
+
+    @property
+    def depth(self) -> int:
+        """Decoder layers: 1 + len(blocks)."""
+        return 1 + len(self.blocks)
 
     def new_cache(self) -> KVCache:
         w = self.fc.weight
-        return KVCache(1, self.kv_heads, self.head_dim, dtype=w.dtype, device=w.device)
+        return KVCache(self.depth, self.kv_heads, self.head_dim, dtype=w.dtype, device=w.device)
 
     def forward(self, h: torch.Tensor, e: torch.Tensor, cache: KVCache | None = None,
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -92,48 +137,42 @@ class EagleHead(nn.Module):
         Without a cache the T positions are a whole sequence (training); with one they follow
         what the cache holds (drafting, batch 1), causally unless a tree passes its own
         `positions` (T,) and `mask` (T, cached + T)."""
-        start = cache.length if cache is not None else 0
+        start, T = (cache.length if cache is not None else 0), h.shape[1]
         if positions is None:
-            positions = torch.arange(start, start + h.shape[1], device=h.device)
-        x, q, k, v = self.project(h, e, positions)
+            positions = torch.arange(start, start + T, device=h.device)
         if cache is None:
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        else:
-            T = x.shape[1]
-            cache.reserve(start + T)
-            keys, values = write(cache.k[0], cache.v[0], start, k[0], v[0])
-            cache.length = start + T
-            if mask is None:
-                mask = causal_mask(T, start, x.device)
-            att = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, enable_gqa=True)
-        return self.finish(x, att)
+            return self.run(h, e, positions, lambda layer, q, k, v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=True))
+        cache.reserve(start + T)
+        if mask is None:
+            mask = causal_mask(T, start, h.device)
 
-    def project(self, h: torch.Tensor, e: torch.Tensor, positions: torch.Tensor):
-        """The layer's input x = fc(h, e) (B, T, H) and its queries, keys and values
-        (B, heads, T, head_dim), rotated to `positions` (T,)."""
+        def attend(layer, q, k, v):
+            keys, values = write(cache.k[layer], cache.v[layer], start, k[0], v[0])
+            return F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask, enable_gqa=True)
+
+        out = self.run(h, e, positions, attend)
+        cache.length = start + T
+        return out
+
+    def run(self, h: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, attend) -> torch.Tensor:
+        """The layers on pairs (h, e) at `positions` (T,) -> predicted features (B, T, H).
+        attend(layer, q, k, v) -> attention output (B, heads, T, head_dim): what each layer's
+        queries see (a cache, a tree's mask, training's unrolled chain) is the caller's."""
         x, a = self.pair(h, e)
-        B, T, _ = x.shape
         cos, sin = rotary(self.inv_freq, positions, x.dtype)
-        q = rope(linear(self.q, a).view(B, T, self.heads, -1).transpose(1, 2), cos, sin)
-        k = rope(linear(self.k, a).view(B, T, self.kv_heads, -1).transpose(1, 2), cos, sin)
-        v = linear(self.v, a).view(B, T, self.kv_heads, -1).transpose(1, 2)
-        return x, q, k, v
+        x = _mix(self, x, attend(0, *_qkv(self, a, cos, sin, self.heads, self.kv_heads)))
+        for n, block in enumerate(self.blocks, 1):
+            x = _mix(block, x, attend(n, *_qkv(block, block.ln1(x), cos, sin, self.heads, self.kv_heads)))
+        return self.norm(x)
 
     def pair(self, h: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's residual stream x = fc(h, e) and its attention input, normed x."""
+        """The first layer's residual stream x = fc(h, e) and its attention input, normed x."""
         if self.fuse is not None and h.shape[-1] == self.fuse.in_features:  # the target's taps
             *inner, final = h.split(self.fc.out_features, dim=-1)
             h = linear(self.fuse, torch.cat([norm(x) for norm, x in zip(self.tap_norms, inner)] + [final], dim=-1))
         x = linear(self.fc, torch.cat([h, e], dim=-1))
         return x, self.ln1(x)
-
-    def finish(self, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-        """The layer's input and its attention output -> predicted features (B, T, H)."""
-        B, T, _ = x.shape
-        x = x + linear(self.o, att.transpose(1, 2).reshape(B, T, -1))
-        b = self.ln2(x)
-        x = x + linear(self.down, F.silu(linear(self.gate, b)) * linear(self.up, b))
-        return self.norm(x)
 
 
 def fused(head: EagleHead, hidden_layers: list[int]) -> EagleHead:
@@ -152,9 +191,10 @@ def fused(head: EagleHead, hidden_layers: list[int]) -> EagleHead:
 
 
 def widened(head: EagleHead, size: int) -> EagleHead:
-    """`head` with `size` hidden units in its MLP instead of its own: the new units' gate and
-    up rows start small and random (seeded, so the same every time), their down columns at zero,
-    so at first it drafts exactly as `head` did and training decides what they add."""
+    """`head` with `size` hidden units in every layer's MLP instead of its own: the new units'
+    gate and up rows start small and random (seeded, so the same every time), their down
+    columns at zero, so at first it drafts exactly as `head` did and training decides what
+    they add."""
     old = head.config["intermediate_size"]
     if size < old:
         raise ValueError(f"cannot narrow an EAGLE head's MLP from {old} to {size} units")
@@ -162,14 +202,43 @@ def widened(head: EagleHead, size: int) -> EagleHead:
     state = head.state_dict()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for name in ("gate", "up"):
-            w = state[f"{name}.weight"].float()
-            extra = torch.randn(size - old, w.shape[1], generator=g) * w.std()
-            state[f"{name}.weight"] = torch.cat([w, extra])
-        down = state["down.weight"].float()
-        state["down.weight"] = torch.cat([down, down.new_zeros(down.shape[0], size - old)], 1)
-    out.load_state_dict({k: v.to(head.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()})
-    return out.to(head.fc.weight.device)
+        for layer in [""] + [f"blocks.{n}." for n in range(len(head.blocks))]:
+            for name in ("gate", "up"):
+                w = state[f"{layer}{name}.weight"].float()
+                extra = torch.randn(size - old, w.shape[1], generator=g) * w.std()
+                state[f"{layer}{name}.weight"] = torch.cat([w, extra])
+            down = state[f"{layer}down.weight"].float()
+            state[f"{layer}down.weight"] = torch.cat([down, down.new_zeros(down.shape[0], size - old)], 1)
+    return _load(out, state, head)
+
+
+def deepened(head: EagleHead, layers: int) -> EagleHead:
+    """`head` with `layers` decoder layers instead of its own: each new layer is appended with
+    seeded random weights (at the scale of the head's first layer) but its attention output and
+    MLP down projections at zero, so it adds nothing to the residual stream; at first the
+    deeper head drafts exactly as `head` did, and training decides what the layers add."""
+    if layers < head.depth:
+        raise ValueError(f"cannot make an EAGLE head of {head.depth} layers shallower ({layers})")
+    out = EagleHead({**head.config, "layers": layers}, head.subset)
+    state = head.state_dict()
+    g = torch.Generator().manual_seed(0)
+    for n in range(head.depth - 1, layers - 1):
+        for name, param in out.blocks[n].state_dict().items():
+            if name.startswith(("o.", "down.")):
+                value = torch.zeros_like(param)
+            elif name.startswith("ln"):
+                value = torch.ones_like(param)
+            else:  # q, k, v, gate, up: like the first layer's, in scale
+                value = torch.randn(param.shape, generator=g) * state[name].float().std()
+            state[f"blocks.{n}.{name}"] = value
+    return _load(out, state, head)
+
+
+def _load(out: EagleHead, state: dict, like: EagleHead) -> EagleHead:
+    """`out` holding `state`, in `like`'s dtype and on its device."""
+    dtype = like.fc.weight.dtype
+    out.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()})
+    return out.to(like.fc.weight.device)
 
 
 def init_from_target(head: EagleHead, target) -> None:

@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mlp-width", type=int, default=None, metavar="UNITS",
                    help="eagle: hidden units of the head's MLP (default: the target layer's, 1536 for the embedded "
                         "model). Growing an --init head adds units that start silent, so it starts as that head")
+    p.add_argument("--head-layers", type=int, default=None, metavar="N",
+                   help="eagle: decoder layers in the head (default 1, the paper's). Deepening an --init head "
+                        "adds layers that start silent, so it starts as that head")
     p.add_argument("--average-init", type=float, default=0.0, metavar="SHARE",
                    help="with --init: save SHARE x the --init weights + (1 - SHARE) x the trained ones, e.g. 0.5 "
                         "(a weight average: a fine-tune on a narrow slice forgets less; default 0 = off)")
@@ -163,6 +166,12 @@ def main(args) -> int:
         if not 1 <= args.mlp_width <= 1 << 16:
             raise SpecvizError(f"--mlp-width must be a number of units from 1 to 65536, got {args.mlp_width}")
         recipe = dataclasses.replace(recipe, width=args.mlp_width)
+    if recipe is not None and args.head_layers is not None:
+        if not hasattr(recipe, "depth"):
+            raise SpecvizError(f"--head-layers is for eagle, not {args.kind}")
+        if not 1 <= args.head_layers <= 16:
+            raise SpecvizError(f"--head-layers must be a number of layers from 1 to 16, got {args.head_layers}")
+        recipe = dataclasses.replace(recipe, depth=args.head_layers)
     taps = parse_taps(args.taps) if args.taps is not None else ()
     if taps and not hasattr(recipe_for(args.kind), "taps"):
         raise SpecvizError(f"--taps is for eagle, not {args.kind}")
@@ -227,6 +236,7 @@ def main(args) -> int:
                            + (f"--feature-loss {args.feature_loss:g} " if args.feature_loss is not None else "")
                            + (f"--taps {taps_text(taps, ',')} " if taps else "")
                            + (f"--mlp-width {args.mlp_width} " if args.mlp_width else "")
+                           + (f"--head-layers {args.head_layers} " if args.head_layers else "")
                            + (f"--init {args.init} " if args.init else "")
                            + (f"--average-init {args.average_init:g} " if args.average_init else "")
                            + f"--batch {args.batch} --lr {args.lr} --seed {args.seed}`"})

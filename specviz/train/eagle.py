@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..drafters.eagle import Eagle, EagleHead, eagle_config, fused, head_from, init_from_target, widened
+from ..drafters.eagle import Eagle, EagleHead, deepened, eagle_config, fused, head_from, init_from_target, widened
 from ..errors import SpecvizError
 from .data import taps_text
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
@@ -42,19 +42,21 @@ def unrolled(head: EagleHead, h: torch.Tensor, e: torch.Tensor, depth: int, nois
         last = h[..., -H:]
         h = torch.cat([h[..., :-H], last + torch.randn_like(last) * noise * last.detach().pow(2).mean().sqrt()], -1)
     rows = torch.arange(W, device=h.device)
-    keys, values, out, f = [], [], [], h
+    keys, values = [[] for _ in range(head.depth)], [[] for _ in range(head.depth)]
+    out, f = [], h
     for s in range(depth):
-        x, q, k, v = head.project(f, shift(e, s), rows + s)
-        keys.append(k)
-        values.append(v)
-        if s == 0:
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        else:
-            # Row i sees step 0's rows 0..i, then its own row in each later step.
-            mask = torch.cat([rows[None, :] <= rows[:, None]] + [rows[None, :] == rows[:, None]] * s, dim=1)
-            att = F.scaled_dot_product_attention(q, torch.cat(keys, dim=2), torch.cat(values, dim=2),
-                                                 attn_mask=mask, enable_gqa=True)
-        f = head.finish(x, att)
+        # Row i sees step 0's rows 0..i, then its own row in each later step (every layer alike).
+        mask = None if s == 0 else torch.cat([rows[None, :] <= rows[:, None]] + [rows[None, :] == rows[:, None]] * s, 1)
+
+        def attend(layer, q, k, v, mask=mask):
+            keys[layer].append(k)
+            values[layer].append(v)
+            if mask is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return F.scaled_dot_product_attention(q, torch.cat(keys[layer], dim=2), torch.cat(values[layer], dim=2),
+                                                  attn_mask=mask, enable_gqa=True)
+
+        f = head.run(f, shift(e, s), rows + s, attend)
         out.append(f)
     return out
 
@@ -74,12 +76,16 @@ class EagleRecipe:
     # Hidden units of the head's MLP (0: the target layer's own). More is more capacity and more
     # bytes per draft step; from a narrower --init the new units start silent (drafters.eagle.widened).
     width: int = 0
+    # Decoder layers in the head (0: one, the paper's). From a shallower --init the new layers
+    # start silent (drafters.eagle.deepened).
+    depth: int = 0
 
     def build(self, target_loaded, corpus) -> EagleHead:
         target = model_of(target_loaded)
         subset = head_subset(target_loaded, corpus, self.subset)
         config = eagle_config(target, 0 if subset is None else subset.numel())
-        head = EagleHead({**config, "intermediate_size": self.width or config["intermediate_size"]}, subset)
+        head = EagleHead({**config, "intermediate_size": self.width or config["intermediate_size"],
+                          **({"layers": self.depth} if self.depth > 1 else {})}, subset)
         init_from_target(head, target)
         if self.taps:
             head = fused(head, self.layers(target))
@@ -102,6 +108,10 @@ class EagleRecipe:
             if self.width < width:
                 raise SpecvizError(f"this EAGLE head's MLP has {width} units; it can grow, not shrink to {self.width}")
             head = widened(head, self.width)
+        if self.depth and self.depth != head.depth:
+            if self.depth < head.depth:
+                raise SpecvizError(f"this EAGLE head has {head.depth} layers; it can grow, not shrink to {self.depth}")
+            head = deepened(head, self.depth)
         return head.to(target.get_output_embeddings().weight.device)
 
     def layers(self, target) -> list[int]:
