@@ -24,7 +24,7 @@ from specviz.sampling import Processor
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
 HEADS, KV = 4, 2  # the tiny targets' attention shape, which the heads copy
-LAYOUTS = ["eagle1", "eagle1-safetensors", "eagle3", "medusa", "medusa-legacy"]
+LAYOUTS = ["eagle1", "eagle1-safetensors", "eagle1-deep", "eagle3", "medusa", "medusa-legacy"]
 
 
 def loaded(model):
@@ -69,6 +69,12 @@ def checkpoint(layout: str, model, folder, seed: int = 0):
     if layout.startswith("eagle1"):
         config = eagle_config(model, bias=True)
         state = {"fc.weight": r(h, 2 * h), "fc.bias": r(h), **decoder_layer("layers.0.", g, h, h, 2 * h)}
+        if layout == "eagle1-deep":  # num_hidden_layers 2: layer 1 norms its input, layer 0 does not;
+            config["num_hidden_layers"] = 2  # and q/k/v biases, as heads for Qwen targets have
+            state |= {**decoder_layer("layers.1.", g, h, h, 2 * h), "layers.1.input_layernorm.weight": 1 + r(h)}
+            d = h // HEADS
+            state |= {f"layers.{i}.self_attn.{n}_proj.bias": r(heads * d) for i in (0, 1)
+                      for n, heads in (("q", HEADS), ("k", KV), ("v", KV))}
         name = "model.safetensors" if layout.endswith("safetensors") else "pytorch_model.bin"
     elif layout == "eagle3":
         draft = vocab - vocab // 4  # the draft vocabulary leaves every fourth token out
@@ -103,9 +109,10 @@ def rms(x, w, eps=1e-5):
 def layer(x, a, s: dict, p: str, theta: float = 500.0):
     """An EAGLE draft decoder layer over a whole sequence: residual x, attention input a."""
     t, d = a.shape[0], x.shape[-1] // HEADS
-    q = (a @ s[p + "self_attn.q_proj.weight"].T).view(t, HEADS, d).transpose(0, 1)
-    k = (a @ s[p + "self_attn.k_proj.weight"].T).view(t, KV, d).transpose(0, 1).repeat_interleave(HEADS // KV, 0)
-    v = (a @ s[p + "self_attn.v_proj.weight"].T).view(t, KV, d).transpose(0, 1).repeat_interleave(HEADS // KV, 0)
+    proj = lambda n: a @ s[f"{p}self_attn.{n}_proj.weight"].T + s.get(f"{p}self_attn.{n}_proj.bias", 0)  # noqa: E731
+    q = proj("q").view(t, HEADS, d).transpose(0, 1)
+    k = proj("k").view(t, KV, d).transpose(0, 1).repeat_interleave(HEADS // KV, 0)
+    v = proj("v").view(t, KV, d).transpose(0, 1).repeat_interleave(HEADS // KV, 0)
     angles = torch.arange(t)[:, None] / theta ** (torch.arange(0, d, 2) / d)
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
     half = lambda z: torch.cat([-z[..., d // 2:], z[..., : d // 2]], -1)  # noqa: E731
@@ -115,6 +122,10 @@ def layer(x, a, s: dict, p: str, theta: float = 500.0):
     b = rms(x, s[p + "post_attention_layernorm.weight"])
     gate, up, down = (s[f"{p}mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
     return x + (F.silu(b @ gate.T) * (b @ up.T)) @ down.T
+
+
+def model_layers(state: dict) -> int:
+    return len({k.split(".")[1] for k in state if k.startswith("layers.")})
 
 
 def reference_q(layout: str, model, state: dict, ids: list[int], k: int) -> torch.Tensor:
@@ -146,6 +157,8 @@ def reference_q(layout: str, model, state: dict, ids: list[int], k: int) -> torc
             else:  # EAGLE-1/2: fc over (embedding, feature), no input norm, the target's LM head
                 xin = torch.cat([e, torch.cat([features, *predicted])], -1) @ state["fc.weight"].T + state["fc.bias"]
                 y = layer(xin, xin, state, "layers.0.")
+                for i in range(1, model_layers(state)):
+                    y = layer(y, rms(y, state[f"layers.{i}.input_layernorm.weight"]), state, f"layers.{i}.")
                 logits = model.lm_head(y[-1])
             q = torch.softmax(logits, -1)
             rows.append(q)
@@ -249,6 +262,22 @@ def test_unknown_layouts_and_missing_files_are_named(deep, tmp_path):
     (tmp_path / "bad" / "pytorch_model.bin").write_bytes(b"not a checkpoint")
     with pytest.raises(SpecvizError, match="not a readable weight file"):
         choose.make_drafter(f"eagle:{tmp_path / 'bad'}", target)
+
+
+def test_a_deep_eagle_head_with_a_layer_missing_or_half_there_is_refused(deep, tmp_path):
+    folder, config, state = checkpoint("eagle1-deep", deep, tmp_path / "deep")
+    gap = {k.replace("layers.1.", "layers.2."): v for k, v in state.items()}
+    write(tmp_path / "gap", config, gap, "pytorch_model.bin")
+    with pytest.raises(SpecvizError, match=r"layers are numbered \[0, 2\], not 0 to 1"):
+        choose.make_drafter(spec("eagle1", tmp_path / "gap"), loaded(deep))
+    unnormed = {k: v for k, v in state.items() if k != "layers.1.input_layernorm.weight"}
+    write(tmp_path / "unnormed", config, unnormed, "pytorch_model.bin")
+    with pytest.raises(SpecvizError, match="lacks layers.1.input_layernorm.weight"):
+        choose.make_drafter(spec("eagle1", tmp_path / "unnormed"), loaded(deep))
+    no_mlp = {k: v for k, v in state.items() if k != "layers.1.mlp.up_proj.weight"}
+    write(tmp_path / "no_mlp", config, no_mlp, "pytorch_model.bin")
+    with pytest.raises(SpecvizError, match="lacks.*up"):
+        choose.make_drafter(spec("eagle1", tmp_path / "no_mlp"), loaded(deep))
 
 
 def test_a_head_for_another_target_is_refused(deep, tmp_path):

@@ -62,9 +62,10 @@ class Block(nn.Module):
         super().__init__()
         h, d, m, eps = config["hidden_size"], config["head_dim"], config["intermediate_size"], config["rms_norm_eps"]
         self.ln1, self.ln2 = RMSNorm(h, eps), RMSNorm(h, eps)
-        self.q = nn.Linear(h, config["heads"] * d, bias=False)
-        self.k = nn.Linear(h, config["kv_heads"] * d, bias=False)
-        self.v = nn.Linear(h, config["kv_heads"] * d, bias=False)
+        bias = config.get("qkv_bias", False)  # as the first layer's (Qwen-style released heads)
+        self.q = nn.Linear(h, config["heads"] * d, bias=bias)
+        self.k = nn.Linear(h, config["kv_heads"] * d, bias=bias)
+        self.v = nn.Linear(h, config["kv_heads"] * d, bias=bias)
         self.o = nn.Linear(config["heads"] * d, h, bias=False)
         self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
 

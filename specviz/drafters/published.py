@@ -157,12 +157,21 @@ def _eagle1(config: dict, state: dict, model, name: str) -> Eagle:
     hidden, vocab, _ = _dims(model)
     _check("hidden size", state["fc.weight"].shape[0], hidden, "EAGLE")
     _check("vocabulary size", config.get("vocab_size", vocab), vocab, "EAGLE")
-    if any(k.startswith("layers.1.") for k in state):
-        raise SpecvizError("EAGLE heads with more than one decoder layer are not supported")
+    layers = sorted({int(k.split(".")[1]) for k in state if re.match(r"layers\.\d+\.", k)})
+    if layers != list(range(len(layers))):
+        raise SpecvizError(f"the EAGLE head's decoder layers are numbered {layers}, not 0 to {len(layers) - 1}")
     cfg = {**_eagle_config(config, hidden), "input_norm": False, "final_norm": False,
            "fc_bias": "fc.bias" in state, "qkv_bias": "layers.0.self_attn.q_proj.bias" in state}
+    if len(layers) > 1:
+        cfg["layers"] = len(layers)
     fc = state["fc.weight"]  # columns: (embedding, feature); EagleHead reads (feature, embedding)
     weights = {**_layer(state, "layers.0."), "fc.weight": torch.cat([fc[:, hidden:], fc[:, :hidden]], 1)}
+    for i in layers[1:]:  # upstream's layer i > 0 normalises its input (input_layernorm): a pre-norm Block
+        norm = f"layers.{i}.input_layernorm.weight"
+        if norm not in state:
+            raise SpecvizError(f"the EAGLE head's weight file lacks {norm} (every layer after the first has one)")
+        block = {**_layer(state, f"layers.{i}."), "ln1.weight": state[norm]}
+        weights |= {f"blocks.{i - 1}.{k}": v for k, v in block.items()}
     if "fc.bias" in state:
         weights["fc.bias"] = state["fc.bias"]
     head = _build(EagleHead(cfg), weights, model, "EAGLE-1/2")
