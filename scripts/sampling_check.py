@@ -1,13 +1,15 @@
 """Do a drafter's sampled runs on the embedded model follow the target's own distribution?
 
-    python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0]
+    python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up]
 
 Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
 tests, by chi-square, the first sampled token against the target's exact distribution, the second
 given the likeliest first, and the third given the likeliest first two (cells with an expected
 count under 5 are pooled). The exact-by-enumeration tests in tests/ prove the rejection sampling;
-this checks that real weights (a new EAGLE head, a hybrid) change nothing. Prints one line per token
-and exits 1 when any p is below --alpha. Takes ~0.2 s a run on 2 CPU cores.
+this checks that real weights (a new EAGLE head, a hybrid) change nothing. With --follow-up the prompt
+is a second request after a first answer, so the context ends as the answer's turn began and prompt
+lookup copies that answer's first tokens at the first step (a `NAME+pld` pair drafts by lookup there).
+Prints one line per token and exits 1 when any p is below --alpha. Takes ~0.2 s a run on 2 CPU cores.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from scipy.stats import chisquare  # noqa: E402
 
 from specviz import GenerationConfig, Sampling, collect, speculative_generate  # noqa: E402
 from specviz.drafters.choose import make_drafter  # noqa: E402
-from specviz.models import encode_prompt, load  # noqa: E402
+from specviz.models import chat_messages, encode_chat, load  # noqa: E402
 
 PROMPT = "Write one sentence about the sea."
+FOLLOW_UP = [("assistant", "The sea is vast, deep and full of life."),
+             ("user", "Write another sentence about the sea.")]
 
 
 def exact(model, ids: list[int], temperature: float) -> torch.Tensor:
@@ -56,10 +60,12 @@ def main(argv=None) -> int:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--alpha", type=float, default=0.01, help="fail below this p (default 0.01)")
+    ap.add_argument("--follow-up", action="store_true",
+                    help="ask again after a first answer, so prompt lookup copies at the first step")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     target = load("default")
-    ids = encode_prompt(target, PROMPT)
+    ids = encode_chat(target.tokenizer, chat_messages([("user", PROMPT)] + (FOLLOW_UP if args.follow_up else [])))
     drafter = make_drafter(args.drafter, target)
     runs = []
     for seed in range(args.first_seed, args.first_seed + args.runs):
