@@ -284,7 +284,7 @@ def _load_failure(name: str, local: bool, error: Exception) -> str:
 
 def _check_rollback(name: str, model_class, config) -> None:
     """Refuse models whose KV cache the engine could not roll back after a rejection."""
-    from transformers import DynamicCache, cache_utils
+    from transformers import DynamicCache
 
     problem = None
     if getattr(model_class, "_is_stateful", False):
@@ -292,18 +292,20 @@ def _check_rollback(name: str, model_class, config) -> None:
     elif model_class is not None and hasattr(model_class, "_supports_default_dynamic_cache") \
             and not model_class._supports_default_dynamic_cache():
         problem = "it needs its own cache type, which cannot be cropped"
-    elif not _croppable(DynamicCache(config=config), cache_utils):
+    elif not _croppable(DynamicCache(config=config)):
         problem = "its cache (recurrent or linear-attention layers) cannot be cropped"
     if problem:
         raise SpecvizError(f"{name!r} cannot be used for speculative decoding: {problem}")
 
 
-def _croppable(cache, cache_utils) -> bool:
+def _croppable(cache) -> bool:
     """Can the engine's crop (keep the first n tokens) roll this cache back?
 
     Since transformers 5.25 recurrent and linear-attention layers (Mamba's, Qwen3-Next's) call
     themselves croppable, but only after activate_past_recording() and only by a count of tokens to
     drop: the engine's crop, which keeps a length and records nothing, would leave them wrong."""
+    from transformers import cache_utils
+
     linear = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
     layers = getattr(cache, "layers", [])
     return cache.is_croppable and not any(isinstance(layer, linear) for layer in layers)
