@@ -264,7 +264,7 @@ def test_unknown_layouts_and_missing_files_are_named(deep, tmp_path):
         choose.make_drafter(f"eagle:{tmp_path / 'bad'}", target)
 
 
-def test_a_deep_eagle_head_with_a_layer_missing_or_half_there_is_refused(deep, tmp_path):
+def test_a_deep_eagle_head_with_a_layer_missing_or_unlike_its_first_is_refused(deep, tmp_path):
     folder, config, state = checkpoint("eagle1-deep", deep, tmp_path / "deep")
     gap = {k.replace("layers.1.", "layers.2."): v for k, v in state.items()}
     write(tmp_path / "gap", config, gap, "pytorch_model.bin")
@@ -278,6 +278,11 @@ def test_a_deep_eagle_head_with_a_layer_missing_or_half_there_is_refused(deep, t
     write(tmp_path / "no_mlp", config, no_mlp, "pytorch_model.bin")
     with pytest.raises(SpecvizError, match="lacks.*up"):
         choose.make_drafter(spec("eagle1", tmp_path / "no_mlp"), loaded(deep))
+    # biases on layer 1 only: the head is built from layer 0's shape, so they would be dropped
+    half_biased = {k: v for k, v in state.items() if not (k.startswith("layers.0.") and k.endswith("_proj.bias"))}
+    write(tmp_path / "half_biased", config, half_biased, "pytorch_model.bin")
+    with pytest.raises(SpecvizError, match=r"weights \['blocks.0.k.bias'.*have no place"):
+        choose.make_drafter(spec("eagle1", tmp_path / "half_biased"), loaded(deep))
 
 
 def test_a_head_for_another_target_is_refused(deep, tmp_path):

@@ -243,13 +243,16 @@ def _medusa(config: dict, state: dict, model, name: str) -> Medusa:
 def _build(head: nn.Module, weights: dict, model, kind: str) -> nn.Module:
     ref = model.get_output_embeddings().weight
     try:
-        head.load_state_dict(weights, strict=False)
+        unplaced = head.load_state_dict(weights, strict=False).unexpected_keys
         missing = set(head.state_dict()) - set(weights) - {"subset"}
     except RuntimeError as e:  # shapes that disagree with config.json
         last = str(e).splitlines()[-1]
         raise SpecvizError(f"the {kind} head's weights do not match its config.json: {last}") from None
     if missing:
         raise SpecvizError(f"the {kind} head's weight file lacks {sorted(missing)[:4]}")
+    if unplaced:  # its config.json describes a smaller head than its weights (e.g. no q/k/v bias)
+        raise SpecvizError(f"the {kind} head's weights {sorted(unplaced)[:4]} have no place in the head "
+                           "its config.json describes")
     return head.to(device=ref.device, dtype=ref.dtype).requires_grad_(False)
 
 
