@@ -119,7 +119,6 @@ def generate(args) -> int:
     from .render.trace import Trace
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
-    print(f"specviz: {threads.apply()}", file=sys.stderr, flush=True)
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
@@ -127,6 +126,8 @@ def generate(args) -> int:
                            eos_token_ids=target.eos_token_ids).validate()
     prompt = models.encode_prompt(target, args.prompt, args.chat)
     drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress)
+    # Chosen now, after loading, from what the machine is doing as the run starts.
+    print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
     warm_up(target.model, drafter, prompt, cfg)
 
     spec = speculative_generate(target.model, drafter, prompt, cfg)

@@ -10,7 +10,7 @@ import time
 from ..engine import K_MAX
 from ..errors import SpecvizError
 from ..sampling import Sampling
-from ..threads import load_average
+from ..threads import for_run, load_average
 from . import suite as suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
 from .peers import PEERS
@@ -147,6 +147,8 @@ def main(args: argparse.Namespace) -> int:
     encoded = [(p, suites.encode(target.tokenizer, p)) for p in prompts]
 
     load_before = load_average()
+    # Every idle core, chosen as the timed runs start (environment() records the count).
+    print(f"bench: {for_run('batch')}", file=sys.stderr, flush=True)
     bar = _Progress(args.no_progress)
     try:
         result = run_benchmark(target.model, drafters, encoded, cfg, peer_names,

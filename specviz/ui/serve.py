@@ -20,8 +20,9 @@ def serving_message(local_url: str, share_url: str | None, share: bool) -> str:
 
 def serve(demo, host: str | None, port: int | None, share: bool) -> None:
     """Launch `demo` and block until Ctrl-C."""
-    # Before any request: torch fixes each worker thread's count the first time it computes.
-    print(f"specviz: {threads.apply()}", flush=True)
+    # Before any request: Gradio steps a run's generator on whichever pool thread is free, and
+    # torch fixes each thread's count the first time it computes, so the app chooses once.
+    print(f"specviz: {threads.for_run('app')}", flush=True)
     demo.launch(server_name=host, server_port=port, share=share, quiet=True, prevent_thread_lock=True,
                 **launch_options())
     print(serving_message(demo.local_url, demo.share_url, share), flush=True)
