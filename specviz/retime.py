@@ -64,13 +64,13 @@ def run_timing(events, elapsed: float) -> RunTiming:
 class Profile:
     """What drafting and verifying cost on some hardware, in plain decode steps."""
 
-    name: str  # as the page says it: "this machine (as measured)", "a GPU-like machine"
+    name: str  # as the page says it: "this machine (as measured)", "a GPU-like machine ..."
     verify: Callable[[float], float] | None = None  # v(m), a pass over m tokens / one plain step; None: as measured
     c: float | None = None  # one drafted token / one plain step; None: as measured
 
 
 def as_measured() -> Profile:
-    return Profile("this machine, as measured")
+    return Profile("this machine (as measured)")
 
 
 def from_curve(cost: Callable[[float], float], c: float) -> Profile:

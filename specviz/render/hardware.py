@@ -80,8 +80,9 @@ def curve_caption(curve, verified: float | None = None) -> str:
 
 def retime_figure(r) -> go.Figure:
     """Where each run's time goes on the profile, in plain decode steps: one stacked bar per run."""
-    title = "Re-timed (not measured)" + ("" if r is None else f" on {r.profile.name}")
-    fig = _style(go.Figure(), title, "time, in plain decode steps", "", height=250)
+    fig = _style(go.Figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
+                 height=300)
+    fig.update_layout(legend=dict(y=-0.42, traceorder="normal"), margin_b=40)
     if r is None:
         return _waiting(fig, "Generate a run (or replay a trace) to re-time it")
     rows = ["speculative", "baseline"]

@@ -49,11 +49,10 @@ def controls() -> Controls:
             with gr.Column(min_width=300):
                 profile = gr.Radio([THIS, GPU, CUSTOM], value=GPU, label="Re-time this run on",
                                    elem_id="sv-retime-profile")
-                with gr.Row():
-                    slope = gr.Slider(0, 1, value=SLOPE, step=0.01, min_width=140, elem_id="sv-retime-slope",
-                                      label="custom: each extra verified token costs (steps)")
-                    c = gr.Slider(0, 1, value=C, step=0.01, min_width=140, elem_id="sv-retime-c",
-                                  label="custom: c, one drafted token costs (steps)")
+                slope = gr.Slider(0, 1, value=SLOPE, step=0.01, elem_id="sv-retime-slope",
+                                  label="custom: each extra verified token costs (plain steps)")
+                c = gr.Slider(0, 1, value=C, step=0.01, elem_id="sv-retime-c",
+                              label="custom: c, one drafted token costs (plain steps)")
                 result = gr.HTML(elem_id="sv-retime-result")
                 bars = gr.Plot(retime_figure(None), label="re-timed runs", show_label=False,
                                elem_id="sv-retime-bars")
