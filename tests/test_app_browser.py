@@ -84,6 +84,11 @@ def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, ur
     assert "Re-timed, not measured" in page.locator("#sv-retime-result").inner_text()
     assert page.locator('#sv-cost-caption [data-curve="measured"]').count() == 1
     assert page.locator("#sv-cost-curve .js-plotly-plot .main-svg").count() > 0
+    slope = page.locator("#sv-retime-slope input[type=number]")
+    slope.fill("0.5")
+    slope.press("Enter")  # a custom cost picks the custom profile and re-times at once
+    page.wait_for_function("document.querySelector('#sv-retime-result').innerText.includes('+0.50 step')",
+                           timeout=HANG)
 
     spec.locator('[data-kind="rejected"]').first.hover()  # the hover card shows in the screenshot
     page.screenshot(path=str(OUT / "playground.png"), full_page=True)

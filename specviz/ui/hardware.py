@@ -68,7 +68,7 @@ def wire(c: Controls, session, after: list) -> None:
         event.then(show, inputs, outputs, **instant)
     c.profile.change(show, inputs, outputs, **instant)
     for slider in (c.slope, c.c):
-        slider.release(lambda s, _, slope, cost: [CUSTOM, *show(s, CUSTOM, slope, cost)], inputs,
+        slider.change(lambda s, _, slope, cost: [CUSTOM, *show(s, CUSTOM, slope, cost)], inputs,
                        [c.profile, *outputs], **instant)
 
 
