@@ -191,6 +191,7 @@ def test_predicted_speedup_charges_the_verify_cost_this_machine_measured():
     # E = (1 - 0.75^5) / 0.25 = 3.05078125 tokens a step; c = 0.05, so a step costs 4 * 0.05 + 1.4 steps
     assert h.predicted == pytest.approx(3.05078125 / 1.6)
     assert "v = 1.40" in headline_html(h) and "measured verify-cost curve" in headline_html(h)
+    assert "predicted speedup (verify 1.40×)" in headline_html(h)  # on the card, not only in its hint
     assumed = headline(spec, base)
     assert assumed.v is None and assumed.predicted == pytest.approx(3.05078125 / 1.2)
     assert "v = 1 (assumed" in headline_html(assumed)

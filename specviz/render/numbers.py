@@ -102,7 +102,8 @@ def headline_html(h: Headline) -> str:
     cards = [
         _card("measured speedup", _x(h.speedup, h),
               f"speculative tokens/s divided by baseline tokens/s (engine time, prefill included){wait}", "speedup"),
-        _card("predicted speedup", "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
+        _card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
+              "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
         _card("α acceptance rate", f"{h.alpha:.2f}",
               "accepted draft tokens / drafted tokens" + (" along the branch the target followed" if h.trees else ""),
               "alpha"),
