@@ -110,7 +110,7 @@ def _progress(message: str, fraction: float) -> None:
 
 
 def generate(args) -> int:
-    from . import models
+    from . import models, verify_cost
     from .drafters.choose import make_drafter
     from .engine import baseline_generate, speculative_generate, warm_up
     from .events import RunEnd, event_to_dict
@@ -129,6 +129,8 @@ def generate(args) -> int:
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
     warm_up(target.model, drafter, prompt, cfg)
+    # Why checking is cheap (or not) here: timed after warm-up and before the runs, never inside them.
+    curve = verify_cost.curve(target.model) if args.json else None
 
     spec = speculative_generate(target.model, drafter, prompt, cfg)
     runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
@@ -152,6 +154,8 @@ def generate(args) -> int:
         "stats": end.stats.to_dict(),
         "steps": [event_to_dict(s) for s in steps],
     }
+    if curve is not None:
+        result["verify_cost"] = curve.to_dict()
     if base is not None:
         result["baseline"] = {"text": "".join(models.token_strings(target, _without_eos(target, base.token_ids))),
                               "token_ids": list(base.token_ids), "tokens_per_s": base.stats.tokens_per_s,

@@ -79,6 +79,16 @@ def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, ur
         assert page.locator(f"#sv-chart-{chart} .js-plotly-plot .main-svg").count() > 0, chart
     assert page.locator('#sv-headline [data-metric="speedup"]').count() == 1
     assert "target's top token" in page.locator("#sv-inspector").inner_text()  # greedy: the argmax rule
+    # Why checking is cheap: the verify-cost curve, and the run re-timed (labelled as such) on a GPU-like profile.
+    page.wait_for_selector("#sv-retime-result .sv-retime[data-speedup]", timeout=HANG)
+    assert "Re-timed, not measured" in page.locator("#sv-retime-result").inner_text()
+    assert page.locator('#sv-cost-caption [data-curve="measured"]').count() == 1
+    assert page.locator("#sv-cost-curve .js-plotly-plot .main-svg").count() > 0
+    slope = page.locator("#sv-retime-slope input[type=number]")
+    slope.fill("0.5")
+    slope.press("Enter")  # a custom cost picks the custom profile and re-times at once
+    page.wait_for_function("document.querySelector('#sv-retime-result').innerText.includes('+0.50 step')",
+                           timeout=HANG)
 
     spec.locator('[data-kind="rejected"]').first.hover()  # the hover card shows in the screenshot
     page.screenshot(path=str(OUT / "playground.png"), full_page=True)

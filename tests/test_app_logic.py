@@ -1,6 +1,7 @@
 """The app below the page: what visitors may ask for, how runs report progress and failure."""
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -216,3 +217,52 @@ def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkey
     fake = types.SimpleNamespace(GPU=lambda duration: lambda fn: calls.append(duration) or ("on gpu", fn))
     monkeypatch.setitem(sys.modules, "spaces", fake)
     assert on_gpu(handler) == ("on gpu", handler) and calls and calls[0] > 0
+
+
+# ---- why checking is cheap, and the run re-timed on other hardware -----------------------
+
+def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_it(app_models):
+    from specviz import verify_cost
+    from specviz.ui import hardware, replay
+    from specviz.ui.handlers import Session
+
+    model = real_models.load(app_models["target"]).model
+    verify_cost._CURVES.pop(model, None)  # measured by an earlier test of this session, perhaps
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], max_new_tokens=24)
+    messages = []
+    for frame in runner.playground(s, Policy(), real_models, never):
+        messages.append((frame.state, frame.message))
+    assert frame.state == "done" and frame.curve is verify_cost.known(model)
+    measuring = messages.index(next(m for m in messages if m[1].startswith("Measuring the verify cost curve")))
+    assert measuring < messages.index(next(m for m in messages if m[0] == "running"))  # never inside the run
+    summary = playground_summary(frame)
+    assert summary["verify_cost"]["sizes"] == [1, 2, 4, 8, 16, 32] and summary["headline"]["v"] is not None
+    again = [f.message for f in runner.playground(s, Policy(), real_models, never)]
+    assert not any(m.startswith("Measuring") for m in again)  # once per model
+
+    session = Session()
+    session.last, session.run, session.settings = frame, frame, s
+    curve_fig, caption, result, bars = hardware.show(session, hardware.THIS, 0.1, 0.05)
+    assert 'data-curve="measured"' in caption and "Re-timed, not measured" in result
+    as_measured = float(re.search(r'data-speedup="([\d.]+)"', result).group(1))
+    assert as_measured == pytest.approx(summary["headline"]["speedup"], rel=0.05)
+    assert [t.name for t in curve_fig.data][:3] == ["if each token cost a full step",
+                                                   "ideal: memory-bound, extra tokens free", "measured on this machine"]
+    _, _, gpu, bars = hardware.show(session, hardware.GPU, 0.1, 0.05)
+    assert "GPU-like" in gpu and len(bars.data) == 4
+    # After a replay of the run (step-through), the block re-times what is on screen.
+    r = replay.step_through(session)[-1]
+    assert 'data-curve="measured"' in hardware.show(session, hardware.GPU, 0, 0)[1]  # no step shown yet
+    replay.step(r, session, +3)
+    assert session.last is not frame and len(session.last.spec.steps) == 3
+    assert "Re-timed, not measured" in hardware.show(session, hardware.GPU, 0, 0)[2]
+
+
+def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():
+    from specviz.ui import hardware
+    from specviz.ui.handlers import Session
+
+    demo = build_app(Policy(), examples=[])
+    ids = {c["props"].get("elem_id") for c in demo.config["components"]}
+    assert {"sv-hardware-box", "sv-cost-curve", "sv-retime-profile", "sv-retime-result"} <= ids
+    assert "Generate a run" in hardware.show(Session(), hardware.GPU, 0.1, 0.05)[2]

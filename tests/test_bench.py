@@ -306,7 +306,7 @@ def test_terminal_report_lists_every_arm(tiny_result, capsys):
     assert "Where a decode step's time goes" in out
 
 
-def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkeypatch):
+def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkeypatch, capsys):
     handle = loaded(target, CharTokenizer())
     monkeypatch.setattr("specviz.models.load", lambda *a, **kw: handle)
     path = _write(tmp_path, ['{"id": "a", "category": "qa", "prompt": "abcabcabcabc", "chat": false}'])
@@ -319,6 +319,9 @@ def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkey
     doc = json.loads(open(f"{out}.json").read())
     assert [r["arm"] for r in doc["summary"] if r["category"] == "all"] == ["baseline", "pld k=2", "pld k=3"]
     assert doc["config"]["ks"] == [2, 3]
+    cost = doc["verify_cost"]  # the target's verify-cost curve, measured after the runs
+    assert cost["sizes"] == [1, 2, 4, 8, 16, 32] and cost["relative"][0] == 1.0 and cost["weight_bytes"] > 0
+    assert "Why checking is cheap" in capsys.readouterr().out
     assert (tmp_path / "out.csv").exists() and (tmp_path / "out.html").exists()
 
 

@@ -48,6 +48,9 @@ def test_json_has_what_scripts_read(capsys, folders, drafter):
     assert r["stats"]["tokens"] == len(r["token_ids"]) > 0
     assert sum(len(s["emitted"]) for s in r["steps"]) == len(r["token_ids"])
     assert r["baseline"]["tokens_per_s"] > 0
+    cost = r["verify_cost"]  # the target's measured verify-cost curve, once per model
+    assert cost["sizes"] == [1, 2, 4, 8, 16, 32] and len(cost["seconds"]) == 6 and cost["relative"][0] == 1.0
+    assert cost["weight_bytes"] > 0 and all(t > 0 for t in cost["seconds"])
 
 
 def test_sampling_flags_and_no_baseline(capsys, folders):

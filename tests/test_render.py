@@ -175,6 +175,28 @@ def test_headline_uses_the_engines_numbers():
     assert h.calls_saved == 12 and h.base_calls == 16  # plain decoding: one pass per token
 
 
+def test_predicted_speedup_charges_the_verify_cost_this_machine_measured():
+    """The page predicted 1.61x beside a measured 1.06x, assuming a 5-token verify costs one
+    step; with the measured curve, v = T(k+1)/T(1) enters the denominator."""
+    from specviz.verify_cost import VerifyCurve
+
+    spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
+                  tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
+                  elapsed=0.5)
+    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
+                  elapsed=1.0)
+    curve = VerifyCurve(sizes=(1, 2, 4, 8), seconds=(0.1, 0.11, 0.13, 0.17), weight_bytes=1)  # v(5) = 1.4
+    h = headline(spec, base, curve)
+    assert h.v == pytest.approx(1.4) and h.verified == pytest.approx(5.0)
+    # E = (1 - 0.75^5) / 0.25 = 3.05078125 tokens a step; c = 0.05, so a step costs 4 * 0.05 + 1.4 steps
+    assert h.predicted == pytest.approx(3.05078125 / 1.6)
+    assert "v = 1.40" in headline_html(h) and "measured verify-cost curve" in headline_html(h)
+    assert "predicted speedup (verify 1.40×)" in headline_html(h)  # on the card, not only in its hint
+    assumed = headline(spec, base)
+    assert assumed.v is None and assumed.predicted == pytest.approx(3.05078125 / 1.2)
+    assert "v = 1 (assumed" in headline_html(assumed)
+
+
 def test_headline_says_measuring_early_and_never_saves_negative_calls():
     """Seen in the app: '3.41x measured speedup' at alpha 0 after one step, '-1 target calls saved'."""
     spec = spec_trace((step(0, [1, 2], 0, 5), Labels(draft=("a", "b"), token="e")),
@@ -200,6 +222,12 @@ def test_tree_runs_count_alpha_along_the_branch_and_predict_nothing():
     h = headline(spec, Trace("baseline", speculative=False))
     assert h.alpha == pytest.approx(2 / 3) and h.trees and h.predicted is None
     assert "n/a for trees" in headline_html(h)
+    from specviz.verify_cost import VerifyCurve
+
+    # A tree is verified whole: its 9 nodes and the pending token ride in one pass of 10.
+    curved = headline(spec, Trace("baseline", speculative=False), VerifyCurve((1, 2, 4, 8, 16), (1, 1, 1, 1, 2), 1))
+    assert curved.verified == 10 and curved.v == pytest.approx(1.25) and curved.predicted is None
+    assert "a tree of 10.0 tokens costs v = 1.25" in html.unescape(headline_html(curved))
 
 
 def test_greedy_check_and_sampling_explanation():

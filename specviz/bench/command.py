@@ -167,8 +167,11 @@ def main(args: argparse.Namespace) -> int:
         "prompt_tokens": result.prompt_tokens,
     }
     env = report.environment(target.device, target.dtype, load_before)
+    from ..verify_cost import curve
+
+    verify = curve(target.model).to_dict()  # after the runs, never inside one (cached per model)
     try:
-        doc = report.document(result, summarise(result), config, env)
+        doc = report.document(result, summarise(result), config, env) | {"verify_cost": verify}
     except Exception:
         if args.json:  # never lose a long run to a slip in the arithmetic: keep the raw runs
             report.write_json(report.raw_document(result, config, env), args.json)

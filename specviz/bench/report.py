@@ -16,6 +16,8 @@ JSON schema "specviz.bench/1":
     drift{}     median/min/max of (baseline's in-run target step / measured one-token forward)
     runs[]      every run: prompt_id, category, arm, repeat, tokens, seconds, prefill, steps, ...
     prompt_costs{}  per prompt: forward_ms{n: ms of one target forward over n new tokens}
+    verify_cost{}   the target's verify-cost curve (verify_cost.VerifyCurve.to_dict): sizes, seconds,
+                 relative (T(m) / T(1)), weight_bytes, bandwidth_bytes_per_s, device, dtype
 """
 from __future__ import annotations
 
@@ -148,6 +150,13 @@ def cost_table(doc: dict) -> str:
     return table(header, rows)
 
 
+def verify_table(cost: dict) -> str:
+    """The verify-cost curve: one forward over m tokens, in ms and against one token."""
+    rows = [[str(m), _num(1e3 * t, 1), f"{v:.2f}x", f"{m}x"]
+            for m, t, v in zip(cost["sizes"], cost["seconds"], cost["relative"])]
+    return table(["tokens in one pass", "ms", "vs one token", "if each cost a step"], rows)
+
+
 def print_report(doc: dict, out=None) -> None:
     out = out or sys.stdout
     c = doc["config"]
@@ -161,6 +170,12 @@ def print_report(doc: dict, out=None) -> None:
           "cost model predicts; eff: dec.x / pred; same: prompts identical to the baseline", file=out)
     print("\nWhere a decode step's time goes\n" + phase_table(doc), file=out)
     print("\nTarget forward cost by new tokens (verify cost ratio v(n))\n" + cost_table(doc), file=out)
+    if doc.get("verify_cost"):
+        cost = doc["verify_cost"]
+        print("\nWhy checking is cheap: one target forward over m tokens (fixed short context; ideal: flat)\n"
+              + verify_table(cost), file=out)
+        print(f"each pass reads {cost['weight_bytes'] / 1e6:.0f} MB of weights; a one-token pass reading them "
+              f"once runs at {cost['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s", file=out)
     d = doc["drift"]
     if d["median"] is not None:
         print(f"\nbaseline's in-run target step / measured one-token forward: median {d['median']:.2f} "

@@ -1,10 +1,13 @@
 """The headline numbers: measured speedup beside what the theory predicts, alpha, tau, calls saved.
 
 Theory (Leviathan et al. 2023): with acceptance rate alpha and k drafts per step, a step
-yields E[tokens] = (1 - alpha^(k+1)) / (1 - alpha) and costs (c k + 1) target-step times,
-where c is the cost of one draft token relative to one target decode step. So the predicted
-speedup is (1 - alpha^(k+1)) / ((1 - alpha)(c k + 1)). Here c is measured: mean draft
-time per step over k, divided by the baseline's mean time per token.
+yields E[tokens] = (1 - alpha^(k+1)) / (1 - alpha) and costs (c k + v) target-step times,
+where c is the cost of one draft token relative to one target decode step and v that of
+verifying k + 1 tokens in one pass. So the predicted speedup is
+(1 - alpha^(k+1)) / ((1 - alpha)(c k + v)). Here c is measured: mean draft time per step
+over k, divided by the baseline's mean time per token; v is read off this machine's
+measured verify-cost curve (verify_cost.py) at k + 1 tokens. The paper's v = 1 (verifying
+is free of its length) holds on a GPU, not on a CPU: with no curve it is only assumed.
 """
 from __future__ import annotations
 
@@ -33,12 +36,15 @@ class Headline:
     base_calls: int  # target passes plain decoding needs for the speculative run's tokens (one per token)
     timing: str = "measured"  # measured | measuring (too few tokens yet) | too short (done with too few)
     trees: bool = False  # the drafter proposed trees: the chain formula does not predict them
+    v: float | None = None  # verify cost of k + 1 tokens / one token, from the measured curve (None: assumed 1)
+    verified: float = 1.0  # mean tokens in one verify pass: k + 1, or a tree's nodes + 1
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def headline(spec: Trace, base: Trace) -> Headline:
+def headline(spec: Trace, base: Trace, curve=None) -> Headline:
+    """curve: the target's verify_cost.VerifyCurve on this machine (None: verifying assumed free)."""
     s, b = spec.stats(), base.stats()
     timing = "measured"
     if min(s.tokens, b.tokens) < MIN_TOKENS:
@@ -49,14 +55,19 @@ def headline(spec: Trace, base: Trace) -> Headline:
     c = None
     if k > 0 and base_step > 0:
         c = (s.draft_time / s.steps) / k / base_step
-    trees = any(e.tree is not None for e in spec.steps)
+    steps = spec.steps
+    trees = any(e.tree is not None for e in steps)
+    # A tree is verified whole: every node rides in the one pass, so its size sets the cost.
+    verified = 1 + (sum(len(e.tree.tokens) if e.tree else len(e.draft) for e in steps) / len(steps) if trees else k)
+    v = curve.cost(verified) if curve is not None and steps else None
     predicted = None
     if c is not None and timing == "measured" and not trees:
-        predicted = predicted_speedup(s.acceptance_rate, k, c)
+        predicted = predicted_speedup(s.acceptance_rate, k, c, 1.0 if v is None else v)
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
         alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,
         calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
+        v=v, verified=verified,
     )
 
 
@@ -77,14 +88,22 @@ def _x(value: float | None, h: Headline) -> str:
 def headline_html(h: Headline) -> str:
     c = "—" if h.c is None else f"{h.c:.2f}"
     wait = f"; shown once both runs have {MIN_TOKENS} tokens" if h.timing != "measured" else ""
-    formula = (f"(1 − α^(k+1)) / ((1 − α)(c·k + 1)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
-               f"(mean draft length), c = {c} (draft token cost / target step cost){wait}")
+    if h.v is None:
+        v = "v = 1 (assumed: verifying k + 1 tokens costs one step; no verify-cost curve measured)"
+    else:
+        v = (f"v = {h.v:.2f} (verifying {h.verified:.1f} tokens in one pass, from this machine's measured "
+             "verify-cost curve)")
+    formula = (f"(1 − α^(k+1)) / ((1 − α)(c·k + v)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
+               f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{wait}")
     if h.trees:
-        formula = "tree drafts: the chain formula (1 − α^(k+1)) / ((1 − α)(c·k + 1)) does not describe them"
+        formula = ("tree drafts: the chain formula (1 − α^(k+1)) / ((1 − α)(c·k + v)) does not describe them"
+                   + ("" if h.v is None else f"; verifying a tree of {h.verified:.1f} tokens costs "
+                      f"v = {h.v:.2f} steps here (re-time the run below to see what that does)"))
     cards = [
         _card("measured speedup", _x(h.speedup, h),
               f"speculative tokens/s divided by baseline tokens/s (engine time, prefill included){wait}", "speedup"),
-        _card("predicted speedup", "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
+        _card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
+              "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
         _card("α acceptance rate", f"{h.alpha:.2f}",
               "accepted draft tokens / drafted tokens" + (" along the branch the target followed" if h.trees else ""),
               "alpha"),

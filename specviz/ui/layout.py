@@ -10,7 +10,7 @@ import gradio as gr
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS
 from ..engine import K_MAX
-from . import distribution, exactness, reading, replay, serving
+from . import distribution, exactness, hardware, reading, replay, serving
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
@@ -174,6 +174,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
                         replay_controls = replay.controls()
+                        hardware_controls = hardware.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
@@ -183,7 +184,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
         generate = run.click(handlers.arm, session, session, **instant).then(
             handlers.generate, session, [*outputs, session], inputs_kwargs=play,
             api_name="generate", **queued)
-        replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
+        replayed = replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
+        hardware.wire(hardware_controls, session, [generate, *replayed])
         distribution.wire(dist_controls, session, step)
         exactness.wire(exact_controls, policy, models, drafter, controls, handlers.line)
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(

@@ -80,25 +80,27 @@ def controls() -> Controls:
     return Controls(download, upload, about, speed, play, pause, previous, next_, steps)
 
 
-def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) -> None:
+def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) -> list:
     """Connect the block: the download follows each playground run; the replay fills `outputs`
     (the playground's, in playground_values order) and the session the step inspector reads,
-    and a loaded trace puts its prompt in the `prompt` box, so the page shows what was asked."""
+    and a loaded trace puts its prompt in the `prompt` box, so the page shows what was asked.
+    Returns the events that put a replayed run on screen, for blocks that follow it."""
     state = gr.State(None)
     shown = [*outputs, session, state]
     instant = dict(queue=False, api_visibility="private")
     generate.then(offer_download, session, c.download, **instant)
-    c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session], [*shown, c.about, prompt],
-                    **instant)
+    opened = c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session],
+                             [*shown, c.about, prompt], **instant)
     # A race mostly sleeps between events, so a few may run beside the models' line.
-    c.play.click(race, [state, session, c.speed], shown, api_visibility="private", concurrency_limit=4,
-                 concurrency_id="replay")
+    raced = c.play.click(race, [state, session, c.speed], shown, api_visibility="private", concurrency_limit=4,
+                         concurrency_id="replay")
     c.pause.click(pause, state, state, **instant)
-    c.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
-    c.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
-    c.stepping.live.click(step_through, session, shown, **instant)
-    c.stepping.phases.click(play_phases, [state, session, c.speed], shown, api_visibility="private",
-                            concurrency_limit=4, concurrency_id="replay")
+    back = c.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
+    on = c.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
+    live = c.stepping.live.click(step_through, session, shown, **instant)
+    phased = c.stepping.phases.click(play_phases, [state, session, c.speed], shown, api_visibility="private",
+                                     concurrency_limit=4, concurrency_id="replay")
+    return [opened, raced, back, on, live, phased]
 
 
 # Download ------------------------------------------------------------------------------------

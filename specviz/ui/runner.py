@@ -17,6 +17,7 @@ from typing import Callable, Generator, Iterator
 
 import torch
 
+from .. import verify_cost
 from ..drafters import choose
 from ..engine import baseline_generate, speculative_generate, warm_up
 from ..errors import SpecvizError
@@ -50,6 +51,7 @@ class Frame:
     ahead: int | None = None  # runs ahead of this one in the line, while it waits
     charts: bool = True  # redraw the charts and the step inspector with this frame (see throttle)
     playing: tuple | None = None  # a step played in phases, (StepEvent, Labels, phase), after spec's text
+    curve: object = None  # the target's verify_cost.VerifyCurve on this machine, once measured
 
     @property
     def spec(self) -> Trace:
@@ -176,6 +178,19 @@ def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
     return frame
 
 
+def _measure_curve(model, frame: Frame) -> Iterator[Frame]:
+    """The target's verify-cost curve, measured once per model and device, before any run is
+    timed (it takes the machine for a second or two); later runs find it measured."""
+    frame.curve = verify_cost.known(model)
+    if frame.curve is None:
+        frame.message = "Measuring the verify cost curve (once per model)…"
+        yield frame
+        try:
+            frame.curve = verify_cost.curve(model)
+        except Exception:  # the curve explains the run; failing to measure it must not stop the run
+            log.exception("could not measure the verify cost curve")
+
+
 def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]) -> Iterator[Frame]:
     """The speculative run and the baseline, advanced in turn (never concurrently)."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
@@ -188,6 +203,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         if should_stop():
             raise _Stopped
         warm_up(target.model, drafter, ids, cfg)  # untimed, as the CLI does
+        yield from _measure_curve(target.model, frame)
         should_stop.start()
         frame.state, frame.message, frame.fraction = "running", f"Generating with {target.name}…", None
         steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),

@@ -33,7 +33,8 @@ def playground_summary(frame: Frame) -> dict:
         # Greedy: identical over the tokens both runs produced (compared_tokens); Stop ends them apart.
         "identical": same if frame.greedy else None, "first_difference": first_difference,
         "compared_tokens": min(len(spec.token_ids), len(base.token_ids)),
-        "headline": headline(spec, base).to_dict(),
+        "headline": headline(spec, base, frame.curve).to_dict(),
+        "verify_cost": None if frame.curve is None else frame.curve.to_dict(),
         "speculative": _run_dict(spec), "baseline": _run_dict(base),
     }
 
@@ -63,7 +64,7 @@ def playground_values(frame: Frame) -> list:
     return [
         status_html(frame.message, frame.state, frame.fraction),
         agreement_html(spec, base, frame.greedy) if started else "",
-        headline_html(headline(spec, base)) if started else "",
+        headline_html(headline(spec, base, frame.curve)) if started else "",
         panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
         panel_html(base, "Baseline · plain decoding", _run_note(base)),
         *_charts(frame),
