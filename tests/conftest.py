@@ -45,6 +45,26 @@ def noisy_copy(model, scale: float, seed: int = 1):
 
 
 @pytest.fixture(scope="session")
+def _smol_loaded():
+    from specviz.models import load
+
+    return load("default", device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def smol(_smol_loaded):
+    """The real embedded SmolLM2-135M-Instruct (fp32, CPU), loaded once per test process."""
+    from specviz import threads
+
+    before = torch.get_num_threads()
+    # What the app would choose here without SPECVIZ_THREADS (the tiny tests keep 1, restored
+    # after the module): a real model's multiplies do use more cores, but not one a neighbour keeps busy.
+    torch.set_num_threads(threads.choose(threads.usable_cores(), os.getloadavg()[0], role="app"))
+    yield _smol_loaded
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
 def target():
     return tiny_llama(seed=0)
 

@@ -5,13 +5,10 @@ transformers' own greedy generate, on real chat prompts.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from specviz import (DraftModel, GenerationConfig, PromptLookup, baseline_generate, collect, speculative_generate,
-                     threads)
+from specviz import (DraftModel, GenerationConfig, PromptLookup, baseline_generate, collect, speculative_generate)
 
 pytestmark = pytest.mark.embedded
 
@@ -20,18 +17,6 @@ PROMPTS = [
     "Repeat this list exactly: apples, pears, plums, cherries, apples, pears, plums, cherries.",
     "Rewrite with type hints:\ndef area(w, h):\n    return w * h\n",
 ]
-
-
-@pytest.fixture(scope="module")
-def smol():
-    from specviz.models import load
-
-    before = torch.get_num_threads()
-    # What the CLI would choose here without SPECVIZ_THREADS (conftest pins the tiny tests to 1):
-    # a real model's multiplies do use more cores, but not one a neighbour keeps busy.
-    torch.set_num_threads(threads.choose(threads.usable_cores(), os.getloadavg()[0]))
-    yield load("default", device="cpu", dtype="fp32")
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 Playground, Compare and Serving engine tabs, on the right."""
 from __future__ import annotations
 
-import json
 import pathlib
 
 import gradio as gr
@@ -11,6 +10,7 @@ from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side
 from ..render.compare import HEADERS
 from ..engine import K_MAX
 from . import distribution, exactness, hardware, reading, replay, serving
+from .examples import Example, load_examples, note_html
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
@@ -25,10 +25,6 @@ INTRO = (
 )
 READY = "Ready: pick a drafter and press Generate."
 WAITING = "Press Generate: the tokens appear here as they are decoded."
-
-
-def load_examples(path: pathlib.Path = ASSETS / "examples.json") -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def theme() -> gr.themes.Base:
@@ -77,14 +73,29 @@ def _settings(policy: Policy) -> dict:
                 max_new_tokens=max_new_tokens, chat=chat)
 
 
-def _prompt(examples: list[dict]) -> gr.Textbox:
-    """The prompt both tabs run, above them, with the examples that fill it."""
-    prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, value=examples[0]["prompt"] if examples else "",
+def _prompt(examples: list[Example]):
+    """The prompt both tabs run, above them, with the examples that fill it (and what each teaches)."""
+    prompt = gr.Textbox(label="Prompt", lines=4, max_lines=8, value=examples[0].prompt if examples else "",
                         elem_id="sv-prompt")
+    picker = None
     if examples:
-        gr.Examples(examples=[[e["prompt"]] for e in examples], inputs=[prompt], cache_examples=False,
-                    example_labels=[e["name"] for e in examples], label="Examples")
-    return prompt
+        picker = gr.Examples(examples=[[e.prompt] for e in examples], inputs=[prompt], cache_examples=False,
+                             example_labels=[e.label for e in examples], label="Examples, measured on a 2-core CPU")
+    note = gr.HTML(note_html(examples[0]) if examples else "", elem_id="sv-example-note")
+    return prompt, picker, note
+
+
+def _wire_examples(examples: list[Example], picker, prompt, drafter, note) -> None:
+    """A picked example also picks the drafter it was measured with and says what it teaches."""
+    if picker is None:
+        return
+    by_prompt = {e.prompt: e for e in examples}
+
+    def pick(text):
+        e = by_prompt.get(text)
+        return (gr.Dropdown(value=e.drafter), note_html(e)) if e else (gr.Dropdown(), "")
+
+    picker.load_input_event.then(pick, prompt, [drafter, note], queue=False, api_visibility="private")
 
 
 def _playground_tab(policy: Policy):
@@ -143,7 +154,7 @@ def _compare_tab(policy: Policy):
     return drafters, run, stop, outputs
 
 
-def build_app(policy: Policy | None = None, models=None, examples: list[dict] | None = None,
+def build_app(policy: Policy | None = None, models=None, examples: list[Example] | None = None,
               engines=None) -> gr.Blocks:
     """The whole app. `models` defaults to specviz.models (tests may pass their own loader);
     `engines`, the functions that talk to serving engines, to specviz.serving's (serving.default_backend)."""
@@ -167,7 +178,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
                 controls = _settings(policy)
             with gr.Column(scale=3, min_width=320):
-                controls = dict(prompt=_prompt(examples)) | controls
+                prompt, picker, note = _prompt(examples)
+                controls = dict(prompt=prompt) | controls
                 with gr.Tabs():
                     with gr.Tab("Playground", id="playground"):
                         drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
@@ -179,6 +191,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[dict] | 
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
                         server_controls = serving.controls(policy, server_runs)
+        _wire_examples(examples, picker, prompt, drafter, note)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(

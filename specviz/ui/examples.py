@@ -1,0 +1,69 @@
+"""The page's examples: the bench suite assets/bench/examples.jsonl, chosen by measurement.
+
+Each line is a bench prompt (id, category = the lesson: copying, predicting, does not pay) plus
+what the page needs: a short name, the drafter it suggests, one sentence of what it teaches and
+the check its answer passes (tests/test_examples.py runs it on the real model). The speedups
+shown beside them come from the committed bench run over that suite, whose JSON records the
+command, machine and date (assets/bench/examples-results.json); re-measure with that command.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import dataclass, field
+
+from ..bench.suite import ASSETS, load_suite
+from ..drafters.choose import drafter_label
+
+RESULTS = ASSETS / "examples-results.json"
+K = 4  # the k the results were measured at (the page's default)
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    category: str  # the lesson
+    name: str
+    prompt: str
+    drafter: str
+    teaches: str
+    check: dict
+    tokens: int = 128  # enough for the whole answer (the check's test generates this many)
+    measured: dict = field(default_factory=dict)  # the suggested drafter's bench entry at K
+
+    @property
+    def speedup(self) -> float:
+        return self.measured.get("speedup") or 0.0
+
+    @property
+    def label(self) -> str:
+        """The example's button: what it shows, the drafter it uses, what it measured."""
+        what = f"{drafter_label(self.drafter)}, {self.speedup:.2f}x measured" if self.measured else drafter_label(self.drafter)
+        return f"{self.name} ({what})"
+
+
+def load_results(path: pathlib.Path = RESULTS) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def load_examples(suite: pathlib.Path = ASSETS / "examples.jsonl", results: pathlib.Path = RESULTS) -> list[Example]:
+    entries = {(e["prompt_id"], e["arm"]): e for e in load_results(results).get("prompts", [])}
+    raw = [json.loads(line) for line in suite.read_text(encoding="utf-8").splitlines() if line.strip()]
+    load_suite(str(suite))  # the same checks as the bench's: ids unique, prompts well formed
+    return [Example(id=r["id"], category=r["category"], name=r["name"], prompt=r["prompt"], drafter=r["drafter"],
+                    teaches=r["teaches"], check=r["check"], tokens=r.get("tokens", 128),
+                    measured=entries.get((r["id"], f"{r['drafter']} k={K}"), {}))
+            for r in raw]
+
+
+def note_html(example: Example) -> str:
+    """What a picked example teaches, with its measured figures (escaped: the text is ours, but a
+    user may edit the suite)."""
+    from html import escape
+
+    m = example.measured
+    figures = ""
+    if m:
+        figures = (f" Measured with {escape(drafter_label(example.drafter))} at k = {K}: "
+                   f"acceptance {m['alpha']:.2f}, {m['tau']:.2f} tokens per target pass, {m['speedup']:.2f}x.")
+    return f'<div class="sv-example-note"><b>{escape(example.category.capitalize())}.</b> {escape(example.teaches)}{figures}</div>'

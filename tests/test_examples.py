@@ -1,0 +1,127 @@
+"""The app's examples (assets/bench/examples.jsonl): tasks the embedded 135M model really does well,
+each with the drafter it suggests and the speedup measured for it.
+
+A teacher's first clicks must show speculative decoding working on correct output, so every
+example carries a machine check of its answer (code that runs, JSON that parses to the right
+object, a copy that keeps every word...), and a slow test regenerates each one greedily on the
+real model and applies it, with the suggested drafter's output identical to the baseline's.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+
+from specviz.ui import examples as app_examples
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def first_json(text: str):
+    """The first JSON object in the text (inside a code fence or not)."""
+    start = text.find("{")
+    if start < 0:
+        raise AssertionError(f"no JSON object in {text!r}")
+    return json.JSONDecoder().raw_decode(text[start:])[0]
+
+
+def code_block(text: str, language: str) -> str:
+    m = re.search(rf"```{language}\s*\n(.*?)```", text, re.S)
+    assert m, f"no ```{language} block in {text!r}"
+    return m.group(1)
+
+
+def check(spec: dict, text: str) -> None:
+    """Raise AssertionError unless `text` does the example's task (spec: its "check" object)."""
+    kind = spec["kind"]
+    if kind == "same_words":  # a faithful copy: every word, in order (punctuation may differ)
+        assert words(text) == words(spec["source"]), text
+    elif kind == "json_block":
+        assert first_json(text) == spec["expect"], text
+    elif kind == "counting":  # 1, 2, 3, ... with nothing skipped, at least this far (the last may be cut short)
+        numbers = re.findall(r"\d+", text)
+        whole = [int(n) for n in numbers[:-1]]
+        assert whole == list(range(1, len(numbers))) and str(len(numbers)).startswith(numbers[-1]), text
+        assert len(whole) >= spec["at_least"], text
+    elif kind == "python_function":
+        namespace: dict = {}
+        exec(compile(code_block(text, "python"), "<example>", "exec"), namespace)  # noqa: S102 (our model's output)
+        functions = [v for k, v in namespace.items() if callable(v) and not k.startswith("__")]
+        assert len(functions) == 1, text
+        for args, result in spec["calls"]:
+            assert functions[0](*args) == result, text
+    elif kind == "sql":  # runs, and selects what was asked on a table that has it
+        db = sqlite3.connect(":memory:")
+        db.execute(spec["schema"])
+        db.executemany("INSERT INTO users VALUES (?, ?, ?)", [("Ana", "ana@x.org", 25), ("Bo", "bo@x.org", 41)])
+        cursor = db.execute(code_block(text, "sql"))
+        assert [c[0] for c in cursor.description] == ["name", "email"], text
+        assert cursor.fetchall() == [("Bo", "bo@x.org")], text
+    elif kind == "in_order":
+        places = [text.find(item) for item in spec["items"]]
+        assert -1 not in places and places == sorted(places), text
+    else:
+        raise AssertionError(f"unknown check kind {kind!r}")
+
+
+EXAMPLES = app_examples.load_examples()
+
+
+def test_the_examples_are_few_named_by_what_they_teach_and_first_is_the_most_convincing():
+    assert 6 <= len(EXAMPLES) <= 8
+    assert len({e.id for e in EXAMPLES}) == len(EXAMPLES)
+    for e in EXAMPLES:
+        assert e.teaches and e.name and e.check["kind"] and e.drafter
+    lessons = {e.category for e in EXAMPLES}
+    assert {"copying", "predicting", "does not pay"} <= lessons
+    paying = [e for e in EXAMPLES if e.category != "does not pay"]
+    assert EXAMPLES[0].speedup == max(e.speedup for e in paying)
+
+
+def test_every_example_that_says_it_pays_was_measured_paying():
+    """The committed bench results behind the labels (re-measure with the command they record)."""
+    results = app_examples.load_results()
+    assert "bench --suite examples" in results["config"]["command"]
+    for e in EXAMPLES:
+        assert e.measured, f"{e.id}: no measurement for its drafter {e.drafter}"
+        assert e.measured["identical_to_baseline"], e.id
+        if e.category == "does not pay":
+            assert e.speedup < 1.1, e.id
+        else:
+            assert e.speedup >= 1.3, f"{e.id}: {e.speedup:.2f}x with {e.drafter}"
+
+
+@pytest.mark.parametrize("kind, spec, good, bad", [
+    ("same_words", {"source": "One two, three."}, "one two three", "one two four"),
+    ("json_block", {"expect": {"a": 1}}, 'Here:\n```json\n{"a": 1}\n```', '{"a": 2}'),
+    ("counting", {"at_least": 3}, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1", "1, 2, 4, 5"),
+    ("python_function", {"calls": [[[3], 9]]}, "```python\ndef sq(x):\n    return x * x\n```",
+     "```python\ndef sq(x):\n    return x + x\n```"),
+    ("sql", {"schema": "CREATE TABLE users (name TEXT, email TEXT, age INTEGER)"},
+     "```sql\nSELECT name, email FROM users WHERE age > 30;\n```", "```sql\nSELECT name, email FROM users;\n```"),
+    ("in_order", {"items": ["May", "June"]}, "May\nJune", "June\nMay"),
+])
+def test_each_check_tells_a_right_answer_from_a_wrong_one(kind, spec, good, bad):
+    check({"kind": kind, **spec}, good)
+    with pytest.raises(AssertionError):
+        check({"kind": kind, **spec}, bad)
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_each_example_is_answered_correctly_and_exactly_by_the_real_model(smol, example):
+    from specviz import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.drafters.choose import make_drafter
+    from specviz.models import decode, encode_prompt
+
+    ids = encode_prompt(smol, example.prompt)
+    cfg = GenerationConfig(max_new_tokens=example.tokens, k=4, eos_token_ids=smol.eos_token_ids, top=0, raw_top=0)
+    _, base = collect(baseline_generate(smol.model, ids, cfg))
+    check(example.check, decode(smol, [t for t in base.token_ids if t not in smol.eos_token_ids]))
+    _, spec = collect(speculative_generate(smol.model, make_drafter(example.drafter, smol), ids, cfg))
+    assert spec.token_ids == base.token_ids
