@@ -216,3 +216,25 @@ def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkey
     fake = types.SimpleNamespace(GPU=lambda duration: lambda fn: calls.append(duration) or ("on gpu", fn))
     monkeypatch.setitem(sys.modules, "spaces", fake)
     assert on_gpu(handler) == ("on gpu", handler) and calls and calls[0] > 0
+
+
+def test_suffix_decoding_learns_from_the_visitors_runs_and_compare_leaves_the_memory_alone(app_models):
+    """The playground's run adds its answer to the visitor's memory (the next run drafts from
+    it); Compare reads it but adds nothing, so each round meets the same memory."""
+    from specviz.drafters.suffix_memory import SuffixMemory
+    from specviz.ui.handlers import Session
+
+    memory = SuffixMemory(1000)
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="suffix", max_new_tokens=16)
+    first = final(runner.playground(s, Policy(), real_models, never, memory=memory))
+    held = memory.sequences
+    assert first.state == "done" and len(held) == 1 and held[0][-16:] == list(first.spec.token_ids)
+    again = final(runner.playground(s, Policy(), real_models, never, memory=memory))
+    assert again.spec.end.stats.accepted > first.spec.end.stats.accepted
+    assert any("earlier requests" in e.source for e in again.spec.steps)
+    frame = final(compare_drafters(s, Policy(), real_models, never, rounds=2, drafters=["suffix"], memory=memory))
+    assert frame.state == "done" and len(memory.sequences) == 2
+    policy = hosted_policy()
+    assert {"suffix", "suffix+eagle"} <= {v for _, v in policy.drafters} and "suffix" in policy.compare_drafters
+    assert Session(policy.suffix_memory_tokens).memory.max_tokens == policy.suffix_memory_tokens < Policy().suffix_memory_tokens
+
