@@ -2,7 +2,6 @@
 drafts come from, the memory across requests, and exactness like every drafter."""
 from __future__ import annotations
 
-import copy
 import json
 from types import SimpleNamespace
 
@@ -234,14 +233,3 @@ def test_specs_name_suffix_decoding(target):
         with pytest.raises(SpecvizError, match="pairs"):
             make_drafter(bad, loaded)
 
-
-def test_two_visitors_never_share_a_memory(target):
-    """The app keeps each visitor's memory in their Session, which gr.State deep-copies per
-    visitor; what one visitor's run remembers the other's never sees."""
-    from specviz.ui.handlers import Session
-
-    first = Session(memory_tokens=1000)
-    a, b = copy.deepcopy(first), copy.deepcopy(first)
-    collect(speculative_generate(target, Suffix(a.memory), REPEATS, GenerationConfig(max_new_tokens=8)))
-    assert len(a.memory) > 0 and len(b.memory) == 0 and len(first.memory) == 0
-    assert a.memory.max_tokens == 1000

@@ -65,7 +65,8 @@ class Suffix(Drafter):
         self.request = SuffixIndex()
         self.prompt_len = len(prompt_ids)
         self.prompt_tail = [int(t) for t in prompt_ids[-self.max_depth:]]
-        self.last = None
+        self.last = self.cached = None
+        self.budget = self.max_depth  # the draft size plan asks about: propose's last k
         seqs = self.memory.index.seqs.values()
         if self.vocab is not None and any(s and max(s) >= self.vocab for s in seqs):
             raise SpecvizError("the suffix memory holds token ids beyond this target's vocabulary: it was "
@@ -82,14 +83,21 @@ class Suffix(Drafter):
 
     def _best(self, ids, budget: int, min_prob: float) -> tuple[int, Continuation]:
         """The better of this request's and the memory's drafts; on equal scores the longer
-        match (more context agreeing), then this request's."""
+        match (more context agreeing), then this request's. Kept for the step: plan and
+        propose usually ask the same question (the context only grows between steps)."""
+        key = (len(ids), budget, min_prob, self._width)
+        if self.cached is not None and self.cached[0] == key:
+            return self.cached[1]
         self._grow(ids)
         here = best_match(self.request, ids, self.max_depth, budget, self.factor, min_prob, self._width)
         before = best_match(self.memory.index, ids, self.max_depth, budget, self.factor, min_prob, self._width)
-        return (EARLIER, before) if (before.score, before.match) > (here.score, here.match) else (THIS_REQUEST, here)
+        best = (EARLIER, before) if (before.score, before.match) > (here.score, here.match) else (THIS_REQUEST, here)
+        self.cached = (key, best)
+        return best
 
     def plan(self, ids) -> int | None:
-        source, draft = self._best(ids, self.max_depth, self.min_prob)
+        # Sized by the last step's k: with a fixed k, propose then finds the answer ready.
+        source, draft = self._best(ids, self.budget, self.min_prob)
         self.last = (source, draft) if draft.tokens else None
         return None if self.last is None else 100 * source + draft.match
 
@@ -106,20 +114,21 @@ class Suffix(Drafter):
         return f"suffix tree, {d.match}-token match: followed {d.followed} of {d.seen} {times} {where}"
 
     def _where(self, d: Continuation) -> str:
-        answer = [o.pos > self.prompt_len for o in d.first]
+        answer = [pos > self.prompt_len for _, pos in d.first]
         return "in this answer" if all(answer) else "in the prompt and this answer" if any(answer) else "in the prompt"
 
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         min_prob = max(self.min_prob, min_confidence)
         if k < 1:
             return empty_draft(self.device)
+        self.budget = k
         source, d = self._best(ids, k, min_prob)  # the plan's choice, at this step's budget
         self.last = (source, d) if d.tokens else None  # what describe reports for this step
         if not d.tokens:
             return empty_draft(self.device)
         if not self.greedy:
             index = self.memory.index if source == EARLIER else self.request
-            found = [o for o in index.occurrences(ids, self.max_depth) if o.length >= d.match]
+            found = [(o.seq, o.pos) for o in index.occurrences(ids, self.max_depth) if o.length >= d.match]
             return self._sampled(index.seqs, found, min(k, int(d.match * self.factor + 1e-6)), min_prob)
         tokens = torch.tensor(d.tokens, dtype=torch.long, device=self.device)
         chain = d.parents == tuple(range(-1, len(d.parents) - 1))  # one branch: verified as a chain
@@ -140,7 +149,7 @@ class Suffix(Drafter):
             tokens.append(t)
             rows.append(q)
             prob *= len(groups[t]) / len(found)
-            found = [type(o)(o.seq, o.pos + 1, o.length) for o in groups[t]]
+            found = [(seq, pos + 1) for seq, pos in groups[t]]
         if not tokens:
             return empty_draft(self.device)
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), torch.stack(rows))

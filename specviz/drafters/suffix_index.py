@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
+
+Place = tuple[int, int]  # (sequence, position): a point in the remembered text (plain tuples: made by the thousand)
 
 
-@dataclass(frozen=True)
-class Occurrence:
+class Occurrence(NamedTuple):
     seq: int  # which sequence
     pos: int  # the position right after the matched tail: seqs[seq][pos] followed it
     length: int  # how many tokens of the context's tail matched there
@@ -42,7 +43,7 @@ class Continuation:
     followed: int = 0  # times the first token followed the matched tail
     seen: int = 0  # times the matched tail occurred with something after it
     match: int = 0  # tokens of the context's tail that matched
-    first: tuple[Occurrence, ...] = ()  # the occurrences the first token followed
+    first: tuple[Place, ...] = ()  # where the first token followed the matched tail
 
     @property
     def score(self) -> float:
@@ -71,7 +72,7 @@ class SuffixIndex:
         self.seqs.pop(seq, None)
         self.after.pop(seq, None)
 
-    def occurrences(self, context: Sequence[int], max_depth: int, limit: int = 256) -> list[Occurrence]:
+    def occurrences(self, context: Sequence[int], max_depth: int, limit: int = 64) -> list[Occurrence]:
         """Where the context's last token occurred with something after it, each with how far
         back the context matched there (up to max_depth). The newest `limit` only: a frequent
         token's continuations are counted over its recent uses, which also bounds the cost."""
@@ -100,12 +101,12 @@ def continuations(seqs: dict[int, list[int]], found: Sequence[Occurrence], budge
         return Continuation()
     width = max(1, width)
     tokens, parents, probs = [], [], []
-    root = followers(seqs, found)
+    root = followers(seqs, [(o.seq, o.pos) for o in found])
     followed = max(len(g) for g in root.values())
     first = ()
     heap, tie = [], 0  # (-prob, tie, parent, token, occurrences): ties go to the earlier push
 
-    def push(groups: dict[int, list[Occurrence]], parent: int, prob: float, total: int) -> None:
+    def push(groups: dict[int, list[Place]], parent: int, prob: float, total: int) -> None:
         nonlocal tie
         # The most frequent followers first; equal counts keep the newest occurrence's order.
         for token, group in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:width]:
@@ -122,7 +123,7 @@ def continuations(seqs: dict[int, list[int]], found: Sequence[Occurrence], budge
         probs.append(-neg)
         if parent == -1 and not first:
             first = tuple(group)
-        moved = [Occurrence(o.seq, o.pos + 1, o.length) for o in group]
+        moved = [(seq, pos + 1) for seq, pos in group]
         # Every occurrence that reached this node counts in the denominator, also those whose
         # sequence ends here: the estimate is how often the text went on this way.
         push(followers(seqs, moved), len(tokens) - 1, -neg, len(moved))
@@ -130,13 +131,13 @@ def continuations(seqs: dict[int, list[int]], found: Sequence[Occurrence], budge
                         max(o.length for o in found), first)
 
 
-def followers(seqs, found: Sequence[Occurrence]) -> dict[int, list[Occurrence]]:
-    """Occurrences grouped by the token at their position (those at a sequence's end dropped)."""
-    groups: dict[int, list[Occurrence]] = {}
-    for o in found:
-        s = seqs[o.seq]
-        if o.pos < len(s):
-            groups.setdefault(s[o.pos], []).append(o)
+def followers(seqs, places: Sequence[Place]) -> dict[int, list[Place]]:
+    """Places grouped by the token at them (those at a sequence's end dropped)."""
+    groups: dict[int, list[Place]] = {}
+    for seq, pos in places:
+        s = seqs[seq]
+        if pos < len(s):
+            groups.setdefault(s[pos], []).append((seq, pos))
     return groups
 
 
@@ -147,11 +148,15 @@ def best_match(index: SuffixIndex, context: Sequence[int], max_depth: int, budge
     token, a short one fewer, so the draft's size follows how sure the match is."""
     found = index.occurrences(context, max_depth)
     best = Continuation()
-    for m in sorted({o.length for o in found}):
-        # Only lengths that some occurrence reaches change the set; between them a longer m
-        # only raises the budget, so the longest m with the same set is the one to try.
+    # Longest match first. A draft's score is at most its size, so once the budget a shorter
+    # match would get cannot beat the best score, no shorter match can (ties go to the longer).
+    # Only lengths some occurrence reaches change the set of occurrences; between them a
+    # longer m only raises the budget, so the longest m with the same set is the one to try.
+    for m in sorted({o.length for o in found}, reverse=True):
         cap = min(budget, int(m * factor + 1e-6))
+        if cap <= best.score:
+            break
         draft = continuations(index.seqs, [o for o in found if o.length >= m], cap, min_prob, width)
-        if draft.tokens and draft.score >= best.score:
+        if draft.tokens and draft.score > best.score:
             best = replace(draft, match=m)
     return best
