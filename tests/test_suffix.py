@@ -42,6 +42,15 @@ def test_occurrences_say_how_far_back_the_context_matched():
     assert index.occurrences([4, 2, 8], max_depth=8) == []
 
 
+def test_a_frequent_last_token_never_crowds_out_a_long_match():
+    old = [1, 2, 3, 4, 99]  # the only place where the whole tail [1, 2, 3, 4] occurred
+    index = index_of(old, *([[8, 4, 7]] * 100))  # a hundred newer answers end a 1-token match
+    found = index.occurrences([1, 2, 3, 4], max_depth=8, limit=10)
+    assert len(found) == 10 and found[0] == (0, 4, 4)
+    draft = best_match(index, [1, 2, 3, 4], max_depth=8, budget=4, factor=1.0, min_prob=0.1, width=1)
+    assert (draft.tokens, draft.match) == ((99,), 4)
+
+
 def test_continuations_count_what_followed_and_multiply_along_the_path():
     # After [2, 3]: 5 followed three times (then 6, 6, 7), 9 once.
     seqs = index_of([2, 3, 5, 6], [2, 3, 5, 6], [2, 3, 5, 7], [2, 3, 9]).seqs

@@ -74,23 +74,26 @@ class SuffixIndex:
 
     def occurrences(self, context: Sequence[int], max_depth: int, limit: int = 64) -> list[Occurrence]:
         """Where the context's last token occurred with something after it, each with how far
-        back the context matched there (up to max_depth). The newest `limit` only: a frequent
-        token's continuations are counted over its recent uses, which also bounds the cost."""
+        back the context matched there (up to max_depth), newest first. A frequent token keeps
+        its `limit` longest matches only (the newest among equals): a long match in an old
+        answer is never crowded out, and the drafts' cost stays bounded."""
         if not context:
             return []
-        last, out = context[-1], []
+        last, out, tail = context[-1], [], list(context[-max_depth:])
         for seq in reversed(list(self.seqs)):  # newest sequence first
             s = self.seqs[seq]
             for pos in reversed(self.after[seq].get(last, ())):
                 if pos >= len(s):
                     continue  # nothing followed yet (the context's own tail, when it is this sequence)
-                n = 1
-                while n < max_depth and n < len(context) and n < pos and s[pos - 1 - n] == context[-1 - n]:
-                    n += 1
+                depth = min(max_depth, len(context), pos)
+                if s[pos - depth:pos] == tail[len(tail) - depth:]:
+                    n = depth  # the whole depth at once: repetitive text matches this way everywhere
+                else:
+                    n = 1
+                    while s[pos - 1 - n] == context[-1 - n]:  # stops before depth: that failed
+                        n += 1
                 out.append(Occurrence(seq, pos, n))
-                if len(out) >= limit:
-                    return out
-        return out
+        return sorted(out, key=lambda o: -o.length)[:limit] if len(out) > limit else out
 
 
 def continuations(seqs: dict[int, list[int]], found: Sequence[Occurrence], budget: int, min_prob: float,
