@@ -142,6 +142,9 @@ def test_suffix_memory_carries_across_a_series_per_arm_and_repeat_never_from_war
         cold, warm, fresh = runs[("s1", repeat)], runs[("s2", repeat)], runs[("t1", repeat)]
         assert warm.accepted > cold.accepted and warm.steps < cold.steps
         assert (fresh.accepted, fresh.steps) == (cold.accepted, cold.steps)  # the same cold start
+    rows = {(r["arm"], r["category"]): r for r in summarise(result)["summary"]}
+    first, later = rows[("suffix k=4", "repeated, first requests")], rows[("suffix k=4", "repeated, later requests")]
+    assert (first["prompts"], later["prompts"], rows[("suffix k=4", "repeated")]["prompts"]) == (2, 1, 3)
 
 
 # ------------------------------------------------------------------ prompt suites
