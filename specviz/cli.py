@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import sys
 from dataclasses import fields
 
@@ -31,7 +32,10 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "'medusa', 'draft' (trained for the embedded target; 'eagle:FILE' etc. for your own; "
                    "'eagle:HUB_ID_OR_FOLDER', 'medusa:...' for released heads) or a draft model id/folder; "
                    "any of them but none and pld with '+pld' (e.g. 'eagle+pld'): prompt lookup where the text "
-                   "repeats itself, that drafter elsewhere")
+                   "repeats itself, that drafter elsewhere; 'suffix' (suffix decoding: this prompt and earlier "
+                   "answers) or 'suffix+NAME' (suffix decoding where it is sure, NAME elsewhere)")
+    p.add_argument("--suffix-memory", metavar="FILE", help="suffix decoding's earlier answers: read from FILE if it "
+                   "exists, and this run's answer saved back to it (default: this process's only)")
     p.add_argument("--k", type=int, default=cfg.k,
                    help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
@@ -125,7 +129,9 @@ def generate(args) -> int:
                            draft_confidence=args.draft_confidence, sampling=sampling,
                            eos_token_ids=target.eos_token_ids).validate()
     prompt = models.encode_prompt(target, args.prompt, args.chat)
-    drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress)
+    memory = _suffix_memory(args.suffix_memory)
+    drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress,
+                           memory=memory)
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
     warm_up(target.model, drafter, prompt, cfg)
@@ -140,6 +146,8 @@ def generate(args) -> int:
     for which, ev in runs:
         traces[which].add(ev, None if isinstance(ev, RunEnd) else labelers[which].label(ev))
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
+    if memory is not None:
+        memory.save(args.suffix_memory)
     if args.trace:
         trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"])
 
@@ -169,6 +177,15 @@ def generate(args) -> int:
         _print_coloured(target, steps, sys.stdout, traces["spec"].labels)
         _print_summary(result, sys.stdout)
     return 0
+
+
+def _suffix_memory(path: str | None):
+    """The memory `--suffix-memory FILE` names: the file's, or a new one when it does not exist yet."""
+    from .drafters.suffix_memory import SuffixMemory
+
+    if not path:
+        return None
+    return SuffixMemory.load(path) if pathlib.Path(path).expanduser().exists() else SuffixMemory()
 
 
 def _without_eos(target, ids) -> list[int]:

@@ -131,9 +131,12 @@ class _Run:
 
 def speculative_generate(
     target, drafter: Drafter | None, prompt_ids, config: GenerationConfig = GenerationConfig(),
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, remember: bool = True,
 ) -> Iterator[StepEvent | RunEnd]:
-    """Speculative decoding: yields a StepEvent per draft-and-verify step, then a RunEnd."""
+    """Speculative decoding: yields a StepEvent per draft-and-verify step, then a RunEnd.
+
+    remember: tell the drafter the output at the end (`Drafter.finish`), so a drafter with a
+    memory across requests keeps it; off for warm-ups and for runs that must not teach it."""
     run = _Run(target, prompt_ids, config, should_stop)
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
     length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k)
@@ -197,6 +200,8 @@ def speculative_generate(
                       verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
                       source=drafter.describe(kind) if drafter is not None else "")
         reason = run.stop_reason()
+    if drafter is not None and remember:
+        drafter.finish(run.ids[run.prompt_len:])
     yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
 
 
@@ -247,4 +252,4 @@ def warm_up(model, drafter: Drafter, prompt: list[int], cfg: GenerationConfig) -
     """Two untimed tokens of speculative decoding on the prompt's tail, so one-time costs
     (grouping q/k/v and gate/up weights at the first fast forward; allocations; kernel choice)
     count in neither the speculative nor the baseline run's tokens/s."""
-    collect(speculative_generate(model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2)))
+    collect(speculative_generate(model, drafter, prompt[-8:], replace(cfg, max_new_tokens=2), remember=False))

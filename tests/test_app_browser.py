@@ -130,3 +130,24 @@ def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
         assert "identical to baseline" in page.locator("#sv-check").inner_text()
         page.locator("#sv-inspector").screenshot(path=str(OUT / "tree-inspector.png"))
         page.close()
+
+
+def test_suffix_decoding_remembers_a_visitors_answer_and_the_inspector_says_so(browser, app_models):
+    """Generate twice with suffix decoding: the second run's first draft comes from the first
+    run's answer, and the step inspector says where it came from."""
+    drafters = (("suffix decoding", "suffix"), ("prompt lookup", "prompt lookup"))
+    with serve_app(app_policy(app_models, max_new_tokens=24, drafters=drafters, default_drafter="suffix",
+                              compare_drafters=("suffix",))) as address:
+        page = generated(browser, address)
+        page.locator("#sv-generate").click()
+        page.wait_for_selector('#sv-status [data-state="running"], #sv-status [data-state="loading"]', timeout=HANG)
+        page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        box = page.locator("#sv-step input[type=number]")
+        box.fill("0")
+        box.press("Enter")
+        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
+        head = page.locator("#sv-inspector .sv-inspect-head").inner_text()
+        assert "by suffix tree" in head and "in earlier requests" in head, head
+        OUT.mkdir(exist_ok=True)
+        page.locator("#sv-inspector").screenshot(path=str(OUT / "suffix-inspector.png"))
+        page.close()

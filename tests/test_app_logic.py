@@ -2,20 +2,25 @@
 from __future__ import annotations
 
 import re
+import copy
 import sys
 import types
 
 import pytest
 import torch
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
+from conftest import tiny_llama
 
 from specviz import models as real_models
-from specviz.engine import GenerationConfig
+from specviz.drafters.suffix import Suffix
+from specviz.drafters.suffix_memory import SuffixMemory
+from specviz.engine import GenerationConfig, collect, speculative_generate
 from specviz.errors import SpecvizError
 from specviz.sampling import Sampling
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
 from specviz.ui.compare import compare_drafters
+from specviz.ui.handlers import Session
 from specviz.ui.runner import Frame, throttle
 from specviz.ui.limits import Deadline
 from specviz.ui.settings import SAMPLING_TEMPERATURE
@@ -266,3 +271,31 @@ def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():
     ids = {c["props"].get("elem_id") for c in demo.config["components"]}
     assert {"sv-hardware-box", "sv-cost-curve", "sv-retime-profile", "sv-retime-result"} <= ids
     assert "Generate a run" in hardware.show(Session(), hardware.GPU, 0.1, 0.05)[2]
+
+
+def test_suffix_decoding_learns_from_the_visitors_runs_and_compare_leaves_the_memory_alone(app_models):
+    """The playground's run adds its answer to the visitor's memory (the next run drafts from
+    it); Compare reads it but adds nothing, so each round meets the same memory."""
+    memory = SuffixMemory(1000)
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="suffix", max_new_tokens=16)
+    first = final(runner.playground(s, Policy(), real_models, never, memory=memory))
+    held = memory.sequences
+    assert first.state == "done" and len(held) == 1 and held[0][-16:] == list(first.spec.token_ids)
+    again = final(runner.playground(s, Policy(), real_models, never, memory=memory))
+    assert again.spec.end.stats.accepted > first.spec.end.stats.accepted
+    assert any("earlier requests" in e.source for e in again.spec.steps)
+    frame = final(compare_drafters(s, Policy(), real_models, never, rounds=2, drafters=["suffix"], memory=memory))
+    assert frame.state == "done" and len(memory.sequences) == 2
+    policy = hosted_policy()
+    assert {"suffix", "suffix+eagle"} <= {v for _, v in policy.drafters} and "suffix" in policy.compare_drafters
+    assert Session(policy.suffix_memory_tokens).memory.max_tokens == policy.suffix_memory_tokens < Policy().suffix_memory_tokens
+
+
+def test_two_visitors_never_share_a_memory():
+    """The app keeps each visitor's memory in their Session, which gr.State deep-copies per
+    visitor; what one visitor's run remembers the other's never sees."""
+    first = Session(memory_tokens=1000)
+    a, b = copy.deepcopy(first), copy.deepcopy(first)
+    collect(speculative_generate(tiny_llama(), Suffix(a.memory), [5, 6, 7, 5, 6], GenerationConfig(max_new_tokens=8)))
+    assert len(a.memory) > 0 and len(b.memory) == 0 and len(first.memory) == 0
+    assert a.memory.max_tokens == 1000

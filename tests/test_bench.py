@@ -127,6 +127,26 @@ def test_runs_alternate_between_baseline_and_drafter(target, prompts):
     ]
 
 
+def test_suffix_memory_carries_across_a_series_per_arm_and_repeat_never_from_warm_ups(target):
+    """Each (arm, repeat) keeps one memory per series: request 2 of a series (the same prompt
+    again, here) drafts from request 1's answer, the other series starts cold, and neither a
+    warm-up nor the other repeat leaks into it."""
+    ids = [5, 6, 7, 8, 9, 10, 11, 12]
+    asked = [suite.BenchPrompt(f"s{i}", "repeated", (("user", "x"),), series="a") for i in (1, 2)]
+    other = suite.BenchPrompt("t1", "repeated", (("user", "x"),), series="b")
+    encoded = [(asked[0], ids), (asked[1], ids), (other, ids)]
+    cfg = BenchConfig(max_new_tokens=12, repeats=2, warmup=True, cost_repeats=1)
+    result = run_benchmark(target, make_drafters(["suffix"], loaded(target)), encoded, cfg)
+    runs = {(r.prompt_id, r.repeat): r for r in result.records if r.arm == "suffix k=4"}
+    for repeat in (0, 1):
+        cold, warm, fresh = runs[("s1", repeat)], runs[("s2", repeat)], runs[("t1", repeat)]
+        assert warm.accepted > cold.accepted and warm.steps < cold.steps
+        assert (fresh.accepted, fresh.steps) == (cold.accepted, cold.steps)  # the same cold start
+    rows = {(r["arm"], r["category"]): r for r in summarise(result)["summary"]}
+    first, later = rows[("suffix k=4", "repeated, first requests")], rows[("suffix k=4", "repeated, later requests")]
+    assert (first["prompts"], later["prompts"], rows[("suffix k=4", "repeated")]["prompts"]) == (2, 1, 3)
+
+
 # ------------------------------------------------------------------ prompt suites
 
 def test_builtin_suite_covers_every_category():
@@ -134,8 +154,13 @@ def test_builtin_suite_covers_every_category():
     counts = {}
     for p in prompts:
         counts[p.category] = counts.get(p.category, 0) + 1
-    assert set(counts) == {"chat", "translation", "summarization", "qa", "math", "rag", "code"}
+    assert set(counts) == {"chat", "translation", "summarization", "qa", "math", "rag", "code", "repeated"}
     assert min(counts.values()) >= 5
+    series = {}
+    for p in prompts:
+        assert bool(p.series) == (p.category == "repeated")  # requests of one user, in order
+        series.setdefault(p.series, []).append(p.id)
+    assert all(len(ids) >= 3 for name, ids in series.items() if name)
     assert all(len(p.messages) >= 3 for p in prompts if p.category == "chat")  # multi-turn
     assert all("```" in p.text for p in prompts if p.category == "code")  # code to rewrite
 
@@ -176,6 +201,7 @@ def test_user_suite_loads(tmp_path):
     ('{"id": "a", "category": "qa", "prompt": "x", "turns": []}', "give exactly one of"),
     ('{"id": "a", "category": "qa", "prompt": ""}', "'prompt' must be a non-empty string"),
     ('{"id": "a", "category": "qa", "prompt": "x", "chat": "yes"}', "'chat' must be true or false"),
+    ('{"id": "a", "category": "qa", "prompt": "x", "series": 3}', "'series' must be a string"),
     ('{"id": "a", "category": "c", "turns": [{"role": "user", "content": "x"}, '
      '{"role": "assistant", "content": "y"}]}', "the last turn must be the user's"),
     ('{"id": "a", "category": "c", "turns": [{"role": "robot", "content": "x"}]}', "turn 0 must be"),

@@ -53,6 +53,23 @@ def test_json_has_what_scripts_read(capsys, folders, drafter):
     assert cost["weight_bytes"] > 0 and all(t > 0 for t in cost["seconds"])
 
 
+def test_suffix_memory_file_carries_answers_across_commands(capsys, folders, tmp_path):
+    """`--suffix-memory FILE`: the first command's answer is saved, the second drafts from it."""
+    memory = tmp_path / "memory.json"
+    args = ["--prompt", "the cat sat on the mat", "--target", str(folders["target"]), "--drafter", "suffix",
+            "--k", "4", "--max-new-tokens", "24", "--suffix-memory", str(memory)]
+    first = run_json(capsys, *args)
+    saved = json.loads(memory.read_text())["sequences"]
+    assert len(saved) == 1 and saved[0][-24:] == first["token_ids"]
+    again = run_json(capsys, *args)
+    assert again["identical_to_baseline"] is True
+    assert again["stats"]["accepted"] > first["stats"]["accepted"]
+    assert len(json.loads(memory.read_text())["sequences"]) == 2
+    memory.write_text("{broken")
+    assert main(["generate", *args]) == 2
+    assert "not a suffix memory" in capsys.readouterr().err
+
+
 def test_sampling_flags_and_no_baseline(capsys, folders):
     args = ["--prompt", "hello world", "--target", str(folders["target"]), "--temperature", "0.8",
             "--top-k", "20", "--top-p", "0.9", "--repetition-penalty", "1.1", "--seed", "5",
@@ -172,7 +189,7 @@ def test_text_never_ends_in_half_a_character(capsys, folders, monkeypatch):
     assert models.decode(target, ids).endswith("\ufffd")
     stats = RunStats(len(ids), len(ids), len(ids) + 1, 0, 0, 0.1, 0.0, 0.1, 0.2, "max_new_tokens")
 
-    def speculative(target_model, drafter, prompt, cfg, should_stop=None):
+    def speculative(target_model, drafter, prompt, cfg, should_stop=None, remember=True):
         for n, t in enumerate(ids):
             yield StepEvent(step=n, position=n, draft=(), q=None, p=(), accept_prob=(), draws=None, accepted=0,
                             token=t, token_p=0.9, token_kind="bonus", emitted=(t,), top=(), draft_time=0.0,

@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"draft (trained for the embedded target; eagle:PATH etc. for your own), {DRAFT_HF} (the distilled "
                    f"draft as a transformers model, for --peers hf-assisted), {TINY_RANDOM}, or draft model "
                    "ids/folders sharing the target's tokenizer; NAME+pld pairs a model drafter with prompt "
-                   "lookup, e.g. eagle+pld (default: %(default)s)")
+                   "lookup, e.g. eagle+pld; suffix (suffix decoding, its memory carried across a series of "
+                   "requests: suite.py) and suffix+NAME (default: %(default)s)")
     p.add_argument("--k", default=",".join(map(str, d.ks)),
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--dynamic-k", type=int, default=d.dynamic_k, metavar="START",

@@ -5,6 +5,11 @@ a transformers peer. For each prompt the arms run round-robin, repeat after repe
 (A B C A B C ...), so slow drift of the machine (heat, other processes) hits every arm
 alike. Before the first prompt each arm runs once briefly, unrecorded, to warm up.
 
+Suffix decoding remembers earlier answers. Each arm and repeat keeps one memory per series of
+requests (suite.py: a series, else the category), filled in the suite's order, so a series'
+first request runs cold and the later ones warm, and no run ever sees its own earlier repeat;
+warm-ups get an empty memory and teach nothing.
+
 Cost ratios are measured on the spot: right after each prompt's runs, target forwards
 over every number of new tokens those runs verified, on that prompt's cache state
 (timing.forward_costs); and during every run, the seconds inside the target's and the
@@ -17,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from ..drafters.suffix import suffix_of
+from ..drafters.suffix_memory import SuffixMemory
 from ..engine import GenerationConfig, baseline_generate, speculative_generate
 from ..errors import SpecvizError
 from ..events import RunEnd, StepEvent
@@ -146,6 +153,7 @@ class Runner:
         self.drafters = {d.name: d for d in drafters}
         self.target_clock = ForwardClock(target)
         self.draft_clocks = {d.name: ForwardClock(d.model) for d in drafters if d.model is not None}
+        self.memories: dict[tuple[str, int, str], SuffixMemory] = {}  # (arm, repeat, scope) -> answers
 
     def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
         s = self.cfg.sampling
@@ -157,7 +165,8 @@ class Runner:
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
-            max_new_tokens: int | None = None) -> RunRecord:
+            max_new_tokens: int | None = None, remember: bool = True) -> RunRecord:
+        """One generation; remember=False (warm-ups): with an empty memory, adding nothing to it."""
         if arm.engine in peers.PEERS:
             return self._run_peer(prompt, ids, arm, repeat, max_new_tokens)
         cfg = self.generation_config(arm, repeat, max_new_tokens)
@@ -166,7 +175,11 @@ class Runner:
         if arm.engine == "baseline":
             events = baseline_generate(self.target, ids, cfg)
         else:
-            events = speculative_generate(self.target, drafter.drafter, ids, cfg)
+            suffix = suffix_of(drafter.drafter)
+            if suffix is not None:
+                key = (arm.label, repeat, prompt.memory_scope)
+                suffix.memory = self.memories.setdefault(key, SuffixMemory()) if remember else SuffixMemory()
+            events = speculative_generate(self.target, drafter.drafter, ids, cfg, remember=remember)
         rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, [], 0.0)
         lengths = Counter()
         with self.target_clock, (draft_clock or contextlib.nullcontext()):
@@ -231,7 +244,7 @@ def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[Benc
     if config.warmup:
         first, ids = prompts[0]
         for arm in arms:
-            runner.run(first, ids, arm, 0, max_new_tokens=min(8, config.max_new_tokens))
+            runner.run(first, ids, arm, 0, max_new_tokens=min(8, config.max_new_tokens), remember=False)
             tick(f"warm-up {arm.label}")
 
     forward_seconds, records = {}, []

@@ -8,6 +8,11 @@ Each line is an object with
               ending with a user turn; the model writes the next assistant turn
     chat      optional bool (default true): wrap in the tokenizer's chat template;
               false feeds `prompt` as raw text (for base models)
+    series    optional name: requests of one user in the suite's order (the "repeated" category:
+              the same function edited again, a form letter for several people, a question
+              re-asked). A drafter with memory across requests (suffix decoding) carries it
+              from one request of a series to the next; without a series, across its category's
+              prompts. The first request of each runs cold, the later ones warm.
 
 Built-in suites live in assets/bench/<name>.jsonl; anything else is read as a path.
 """
@@ -31,6 +36,12 @@ class BenchPrompt:
     category: str
     messages: tuple[tuple[str, str], ...]  # (role, content); a plain prompt is one user turn
     chat: bool = True
+    series: str = ""  # requests that share a memory across requests; "" = the category's
+
+    @property
+    def memory_scope(self) -> str:
+        """Which prompts' earlier answers a memory across requests holds when this one runs."""
+        return f"series:{self.series}" if self.series else f"category:{self.category}"
 
     @property
     def text(self) -> str:
@@ -87,6 +98,9 @@ def parse_item(item, where: str) -> BenchPrompt:
     chat = item.get("chat", True)
     if not isinstance(chat, bool):
         raise SpecvizError(f"{where}: 'chat' must be true or false")
+    series = item.get("series", "")
+    if not isinstance(series, str):
+        raise SpecvizError(f"{where}: 'series' must be a string (the name of a run of related requests)")
     has_prompt, has_turns = "prompt" in item, "turns" in item
     if has_prompt == has_turns:
         raise SpecvizError(f"{where}: give exactly one of 'prompt' (a string) or 'turns' (a list)")
@@ -98,7 +112,7 @@ def parse_item(item, where: str) -> BenchPrompt:
         messages = parse_turns(item["turns"], where)
         if not chat:
             raise SpecvizError(f"{where}: 'turns' need the chat template; drop \"chat\": false")
-    return BenchPrompt(item["id"], item["category"], messages, chat)
+    return BenchPrompt(item["id"], item["category"], messages, chat, series.strip())
 
 
 def parse_turns(turns, where: str) -> tuple[tuple[str, str], ...]:

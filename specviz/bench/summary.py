@@ -84,12 +84,14 @@ def summarise(result: BenchResult) -> dict:
     per_prompt = [_prompt_entry(arm, row, base_rows[row.prompt_id], greedy, costs)
                   for arm in result.arms for (a, _), row in rows.items() if a == arm.label]
     categories = list(dict.fromkeys(p.category for p in result.prompts))
+    groups = {cat: {p.id for p in result.prompts if p.category == cat} for cat in categories}
+    groups |= memory_groups(result.prompts) | {ALL: {p.id for p in result.prompts}}
     summary = []
     for arm in result.arms:
-        for cat in categories + [ALL]:
-            mine = [row for (a, _), row in rows.items() if a == arm.label and cat in (ALL, row.category)]
+        for cat, ids in groups.items():
+            mine = [row for (a, pid), row in rows.items() if a == arm.label and pid in ids]
             if mine:
-                entries = [e for e in per_prompt if e["arm"] == arm.label and cat in (ALL, e["category"])]
+                entries = [e for e in per_prompt if e["arm"] == arm.label and e["prompt_id"] in ids]
                 summary.append(_aggregate(arm, cat, mine, [base_rows[r.prompt_id] for r in mine], entries, costs))
     return {
         "summary": summary,
@@ -98,6 +100,18 @@ def summarise(result: BenchResult) -> dict:
         "costs": _category_costs(result, costs, categories),
         "drift": drift(result, costs),
     }
+
+
+def memory_groups(prompts) -> dict[str, set[str]]:
+    """For categories of request series (suite.py): "<category>, first requests" (each series'
+    first: a memory across requests starts empty) and "<category>, later requests" (warm)."""
+    out, seen = {}, set()
+    for p in prompts:
+        if p.series:
+            warm = p.memory_scope in seen
+            seen.add(p.memory_scope)
+            out.setdefault(f"{p.category}, {'later' if warm else 'first'} requests", set()).add(p.id)
+    return dict(sorted(out.items()))
 
 
 def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[PromptRow],

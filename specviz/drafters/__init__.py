@@ -2,5 +2,7 @@ from .base import Draft, Drafter, empty_draft
 from .draft_model import DraftModel
 from .layer_skip import LayerSkip
 from .prompt_lookup import PromptLookup
+from .suffix import Suffix
+from .suffix_memory import SuffixMemory
 
-__all__ = ["Draft", "Drafter", "DraftModel", "LayerSkip", "PromptLookup", "empty_draft"]
+__all__ = ["Draft", "Drafter", "DraftModel", "LayerSkip", "PromptLookup", "Suffix", "SuffixMemory", "empty_draft"]

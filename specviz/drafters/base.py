@@ -79,6 +79,10 @@ class Drafter:
         path (tree drafts only, else None): the kept node indices, root to leaf.
         """
 
+    def finish(self, output_ids: list[int]) -> None:
+        """The run ended having generated `output_ids`. A drafter that learns across requests
+        (suffix decoding's memory) remembers them; warm-up runs are not reported."""
+
 
 def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min_confidence: float,
                          advance: Callable[[torch.Tensor], torch.Tensor]) -> Draft:

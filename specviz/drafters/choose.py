@@ -17,6 +17,8 @@ NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
 LAYER_SKIP = "layerskip"  # "layerskip" (default subset) or "layerskip:0-9,14,20-29"
 WITH_LOOKUP = "+pld"  # "eagle+pld": prompt lookup where the context repeats, that drafter elsewhere
+SUFFIX = "suffix"  # suffix decoding (drafters/suffix.py): this request and earlier answers
+WITH_SUFFIX = "suffix+"  # "suffix+eagle": suffix decoding where it is sure, that drafter elsewhere
 # Trained drafters: "draft" | "medusa" | "eagle" = shipped for the embedded target,
 # "draft:PATH" etc. = a file written by `python -m specviz train`; "eagle:FOLDER_OR_HUB_ID" and
 # "medusa:FOLDER_OR_HUB_ID" = a head its authors released (published.py).
@@ -33,34 +35,50 @@ def _trained(spec: str) -> tuple[str, str] | None:
     return None
 
 
-def split_hybrid(spec: str) -> tuple[str, bool]:
-    """("eagle", True) for "eagle+pld" (hybrid.py); (spec, False) for any other spec."""
+def split_hybrid(spec: str) -> tuple[str, str | None]:
+    """("eagle", "pld") for "eagle+pld", ("eagle", "suffix") for "suffix+eagle" (hybrid.py: that
+    copier where the text repeats, the model drafter elsewhere); (spec, None) for any other spec."""
     s = (spec or "").strip()
     if s.lower().endswith(WITH_LOOKUP):
-        return s[: -len(WITH_LOOKUP)].strip(), True
-    return s, False
+        return s[: -len(WITH_LOOKUP)].strip(), "pld"
+    if s.lower().startswith(WITH_SUFFIX):
+        return s[len(WITH_SUFFIX):].strip(), SUFFIX
+    return s, None
 
 
-def with_lookup(drafter: Drafter | None, spec: str) -> Drafter:
-    """`drafter` paired with prompt lookup, or a sentence saying why it cannot be."""
+def paired(drafter: Drafter | None, spec: str, copier: str = "pld", memory=None) -> Drafter:
+    """`drafter` paired with prompt lookup or suffix decoding, or a sentence saying why it cannot be."""
     from .hybrid import Hybrid
 
-    if drafter is None or isinstance(drafter, PromptLookup):
-        raise SpecvizError(f"'{spec}{WITH_LOOKUP}': '{WITH_LOOKUP}' pairs prompt lookup with a model drafter "
-                           "(eagle, medusa, draft, layerskip or a draft model), not with itself or none")
-    return Hybrid(drafter)
+    if drafter is None or isinstance(drafter, Hybrid) or getattr(drafter, "sure", None) is not None:
+        how = f"'{spec}{WITH_LOOKUP}': '{WITH_LOOKUP}' pairs prompt lookup" if copier == "pld" else \
+            f"'{WITH_SUFFIX}{spec}': '{WITH_SUFFIX}NAME' pairs suffix decoding"
+        raise SpecvizError(f"{how} with a model drafter (eagle, medusa, draft, layerskip or a draft model), "
+                           "not with a copying drafter, a pair or none")
+    return Hybrid(drafter, suffix(memory) if copier == SUFFIX else None)
+
+
+def suffix(memory=None) -> Drafter:
+    """Suffix decoding over `memory` (default: this process's, shared by the CLI's and the
+    library's runs; the app passes each visitor's own)."""
+    from .suffix import Suffix
+    from .suffix_memory import process_memory
+
+    return Suffix(memory if memory is not None else process_memory())
 
 
 def drafter_label(spec: str) -> str:
     """A short human name for a drafter spec."""
-    inner, hybrid = split_hybrid(spec)
-    if hybrid:
-        return f"{drafter_label(inner)} + prompt lookup"
+    inner, copier = split_hybrid(spec)
+    if copier:
+        return f"{drafter_label(inner)} + {'suffix decoding' if copier == SUFFIX else 'prompt lookup'}"
     s = spec.strip().lower()
     if s in NONE_NAMES:
         return "none"
     if s in PLD_NAMES:
         return "prompt lookup"
+    if s == SUFFIX:
+        return "suffix decoding"
     trained = _trained(spec)
     if trained:
         kind, path = trained
@@ -71,8 +89,8 @@ def drafter_label(spec: str) -> str:
 def needs_model(spec: str) -> bool:
     """Does this drafter spec name a separate draft model to load?"""
     s = split_hybrid(spec)[0].lower()
-    return (bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and not s.startswith(LAYER_SKIP)
-            and _trained(s) is None)
+    return (bool(s) and s not in NONE_NAMES and s not in PLD_NAMES and s != SUFFIX
+            and not s.startswith(LAYER_SKIP) and _trained(s) is None)
 
 
 def draft_model(target, draft, spec: str) -> DraftModel:
@@ -84,11 +102,13 @@ def draft_model(target, draft, spec: str) -> DraftModel:
 
 
 def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
-                 progress: Callable[[str, float], None] | None = None) -> Drafter | None:
-    """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `layerskip[:layers]`
+                 progress: Callable[[str, float], None] | None = None, memory=None) -> Drafter | None:
+    """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `suffix` -> suffix
+    decoding over `memory` (a SuffixMemory; default: the process's), `layerskip[:layers]`
     -> the target with layers skipped, `draft`/`medusa`/`eagle` -> the shipped trained drafter
     (embedded target only), `draft:PATH` etc. -> a trained file, else a draft model id or folder;
-    any of those but none and pld with `+pld` -> paired with prompt lookup (hybrid.py).
+    any of those but none, pld and suffix with `+pld` -> paired with prompt lookup, as
+    `suffix+NAME` with suffix decoding (hybrid.py).
 
     A draft model is loaded on the target's device and dtype and must share its tokenizer.
     """
@@ -96,15 +116,18 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
 
     s = (spec or "").strip()
     if not s:
-        raise SpecvizError("no drafter given: use 'none', 'pld', 'layerskip', 'draft', 'medusa', 'eagle' "
-                           "or a draft model id/folder")
-    inner, hybrid = split_hybrid(s)
-    if hybrid:
-        return with_lookup(make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress), inner)
+        raise SpecvizError("no drafter given: use 'none', 'pld', 'suffix', 'layerskip', 'draft', 'medusa', "
+                           "'eagle' or a draft model id/folder")
+    inner, copier = split_hybrid(s)
+    if copier:
+        model = make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress, memory=memory)
+        return paired(model, inner, copier, memory)
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:
         return PromptLookup()
+    if s.lower() == SUFFIX:
+        return suffix(memory)
     if s.lower().startswith(LAYER_SKIP):
         return _layer_skip(s, target)
     if _trained(s):

@@ -24,11 +24,12 @@ from .base import Draft, Drafter, empty_draft
 class PromptLookup(Drafter):
     name = "prompt lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1, sure_match: int = 2):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.weak_match_tokens = weak_match_tokens  # draft cap after a 1-gram match (0 = no cap)
+        self.sure_match = sure_match  # in NAME+pld, copy only after a match this long (hybrid.py)
 
     def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.device = device
@@ -58,6 +59,13 @@ class PromptLookup(Drafter):
     def plan(self, ids) -> int | None:
         found = self.lookup(ids)
         return None if found is None else found[0]
+
+    def sure(self, kind: int | None) -> bool:
+        """Is a copy after this n-gram match worth more than a model's draft (NAME+pld)?"""
+        return kind is not None and kind >= self.sure_match
+
+    def describe(self, kind: int | None) -> str:
+        return f"prompt lookup, {kind}-gram match" if kind is not None else ""
 
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         found = self.lookup(ids)

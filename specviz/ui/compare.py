@@ -7,6 +7,9 @@ conditions at the same point of the text. That is repeated: each round gives eve
 speedup over the baseline of the same round, and the table shows their median and range.
 Run first, once and cold, the baseline looked slow: drafter `none`, the very same work,
 measured 1.77x.
+
+Suffix decoding reads the visitor's memory of earlier answers but adds nothing to it here:
+every round must find the memory as the first did, or round 2 would draft round 1's answer.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ class CompareFrame(Frame):
 
 
 def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
-                      drafters: list[str] = (), rounds: int = ROUNDS) -> Iterator[CompareFrame]:
+                      drafters: list[str] = (), rounds: int = ROUNDS, memory=None) -> Iterator[CompareFrame]:
     """Warm every arm up, then `rounds` interleaved rounds of the baseline and every drafter."""
     drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
     frame = CompareFrame(base=Trace("baseline", speculative=False),
@@ -55,7 +58,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
             if should_stop():
                 break
             try:
-                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes)
+                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes, memory)
             except Exception as e:  # one bad drafter must not sink the others
                 trace.error = readable(e, policy.hosted)
                 continue
@@ -90,7 +93,7 @@ def _streams(target, arms: dict, ids, cfg, should_stop) -> dict:
     """The baseline first, then each drafter's run, as engine event streams."""
     streams = {"base": baseline_generate(target.model, ids, cfg, should_stop)}
     for i, drafter in arms.items():
-        streams[i] = speculative_generate(target.model, drafter, ids, cfg, should_stop)
+        streams[i] = speculative_generate(target.model, drafter, ids, cfg, should_stop, remember=False)
     return streams
 
 

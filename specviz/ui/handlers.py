@@ -11,6 +11,7 @@ import os
 
 import gradio as gr
 
+from ..drafters.suffix_memory import DEFAULT_TOKENS, SuffixMemory
 from ..render import step_html
 from . import runner
 from .compare import compare_drafters
@@ -26,12 +27,15 @@ UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state
 class Session:
     """One visitor's state. Plain attributes only: gr.State deep-copies it per visitor."""
 
-    def __init__(self):
+    def __init__(self, memory_tokens: int = DEFAULT_TOKENS):
         self.busy = False  # a run is queued or going
         self.stop = False  # Stop was pressed during that run
         self.last = None  # the playground Frame on screen (a run's or a replay's): the step inspector reads it
         self.run = None  # the last playground run's Frame, kept while a replay is on screen
         self.settings = None  # what that run was asked for (a downloaded trace records it)
+        # Suffix decoding's earlier answers, this visitor's alone: gr.State copies the Session per
+        # visitor and drops it when the visitor leaves; capped by the policy's memory_tokens.
+        self.memory = SuffixMemory(memory_tokens)
 
     def should_stop(self) -> bool:
         return self.stop
@@ -82,14 +86,15 @@ class Handlers:
 
     def generate(self, session: Session, request: gr.Request = None, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
-        yield from self._stream(session, request, controls, runner.playground, playground_values, remember=True)
+        run = functools.partial(runner.playground, memory=session.memory)
+        yield from self._stream(session, request, controls, run, playground_values, remember=True)
 
     def compare(self, session: Session, drafters, request: gr.Request = None, **controls):
         """The baseline and each drafter in `drafters`, warmed up, then taking turns for a few
         rounds (API: /compare)."""
         if not isinstance(drafters, (list, tuple)):  # a script may pass "a, b" instead of a list
             drafters = str(drafters or "").split(",")
-        run = functools.partial(compare_drafters, drafters=[str(d) for d in drafters])
+        run = functools.partial(compare_drafters, drafters=[str(d) for d in drafters], memory=session.memory)
         yield from self._stream(session, request, {**controls, "drafter": NO_DRAFTER}, run, compare_values,
                                 remember=False)
 

@@ -102,7 +102,7 @@ def _playground_tab(policy: Policy):
     with gr.Row(elem_classes="sv-actions"):
         drafter = gr.Dropdown(list(policy.drafters), value=policy.default_drafter, label="Drafter", scale=4,
                               allow_custom_value=not policy.hosted, elem_id="sv-drafter",
-                              info="none, prompt lookup, layer skip, the trained EAGLE / Medusa / distilled drafters (NAME+pld: copy where the text repeats, NAME elsewhere), or a draft model sharing the target's tokenizer")
+                              info="none, prompt lookup, suffix decoding (copies from the prompt and your earlier answers), layer skip, the trained EAGLE / Medusa / distilled drafters (NAME+pld: copy where the text repeats, NAME elsewhere; suffix+NAME likewise), or a draft model sharing the target's tokenizer")
         run = gr.Button("Generate", variant="primary", scale=1, min_width=110, elem_id="sv-generate")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-stop")
     # What the page shows before (and after a reload during) a run: never blank blocks.
@@ -172,7 +172,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     queued = dict(concurrency_limit=slots, concurrency_id="models", preprocess=False)
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
-        session = gr.State(Session())
+        session = gr.State(Session(policy.suffix_memory_tokens))
         gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>')
         with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):

@@ -24,6 +24,7 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from ..drafters.suffix_memory import DEFAULT_TOKENS
 from ..errors import SpecvizError
 from ..serving.urls import check_url, is_loopback
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
@@ -48,6 +49,8 @@ DRAFTERS = (
     ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
     ("EAGLE head (trained for the embedded model)", "eagle"),
     ("EAGLE head + prompt lookup (copy where the text repeats)", "eagle+pld"),
+    ("suffix decoding (copy from this prompt and your earlier answers)", "suffix"),
+    ("suffix decoding + EAGLE head (EAGLE where no match is sure)", "suffix+eagle"),
     ("Medusa heads (trained for the embedded model)", "medusa"),
     ("distilled draft model (trained for the embedded model)", "draft"),
     ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
@@ -58,6 +61,7 @@ RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded m
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
 MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
+HOSTED_MEMORY_TOKENS = 8192  # a hosted visitor's suffix memory: 32 answers of 256 tokens
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class Policy:
     drafters: tuple = DRAFTERS
     default_target: str = "default"
     default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "eagle", "eagle+pld", "medusa", "draft")
+    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "suffix", "eagle", "eagle+pld", "medusa", "draft")
     max_new_tokens: int = 1024
     max_prompt_tokens: int | None = None  # None: the model's context is the limit
     max_run_seconds: float | None = None  # a run past it stops, keeping what it produced
@@ -81,6 +85,9 @@ class Policy:
     server_url: str = ""  # the operator's serving engine with speculation ("": none named)
     baseline_server_url: str = ""  # the operator's plain (no speculation) engine, to compare against
     load_result: str = ""  # the operator's load-sweep JSON, shown in the Serving engine tab
+    # Suffix decoding's memory of a visitor's earlier answers (handlers.Session), in tokens; the
+    # oldest answers go first. Hosted: a few dozen answers, ~1 MB a visitor.
+    suffix_memory_tokens: int = DEFAULT_TOKENS
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
@@ -178,7 +185,7 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
                     if name == "default" or (weights_bytes(name) or 0) <= budget)
     policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
                     max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget,
-                    max_trace_bytes=8 << 20)
+                    max_trace_bytes=8 << 20, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
     return replace(policy, **overrides)
 
 

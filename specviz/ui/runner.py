@@ -19,6 +19,7 @@ import torch
 
 from .. import verify_cost
 from ..drafters import choose
+from ..drafters.suffix_memory import SuffixMemory
 from ..engine import baseline_generate, speculative_generate, warm_up
 from ..errors import SpecvizError
 from ..events import RunEnd
@@ -64,9 +65,9 @@ def run_label(drafter: str) -> str:
         return drafter
     if not choose.needs_model(drafter):
         return choose.drafter_label(drafter)
-    model, hybrid = choose.split_hybrid(drafter)
+    model, copier = choose.split_hybrid(drafter)
     short = SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"draft model: {short}" + (" + prompt lookup" if hybrid else "")
+    return f"draft model: {short}" + ({"pld": " + prompt lookup", "suffix": " + suffix decoding"}.get(copier) or "")
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
@@ -114,16 +115,21 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
     return box["loaded"]
 
 
-def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_bytes: int | None = None):
-    """The drafter called `name` (a generator: loading a draft model reports progress)."""
+def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_bytes: int | None = None,
+                 memory=None):
+    """The drafter called `name` (a generator: loading a draft model reports progress).
+
+    memory: the visitor's suffix memory (handlers.Session); None gives suffix decoding a fresh
+    one for this run alone. Never the process's: the app's visitors share the process."""
+    memory = memory if memory is not None else SuffixMemory()
     if not choose.needs_model(name):
-        return choose.make_drafter(name, target)
-    model, hybrid = choose.split_hybrid(name)
+        return choose.make_drafter(name, target, memory=memory)
+    model, copier = choose.split_hybrid(name)
     loaded = yield from loading(models, model, "draft model", frame, should_stop, cache_bytes)
     if loaded is None:
         return None
     drafter = choose.draft_model(target, loaded, model)
-    return choose.with_lookup(drafter, model) if hybrid else drafter
+    return choose.paired(drafter, model, copier, memory) if copier else drafter
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -191,15 +197,17 @@ def _measure_curve(model, frame: Frame) -> Iterator[Frame]:
             log.exception("could not measure the verify cost curve")
 
 
-def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool]) -> Iterator[Frame]:
-    """The speculative run and the baseline, advanced in turn (never concurrently)."""
+def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
+               memory: SuffixMemory | None = None) -> Iterator[Frame]:
+    """The speculative run and the baseline, advanced in turn (never concurrently). memory: the
+    visitor's suffix memory, which the speculative run reads and then adds its answer to."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
                   greedy=s.greedy, target=s.target)
     error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         policy.check(s)
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
-        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes)
+        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes, memory)
         if should_stop():
             raise _Stopped
         warm_up(target.model, drafter, ids, cfg)  # untimed, as the CLI does
