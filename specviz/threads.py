@@ -3,7 +3,7 @@
 torch's default is one thread per core, and every matrix multiply then waits for its slowest
 thread. When anything else wants a core (another job, the app's own web server, a browser on
 the same machine) that thread waits a whole scheduler slice, and decoding on a shared 2-core
-machine ran 3-5x slower with 2 threads than with 1 (README, Set up). So by default specviz
+machine ran 3-5x slower with 2 threads than with 1 (measured on this project's machines). So by default specviz
 keeps one core spare and leaves out the cores other processes already keep busy (the
 one-minute load average), with at least one thread: on a quiet machine that costs a little
 speed, on a busy one it avoids the collapse.
