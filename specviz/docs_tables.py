@@ -54,11 +54,15 @@ def _arms(doc: dict, category: str = "all") -> list[dict]:
     return [r for r in doc["summary"] if r["category"] == category and r["arm"] != "baseline"]
 
 
+# transformers' generate, as the bench's --peers name it
+PEERS = {"hf": "transformers", "hf-pld": "transformers pld", "hf-assisted": "transformers assisted"}
+
+
 def _best_per_drafter(rows: list[dict]) -> dict[str, dict]:
     """Each drafter's (or peer's) fastest arm among `rows`, in first-seen order."""
     best: dict[str, dict] = {}
     for r in rows:
-        name = r["drafter"] if r["engine"] == "specviz" and r["drafter"] else r["engine"]
+        name = r["drafter"] if r["engine"] == "specviz" and r["drafter"] else PEERS.get(r["engine"], r["engine"])
         if name not in best or (r["speedup"] or 0) > (best[name]["speedup"] or 0):
             best[name] = r
     return best
@@ -114,7 +118,7 @@ def bench_caption(doc: dict, path: str) -> str:
     load = env.get("load_average_before")
     where = ", ".join(filter(None, [
         f"{env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else ""),
-        f"{env['device']}, {env['dtype']}", f"{env['threads']} torch threads",
+        f"{env['device']}, {env['dtype']}", f"{env['threads']} torch thread{'s' if env['threads'] != 1 else ''}",
         f"Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}"]))
     how = f"`{cfg['command']}`" if cfg.get("command") else "the command is not recorded"
     return f"Measured {doc['created'][:10]} on {where}; {how}. Results: [`{path}`](/{path})."

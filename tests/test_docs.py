@@ -103,6 +103,29 @@ def test_a_missing_or_wrong_results_file_is_one_sentence(tmp_path):
         docs_tables.render("r.json", "pie", tmp_path)
 
 
+# ------------------------------------------------------------------ links
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_pages_lands_on_a_file_and_heading():
+    for page in docs_tables.pages():
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"https?:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (ROOT / path.lstrip("/")) if path.startswith("/") else (page.parent / path if path else page)
+            assert file.exists(), f"{page.relative_to(ROOT)} links to {target}: no such file"
+            if anchor:
+                headings = {slug(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), re.M)}
+                assert anchor in headings, f"{page.relative_to(ROOT)} links to {target}: no such heading"
+
+
 # ------------------------------------------------------------------ commands shown
 
 def shown(lang: str) -> list[tuple[str, str]]:
