@@ -15,7 +15,7 @@ from .render.kinds import shown_tokens
 from .sampling import Sampling
 from .serving import load_command
 from .train import command as train_command
-from . import trace_command
+from . import docs_tables, trace_command
 
 # Terminal colours per token kind; rejected drafts are struck through.
 ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
     trace_command.add_arguments(sub.add_parser("replay", help="replay a saved trace (--trace FILE) with no model"))
     load_command.add_arguments(sub.add_parser("load", help="sweep concurrency on two servers, speculation on and off"))
+    docs_tables.add_arguments(sub.add_parser("docs", help="redraw the measured tables in README.md and docs/ from "
+                                             "their committed results files"))
     return parser
 
 
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             return trace_command.replay(args)
         if args.command == "load":
             return load_command.main(args)
+        if args.command == "docs":
+            return docs_tables.main(args)
         return bench.main(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -238,7 +242,7 @@ def _print_summary(r, out) -> None:
                   f"speedup {r['speedup']:.2f}x\n")
         if "identical_to_baseline" in r:
             out.write("greedy output identical to baseline: "
-                      f"{'yes' if r['identical_to_baseline'] else 'NO - numerics differ (see README)'}\n")
+                      f"{'yes' if r['identical_to_baseline'] else 'NO - numerics differ (see docs/exactness.md)'}\n")
         else:
             out.write("sampling: texts differ run to run, but both follow the target's distribution\n")
     if not _use_colour(out):

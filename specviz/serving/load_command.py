@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from ..errors import SpecvizError
@@ -79,6 +80,8 @@ def main(args) -> int:
     finally:
         bar.close()
     doc = load_report.document(result)
+    if sys.argv[1:2] == ["load"]:  # run from the command line: record how, so the docs can say how to rerun it
+        doc["config"]["command"] = "python -m specviz " + shlex.join(sys.argv[1:])
     paths = os.path.join(args.out, "load.json"), os.path.join(args.out, "load.html")
     load_report.write_json(doc, paths[0])
     load_report.write_html(doc, paths[1])

@@ -1,0 +1,222 @@
+"""`python -m specviz docs`: the measured tables in README.md and docs/*.md, drawn from the
+results files committed beside them.
+
+A table sits between two markers that name its results file and how to draw it:
+
+    <!-- table: assets/serving/load-cpu.json load -->
+    (generated: the table, then what was measured where, when and by which command)
+    <!-- /table -->
+
+Re-measuring is running the command the file records and committing the new file; this
+command then redraws every table. tests/test_docs.py fails when a table differs from what
+its file draws, so a table cannot go stale unnoticed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+from .errors import SpecvizError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"<!-- table: (?P<path>\S+) (?P<kind>[\w-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+COMMAND = "python -m specviz docs"
+
+
+def pages(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """The markdown a reader sees: the front page and every page under docs/."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def _x(v, digits=2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}x"
+
+
+def _f(v, digits=2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _same(row: dict) -> str:
+    return "-" if row.get("identical") is None else f"{row['identical']}/{row['prompts']}"
+
+
+# --- the bench (schema specviz.bench/1) ---------------------------------------------------
+
+def _arms(doc: dict, category: str = "all") -> list[dict]:
+    return [r for r in doc["summary"] if r["category"] == category and r["arm"] != "baseline"]
+
+
+# transformers' generate, as the bench's --peers name it
+PEERS = {"hf": "transformers", "hf-pld": "transformers pld", "hf-assisted": "transformers assisted"}
+
+
+def _best_per_drafter(rows: list[dict]) -> dict[str, dict]:
+    """Each drafter's (or peer's) fastest arm among `rows`, in first-seen order."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        name = r["drafter"] if r["engine"] == "specviz" and r["drafter"] else PEERS.get(r["engine"], r["engine"])
+        if name not in best or (r["speedup"] or 0) > (best[name]["speedup"] or 0):
+            best[name] = r
+    return best
+
+
+def _baseline(doc: dict, category: str = "all") -> dict:
+    return next(r for r in doc["summary"] if r["category"] == category and r["arm"] == "baseline")
+
+
+def bench_headline(doc: dict) -> str:
+    """Each drafter's best arm over the whole suite: the front page's table."""
+    rows = [[name, f"`{r['arm']}`", _x(r["speedup"]), _f(r["tau"]), _same(r)]
+            for name, r in _best_per_drafter(_arms(doc)).items()]
+    base = _baseline(doc)
+    rows.insert(0, ["plain decoding", f"{base['tokens_per_s']:.1f} tokens/s", "1.00x", "1.00", "-"])
+    return _md(["drafter", "best arm", "speedup", "tau (tokens per target pass)", "same text as plain"], rows)
+
+
+def bench_arms(doc: dict) -> str:
+    """Every arm over the whole suite, with the cost model's view of it."""
+    base = _baseline(doc)
+    rows = [["baseline (plain decoding)", _f(base["tokens_per_s"], 1), "1.00x", "-", "-", "-", "-", "-"]]
+    rows += [[f"`{r['arm']}`", _f(r["tokens_per_s"], 1), _x(r["speedup"]), _f(r["alpha"]), _f(r["tau"]),
+              _f(r["c"], 3), _f(r["efficiency"]), _same(r)] for r in _arms(doc)]
+    return _md(["arm", "tokens/s", "speedup", "alpha", "tau", "c", "efficiency", "identical"], rows)
+
+
+def bench_categories(doc: dict) -> str:
+    """Per category, each drafter's best speedup; the fastest in bold."""
+    cats = list(dict.fromkeys(r["category"] for r in doc["summary"]))
+    cats = [c for c in cats if c != "all"] + ["all"]
+    names = list(_best_per_drafter(_arms(doc)))
+    rows = []
+    for cat in cats:
+        best = _best_per_drafter(_arms(doc, cat))
+        top = max((b["speedup"] or 0 for b in best.values()), default=0)
+        cells = [(f"**{_x(best[n]['speedup'])}**" if best[n]["speedup"] == top else _x(best[n]["speedup"]))
+                 if n in best else "-" for n in names]
+        rows.append([cat, _f(_baseline(doc, cat)["tokens_per_s"], 1), *cells])
+    return _md(["category", "plain tokens/s", *names], rows)
+
+
+def bench_verify(doc: dict) -> str:
+    """What one target forward over n new tokens costs, per category: v(n) = t(n) / t(1)."""
+    sizes = sorted({int(n) for c in doc["costs"].values() for n in c["forward_ms"]} - {1})
+    rows = [[cat, _f(c["forward_ms"]["1"], 1), *(_f(c["verify_ratio"].get(str(n))) for n in sizes)]
+            for cat, c in doc["costs"].items()]
+    return _md(["category", "1 token (ms)", *(f"v({n})" for n in sizes)], rows)
+
+
+def bench_caption(doc: dict, path: str) -> str:
+    env, cfg = doc["environment"], doc["config"]
+    load = env.get("load_average_before")
+    where = ", ".join(filter(None, [
+        f"{env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else ""),
+        f"{env['device']}, {env['dtype']}", f"{env['threads']} torch thread{'s' if env['threads'] != 1 else ''}",
+        f"Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}"]))
+    how = f"`{cfg['command']}`" if cfg.get("command") else "the command is not recorded"
+    return f"Measured {doc['created'][:10]} on {where}; {how}. Results: [`{path}`](/{path})."
+
+
+# --- the load sweep (schema specviz-load) -------------------------------------------------
+
+def load_table(doc: dict) -> str:
+    ms = 1e3
+    rows = []
+    for lv in doc["levels"]:
+        b, s = lv.get("baseline"), lv.get("speculative")
+        if not (b and s):
+            continue
+        ratio = s["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] else None
+        rows.append([str(lv["concurrency"]), _f(b["tokens_per_s"], 1), _f(s["tokens_per_s"], 1), _f(ratio),
+                     f"{_f(b['ttft_p50_s'])} / {_f(s['ttft_p50_s'])} s",
+                     f"{_f(b['itl_p50_s'] * ms, 1)} / {_f(s['itl_p50_s'] * ms, 1)} ms",
+                     _f(s["acceptance_rate"]), _f(s["mean_accepted_length"])])
+    table = _md(["concurrency", "plain tokens/s", "speculative tokens/s", "ratio", "TTFT p50 plain / spec",
+                 "inter-token p50 plain / spec", "alpha", "tau"], rows)
+    lines = [table]
+    if doc.get("crossover", {}).get("reason"):
+        lines.append(f"\nCrossover: {doc['crossover']['reason']}.")
+    policy = doc.get("policy") or {}
+    if policy.get("rule"):
+        lines.append(f"Policy \"{policy['rule']}\": {policy['mean_tokens_per_s']:.0f} tokens/s averaged over the "
+                     f"levels, {100 * policy['gain_over_always_on']:+.1f}% over always on, "
+                     f"{100 * policy['gain_over_always_off']:+.1f}% over always off.")
+    return "\n".join(lines)
+
+
+def load_caption(doc: dict, path: str) -> str:
+    env, cfg = doc["environment"], doc["config"]
+    load = env.get("load_average_before")
+    where = f"{env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else "")
+    if cfg.get("command"):
+        how = f"`{cfg['command']}`"
+    else:  # sweeps written before the command was recorded: say what they ran
+        how = (f"model {cfg['model']}, {cfg['requests']} requests per level and arm, {cfg['max_tokens']} tokens "
+               f"each, prompts from the {cfg['suite']} suite")
+    return (f"Measured {doc['started'][:10]} on {where}, Python {env['python']}; {how}. "
+            f"Results: [`{path}`](/{path}).")
+
+
+KINDS = {
+    "bench-headline": (bench_headline, bench_caption),
+    "bench-arms": (bench_arms, bench_caption),
+    "bench-categories": (bench_categories, bench_caption),
+    "bench-verify": (bench_verify, bench_caption),
+    "load": (load_table, load_caption),
+}
+
+
+def render(path: str, kind: str, root: pathlib.Path = ROOT) -> str:
+    """The text between a table's markers: the table, a blank line, then its caption."""
+    if kind not in KINDS:
+        raise SpecvizError(f"unknown table kind {kind!r} (known: {', '.join(KINDS)})")
+    if not (root / path).exists():  # named before it is measured: the page says so, honestly, until it is
+        return (f"Not measured for this version yet: the command under [Re-measuring](/docs/performance.md#re-measuring) "
+                f"writes `{path}`, and `{COMMAND}` draws this table from it.\n")
+    try:
+        doc = json.loads((root / path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpecvizError(f"results file {path} is not JSON: {e}") from None
+    draw, caption = KINDS[kind]
+    try:
+        return f"{draw(doc)}\n\n{caption(doc, path)}\n"
+    except (KeyError, TypeError, StopIteration) as e:
+        raise SpecvizError(f"results file {path} cannot be drawn as {kind}: missing {e}") from None
+
+
+def rewrite(text: str, root: pathlib.Path = ROOT) -> str:
+    """`text` with every marked table drawn again from its results file."""
+    def draw(m: re.Match) -> str:
+        head = m.group(0)[: m.start("body") - m.start()]
+        return f"{head}{render(m.group('path'), m.group('kind'), root)}<!-- /table -->"
+    return MARKER.sub(draw, text)
+
+
+def stale(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """The pages whose tables differ from what their results files draw."""
+    return [p for p in pages(root) if p.exists() and rewrite(p.read_text(encoding="utf-8"), root)
+            != p.read_text(encoding="utf-8")]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 and name the pages whose tables are stale")
+
+
+def main(args: argparse.Namespace, root: pathlib.Path = ROOT) -> int:
+    changed = stale(root)
+    for page in changed:
+        rel = page.relative_to(root)
+        if args.check:
+            print(f"{rel}: its tables differ from their results files; run `{COMMAND}`", file=sys.stderr)
+        else:
+            page.write_text(rewrite(page.read_text(encoding="utf-8"), root), encoding="utf-8")
+            print(f"redrew the tables in {rel}", file=sys.stderr)
+    return 1 if args.check and changed else 0
