@@ -26,9 +26,9 @@ import math
 from .theory import expected_tokens
 from .verify_cost import VerifyCost
 
-DISCOUNT = 0.7  # weight of the past per step in the alpha estimate: a memory of ~3 steps
+DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of ~5 steps
 IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps
-PRIOR = 0.5  # pseudo-counts each way: alpha starts at 0.5, and evidence soon outweighs it
+PRIOR = 0.25  # pseudo-counts each way: alpha starts at 0.5; a quarter token, so ~3 steps of rejections can shut a useless drafter off
 PROBE_GAP = 12  # steps of one kind without a draft before one token is drafted regardless
 STALE = 16  # steps after which a plain step's time is stale
 SLOW_DRAFT = 3.0  # a drafting time over this many times the estimate counts as this many
