@@ -15,8 +15,11 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
 - c_draft: measured draft seconds per drafted token, as a fraction of T(1) (per kind where
   kinds are named: a hybrid's copied drafts cost ~nothing, its model's do not).
 
-A step that drafts nothing says nothing about alpha, so the estimate alone could keep a
-drafter shut off; after PROBE_GAP such steps in a row (of one kind) it drafts one token.
+Exploring: a step that drafts nothing says nothing about alpha, so after PROBE_GAP such
+steps in a row (of one kind) one token is drafted; and the cost of drafting is known only
+against a plain step's, so when none was timed for STALE steps and the ratio is unsure
+enough that a plain step might be as good, one is taken. Stale verify costs revert to an
+optimistic prior (verify_cost.py), so a length priced out long ago is tried again.
 Every choice is a function of the timings and outcomes seen: no randomness.
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ from .verify_cost import VerifyCost
 
 DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of ~5 steps
 IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps
-PRIOR = 0.25  # pseudo-counts each way: alpha starts at 0.5; a quarter token, so ~3 steps of rejections can shut a useless drafter off
+PRIOR = 0.25  # pseudo-counts each way: alpha starts at 0.5, and a few rejections can shut a useless drafter off
 PROBE_GAP = 12  # steps of one kind without a draft before one token is drafted regardless
 STALE = 16  # steps after which a plain step's time is stale
 SLOW_DRAFT = 3.0  # a drafting time over this many times the estimate counts as this many
