@@ -11,7 +11,7 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
   kind (`Drafter.plan`: prompt lookup's n-gram length; a hybrid's model drafts) get a rate
   per kind, whose prior is the overall rate;
 - T(m) = T(1) * v(m): the machine's speed now times the shape of the cost curve, learned
-  apart (verify_cost.py), so a slow step or a size timed long ago cannot decide the run;
+  apart (verify_estimate.py), so a slow step or a size timed long ago cannot decide the run;
 - c_draft: measured draft seconds per drafted token, as a fraction of T(1) (per kind where
   kinds are named: a hybrid's copied drafts cost ~nothing, its model's do not).
 
@@ -19,7 +19,7 @@ Exploring: a step that drafts nothing says nothing about alpha, so after PROBE_G
 steps in a row (of one kind) one token is drafted; and the cost of drafting is known only
 against a plain step's, so when none was timed for STALE steps and the ratio is unsure
 enough that a plain step might be as good, one is taken. Stale verify costs revert to an
-optimistic prior (verify_cost.py), so a length priced out long ago is tried again.
+optimistic prior (verify_estimate.py), so a length priced out long ago is tried again.
 Every choice is a function of the timings and outcomes seen: no randomness.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from .theory import expected_tokens
-from .verify_cost import VerifyCost
+from .verify_estimate import VerifyCost
 
 DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of ~5 steps
 IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps

@@ -1,4 +1,4 @@
-"""What verifying m tokens costs, learned while decoding: T(m) = T(1) * v(m).
+"""What verifying m tokens costs, learned while decoding (dynamic k's estimate): T(m) = T(1) * v(m).
 
 The machine's speed T(1) drifts quickly (caches warm up after prefill, another process
 starts); the shape v(m) of the cost curve belongs to the model and the hardware and drifts
