@@ -1,6 +1,9 @@
 """Dynamic k: each step's draft length maximises expected tokens per second."""
 from __future__ import annotations
 
+import random
+import statistics
+
 import pytest
 
 from specviz.draft_length import DraftLength
@@ -94,14 +97,20 @@ def test_a_drafter_that_is_never_right_is_not_retried_right_after_a_rejection():
 
 def test_a_slow_first_step_does_not_make_plain_steps_look_dear_for_the_rest_of_the_run():
     """The first step after prefill runs slow. If it was the only plain (j = 0) step, its
-    time would stay the estimate of T(1) for good and a useless drafter would look free."""
+    time would stay the estimate of T(1) for good and a useless drafter would look free.
+    (It used to assert T(1) <= 52 ms straight after: now a single slow time is not trusted
+    as the plain step's cost, and the policy times a plain step again to learn it.)"""
     length = DraftLength(2, 8, dynamic=True)
     length.record(0, 0, 0.0, 0.100)  # first step: no draft, twice the real cost
-    for _ in range(20):  # a draft model (7.8 ms a token) whose 2 tokens are always rejected
-        length.record(2, 0, 2 * 0.0078, 0.052)  # verifying 3 tokens: 52 ms
-    assert length.verify_cost(1) <= 0.052
+    chosen = []
+    for _ in range(30):  # a draft model (7.8 ms a token) whose drafts are always rejected
+        j = length.next()
+        chosen.append(j)
+        length.record(j, 0, j * 0.0078, 0.050 * (1 + 0.02 * j))  # verifying: 50 ms and a little more
+    assert length.verify_cost(1) == pytest.approx(0.050, rel=0.1), chosen
     assert length.verify_cost(4) >= length.verify_cost(3)  # no downward extrapolation
-    assert length.next() == 0
+    settled = chosen[-12:]
+    assert settled.count(0) >= 8 and not any(a and b for a, b in zip(settled, settled[1:])), chosen
 
 
 def test_each_kind_of_draft_pays_its_own_drafting_cost():
@@ -113,6 +122,77 @@ def test_each_kind_of_draft_pays_its_own_drafting_cost():
     for _ in range(30):
         length.record(4, 3, 0.0, cost(5), 3)  # copied: free
         length.record(4, 3, 4 * 0.0125, cost(5), 0)  # the model's: 12.5 ms a token
-    assert length.cost_by_kind == {3: 0.0, 0: pytest.approx(0.0125)}
+    t1 = length.verify_cost(1)
+    assert length.draft_cost(3) == 0.0 and length.draft_cost(0) * t1 == pytest.approx(0.0125, rel=0.05)
     assert length.alpha_of(0) == pytest.approx(length.alpha_of(3))
     assert length.next(0) < length.next(3)
+
+
+# A fake clock: a target whose verify over m tokens takes T1 * v(m) seconds (fp32 CPU, FACTS.md).
+T1 = 0.07
+CPU = [(1, 1.0), (2, 1.13), (5, 1.5), (9, 1.8), (17, 2.0)]
+
+
+def cpu(m):
+    for (a, va), (b, vb) in zip(CPU, CPU[1:]):
+        if m <= b:
+            return va + (vb - va) * (m - a) / (b - a)
+    return 2.0 + 0.02 * (m - 17)
+
+
+def kept(rng, alpha, j):
+    """How many of j drafted tokens are accepted, each with probability alpha until one is not."""
+    n = 0
+    while n < j and rng.random() < alpha:
+        n += 1
+    return n
+
+
+def test_one_slow_rejected_first_step_does_not_lock_drafting_out():
+    """Issue 38: step 0 drafts one token, slowly (2x: the first verify after prefill) and it is
+    rejected; step 1 has nothing to draft (a plain step at the real speed). The old estimate
+    kept T(2) = 2 T(1) for good, so it never drafted again. Drafts that would be kept 75% of
+    the time must come back within a few steps and stay."""
+    rng = random.Random(0)
+    length = DraftLength(4, 16, dynamic=True)
+    length.record(1, 0, 0.0, 2 * T1 * cpu(2))
+    length.record(0, 0, 0.0, T1)
+    chosen = []
+    for _ in range(126):
+        j = length.next()
+        chosen.append(j)
+        length.record(j, kept(rng, 0.75, j), 0.0, T1 * cpu(j + 1))
+    assert any(chosen[:12]), chosen
+    assert sum(j > 0 for j in chosen[12:]) >= 0.9 * len(chosen[12:]), chosen
+    assert statistics.mean(chosen[12:]) >= 2, chosen
+
+
+def test_one_very_slow_step_in_the_middle_stops_drafting_for_a_few_steps_at_most():
+    """A hiccup (another process, a page fault) is not a new cost curve."""
+    rng = random.Random(1)
+    length = DraftLength(4, 16, dynamic=True)
+    chosen, costs = [], {}
+    for step in range(80):
+        j = length.next()
+        chosen.append(j)
+        slow = 10 if step == 40 else 1
+        length.record(j, kept(rng, 0.8, j), 0.0, slow * T1 * cpu(j + 1))
+        if step in (39, 40, 41):
+            costs[step] = [length.verify_cost(m) for m in (1, 5, 9)]
+    assert chosen[41:].count(0) <= 1 and statistics.mean(chosen[41:]) >= 3, chosen
+    for after in (costs[40], costs[41]):
+        assert after == pytest.approx(costs[39], rel=0.1)
+
+
+def test_a_drafter_that_stops_being_useful_is_probed_and_one_that_starts_is_found():
+    """Drafting nothing says nothing about alpha: a drafter shut off while useless must be
+    tried again, so that when its drafts start being kept (a copy begins) it is found."""
+    rng = random.Random(2)
+    length = DraftLength(4, 16, dynamic=True)
+    chosen = []
+    for step in range(120):
+        j = length.next()
+        chosen.append(j)
+        length.record(j, kept(rng, 0.0 if step < 60 else 0.9, j), 0.0, T1 * cpu(j + 1))
+    assert max(chosen[30:60]) <= 2 and chosen[30:60].count(0) >= 8, chosen  # single-token probes at most
+    assert statistics.mean(chosen[80:]) >= 4, chosen  # and back, drafting long

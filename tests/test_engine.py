@@ -223,3 +223,43 @@ def test_prompt_lookup_is_asked_for_the_length_its_kind_of_match_has_earned():
     after_3grams = [k for kind, k in asked if kind == 3]
     assert after_3grams[0] == 4  # nothing measured yet: the k the user gave
     assert min(after_3grams[1:]) < max(after_3grams[:2])
+
+
+def test_dynamic_k_is_not_locked_out_by_a_slow_rejected_first_step(target, prompts, monkeypatch):
+    """Issue 38 through the whole loop, on a fake clock where verifying m tokens takes
+    50 ms * (1 + 0.1 (m - 1)) and the first verify twice that: step 0's one-token draft is
+    rejected, step 1 has nothing to draft, and from then on every draft would be kept. The
+    old estimate held T(2) at its slow first time and never drafted again."""
+    import specviz.engine as engine
+    from specviz.drafters.base import Draft, Drafter, empty_draft
+
+    prompt = prompts[0]
+    _, base = collect(baseline_generate(target, prompt, GenerationConfig(max_new_tokens=40)))
+    truth = list(base.token_ids)
+    now = [0.0]
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: now[0])
+
+    def timed_verify(target, cache, n, pending, draft, *args, **kw):
+        now[0] += 0.05 * (1 + 0.1 * draft.tokens.numel()) * (2 if now[0] == 0 else 1)
+        return verify_chain(target, cache, n, pending, draft, *args, **kw)
+
+    verify_chain = engine.verify_chain
+    monkeypatch.setattr(engine, "verify_chain", timed_verify)
+
+    class Scripted(Drafter):
+        def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False):
+            self.device, self.calls = device, 0
+
+        def propose(self, ids, k, min_confidence=0.0):
+            self.calls += 1
+            done = len(ids) - len(prompt)
+            if self.calls == 1:  # a wrong guess
+                return Draft(torch.tensor([(truth[done] + 1) % 96], device=self.device), None)
+            if self.calls == 2:  # no match
+                return empty_draft(self.device)
+            return Draft(torch.tensor(truth[done:done + k], device=self.device), None)
+
+    steps, end = collect(speculative_generate(target, Scripted(), prompt, GenerationConfig(max_new_tokens=40, k=4, dynamic_k=True)))
+    assert end.token_ids == base.token_ids
+    assert [len(s.draft) for s in steps[:2]] == [1, 0]
+    assert sum(len(s.draft) for s in steps[2:]) >= 20, [len(s.draft) for s in steps]
