@@ -109,6 +109,16 @@ def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
         Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=0))
 
 
+@pytest.mark.parametrize("bad, words", [(dict(temperature=-1), "temperature must be a number >= 0"),
+                                        (dict(temperature="nan"), "finite"), (dict(top_p=0), "top-p"),
+                                        (dict(repetition_penalty=-2), "repetition penalty")])
+@pytest.mark.parametrize("mode", ["greedy", "sampling"])
+def test_a_value_the_engine_refuses_is_refused_in_greedy_mode_too(mode, bad, words):
+    """One rule: greedy ignores the sampling values, but a script's mistake in them is still told."""
+    with pytest.raises(SpecvizError, match=words):
+        Settings.from_controls(**dict(CONTROLS, mode=mode, **bad))
+
+
 def test_the_page_starts_from_the_engines_defaults():
     cfg, sampling = GenerationConfig(), Sampling()
     s = Settings(prompt="hi")

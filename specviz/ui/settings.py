@@ -93,6 +93,9 @@ class Settings:
             raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
         s = cls(**{name: _CONVERT[types[name]](v, name.replace("_", " ")) for name, v in values.items()})
         s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NO_DRAFTER)
+        # One rule in every mode: a value the engine would refuse is refused, even where greedy
+        # decoding would not use it (a script's temperature -1 is a mistake worth telling).
+        s.sampling.validate()
         if mode is None:
             return s
         if str(mode).strip().lower() not in (GREEDY, SAMPLING):
