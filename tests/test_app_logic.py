@@ -178,6 +178,20 @@ def test_stop_mid_run_compares_the_common_prefix_and_calls_it_identical(app_mode
     assert 'data-identical="true"' in check and "both runs produced" in check
 
 
+def test_the_api_summary_text_ends_before_the_end_of_turn_token(app_models, monkeypatch):  # noqa: F811
+    """As the CLI's: the token that ended the turn is not part of the text (token_ids keep it)."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], max_new_tokens=8)
+    plain = final(runner.playground(s, Policy(), real_models, never)).base
+    end = plain.token_ids[3]  # pretend the target's end-of-turn token is its fourth token
+    said = real_models.decode(real_models.load(app_models["target"]), [end])
+    monkeypatch.setattr(real_models.Loaded, "eos_token_ids", property(lambda self: (end,)))
+    summary = playground_summary(final(runner.playground(s, Policy(), real_models, never)))
+    for run in ("speculative", "baseline"):
+        assert summary[run]["token_ids"][-1] == end and summary[run]["stop_reason"] == "eos"
+        assert summary[run]["text"] == "".join(plain.labels[i].token for i in range(3))
+        assert not summary[run]["text"].endswith(said)
+
+
 def test_a_one_token_run_says_one_token():
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
     frame.base.add(TokenEventFor(1))

@@ -94,9 +94,59 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
 def test_tokens_cut_at_eos_are_not_shown():
     # Three drafts accepted, but the second is EOS: the output stops there.
     e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
-    t = spec_trace((e, Labels(draft=("a", "<eos>", "c"), token="d")))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d")))
     assert kinds(tokens_html(t)) == ["accepted", "accepted"]
-    assert t.text() == "a<eos>"
+    assert t.text() == "a<|im_end|>"  # nothing says 2 ends a run yet
+
+
+@pytest.mark.parametrize("told", ["eos ids", "run end"])
+def test_the_end_of_turn_token_is_a_mark_after_the_text_not_text(told):
+    """The runner names the target's EOS ids; a replay knows only that the run ended at EOS."""
+    e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d")))
+    if told == "eos ids":
+        t.eos = (2,)
+    else:
+        _ended(t, tokens=2, steps=1, stop_reason="eos")
+    out = tokens_html(t)
+    assert t.text() == "a" and "im_end" not in out and kinds(out) == ["accepted"]
+    assert "end of answer" in out  # where the model stopped, said once, outside the text
+    base = Trace("baseline", speculative=False, eos=(2,))
+    for i, token in enumerate((1, 2)):
+        base.add(TokenEvent(step=i, token=token, p=0.4, time=0.05, elapsed=0.1), Labels(token=("a", "<|im_end|>")[i]))
+    assert base.text() == "a" and kinds(tokens_html(base)) == ["baseline"] and "end of answer" in tokens_html(base)
+
+
+def test_the_inspector_shows_no_bonus_token_after_an_end_of_turn_token_that_ended_the_run():
+    e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d", top=("d", "z"))))
+    t.eos = (2,)
+    out = step_html(t, 0)
+    assert "bonus token:" not in out and "no bonus token was output" in out
+    assert "ended with the end-of-turn token" in out
+    assert out.count("after the end (not output)") == 1  # draft 3, accepted but past the end
+    cut = spec_trace((step(0, [1, 2, 3], 3, 9, emitted=(1, 2)), Labels(draft=("a", "b", "c"), token="d")))
+    assert "ended at its token limit" in step_html(cut, 0)
+
+
+def test_whitespace_drafts_are_visible_marks_in_the_panel_the_inspector_and_the_tree():
+    tree = TreeDraft(tokens=(5, 6), parents=(-1, -1), path=(0,), p=(0.6, 0.3))
+    e = step(0, [5, 6], 1, 7, tree=tree)
+    t = spec_trace((e, Labels(draft=(" ", "  "), token="\t", tree=(" ", "  "))))
+    panel = tokens_html(t)
+    assert "␣␣" in panel  # the rejected two-space draft
+    inspector = step_html(t, 0)
+    assert inspector.count('<code class="sv-inspect-tok">␣</code>') >= 2  # the table and the tree
+    assert '<code class="sv-inspect-tok">␣␣</code>' in inspector and "∅" not in inspector
+
+
+def test_a_words_tokens_stay_together_and_lines_break_only_at_spaces():
+    t = spec_trace((step(0, [1, 2, 3, 4], 4, 5), Labels(draft=(" Java", "Script", " l'enf", "ant"), token=".")))
+    out = tokens_html(t)
+    groups = [texts(g) for g in re.findall(r'<span class="sv-word">(.*?</span>)</span>', out, re.S)]
+    assert groups == [[" Java", "Script"], [" l'enf", "ant", "."]]
+    long = spec_trace((step(0, [1] * 4, 4, 2), Labels(draft=("=" * 15,) * 4, token="=")))
+    assert "sv-word" not in tokens_html(long)  # 61 characters of ====: may still break
 
 
 def test_a_token_holding_a_line_break_flows_inline_and_the_rest_are_whole_boxes():

@@ -11,7 +11,7 @@ from typing import Callable
 from ..errors import SpecvizError
 from .base import Drafter
 from .draft_model import DraftModel
-from .prompt_lookup import PromptLookup
+from .prompt_lookup import PromptLookup, special_ids
 
 NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
@@ -41,14 +41,20 @@ def split_hybrid(spec: str) -> tuple[str, bool]:
     return s, False
 
 
-def with_lookup(drafter: Drafter | None, spec: str) -> Drafter:
-    """`drafter` paired with prompt lookup, or a sentence saying why it cannot be."""
+def with_lookup(drafter: Drafter | None, spec: str, target=None) -> Drafter:
+    """`drafter` paired with prompt lookup, or a sentence saying why it cannot be.
+    target: its tokenizer's special tokens are never proposed by the lookup."""
     from .hybrid import Hybrid
 
     if drafter is None or isinstance(drafter, PromptLookup):
         raise SpecvizError(f"'{spec}{WITH_LOOKUP}': '{WITH_LOOKUP}' pairs prompt lookup with a model drafter "
                            "(eagle, medusa, draft, layerskip or a draft model), not with itself or none")
-    return Hybrid(drafter)
+    return Hybrid(drafter, lookup(target))
+
+
+def lookup(target=None) -> PromptLookup:
+    """Prompt lookup for `target` (a models.Loaded): its special tokens are never proposed."""
+    return PromptLookup(special=special_ids(getattr(target, "tokenizer", None)))
 
 
 def drafter_label(spec: str) -> str:
@@ -100,11 +106,12 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
                            "or a draft model id/folder")
     inner, hybrid = split_hybrid(s)
     if hybrid:
-        return with_lookup(make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress), inner)
+        return with_lookup(make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress), inner,
+                           target)
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:
-        return PromptLookup()
+        return lookup(target)
     if s.lower().startswith(LAYER_SKIP):
         return _layer_skip(s, target)
     if _trained(s):

@@ -10,13 +10,14 @@ from __future__ import annotations
 from html import escape
 
 from ..events import StepEvent
-from .html import VISIBLE_WHITESPACE
+from .html import visible
+from .kinds import ended_at
 from .trace import Trace
 from .tree import tree_html
 
 
 def _tok(text: str) -> str:
-    shown = text.translate(VISIBLE_WHITESPACE)
+    shown = visible(text)
     return f'<code class="sv-inspect-tok">{escape(shown) if shown else "∅"}</code>'
 
 
@@ -26,7 +27,7 @@ def _num(x: float | None) -> str:
 
 def _verdict(e: StepEvent, i: int) -> tuple[str, str]:
     if i < e.accepted:
-        return "accepted", "accepted"
+        return "accepted", "accepted" if i < len(e.emitted) else "accepted, after the end (not output)"
     if i == e.accepted:
         return "rejected", "rejected"
     return "rejected", "not checked (after the first rejection)"
@@ -83,6 +84,16 @@ def step_html(trace: Trace, index: int | None) -> str:
         for (t, p), text in zip(e.top, labels.top)
     )
     own = "corrected token" if e.token_kind == "corrected" else "bonus token"
+    if len(e.emitted) > e.accepted:
+        chosen = (f'<p>The target\'s {own}: {_tok(labels.token)} '
+                  f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
+                  f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
+                  f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr>'
+                  f"</thead><tbody>{top_rows}</tbody></table></div>")
+    else:  # the run ended inside the step: what the target would have added was never output
+        why = "with the end-of-turn token" if ended_at(e, trace.end_ids()) else "at its token limit"
+        chosen = (f'<p class="sv-inspect-end">The run ended {why} (draft {len(e.emitted)}): '
+                  f"no {own} was output.</p>")
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted'
@@ -90,10 +101,6 @@ def step_html(trace: Trace, index: int | None) -> str:
         '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div>'
-        f'<p>The target\'s {own}: {_tok(labels.token)} '
-        f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
-        f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
-        f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
-        f"<tbody>{top_rows}</tbody></table></div>"
+        f"{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -121,7 +121,7 @@ def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_byt
     if loaded is None:
         return None
     drafter = choose.draft_model(target, loaded, model)
-    return choose.with_lookup(drafter, model) if hybrid else drafter
+    return choose.with_lookup(drafter, model, target) if hybrid else drafter
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -184,6 +184,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     try:
         policy.check(s)
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
         drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes)
         if should_stop():
             raise _Stopped
