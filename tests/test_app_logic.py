@@ -150,6 +150,35 @@ def test_model_loading_reports_progress_before_the_run(app_models):
     assert seen[-1][0] == "done"
 
 
+def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_far(app_models):  # noqa: F811
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=6)
+    messages = [f.message for f in runner.playground(s, Policy(), real_models, never)]
+    n = len(real_models.encode_prompt(real_models.load(app_models["target"]), PROMPT))
+    phases = ["Warming up", f"reading the prompt (prefill of {n} tokens)", "tokens so far", "Done"]
+    firsts = [next(i for i, m in enumerate(messages) if phase in m) for phase in phases]
+    assert firsts == sorted(firsts), messages  # in that order, each said
+    assert runner.model_name("default") == "SmolLM2-135M (embedded)"  # never "Generating with default"
+
+
+def test_slow_work_is_counted_in_seconds_while_it_runs():
+    release, ticks = __import__("threading").Event(), iter(range(0, 1000))
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
+    work = runner.waiting(lambda: release.wait() and 42, frame, lambda s: f"prefill… {s} s",
+                          clock=lambda: next(ticks), poll=0.001)
+    said = [next(work).message for _ in range(3)]
+    assert said == ["prefill… 2 s", "prefill… 3 s", "prefill… 4 s"]  # each new second, from HEARTBEAT on
+    release.set()
+    with pytest.raises(StopIteration) as done:
+        while True:
+            next(work)
+    assert done.value.value == 42
+
+    def boom():
+        raise SpecvizError("the prompt is too long")
+    with pytest.raises(SpecvizError, match="too long"):
+        list(runner.waiting(boom, frame, str))
+
+
 def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):
     def load(name, progress=None, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
