@@ -86,7 +86,8 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
     assert "rejected" in tips[1] and "draw u = 0.900" in tips[1]
     assert "corrected" in tips[2]
     lookup = spec_trace((step(0, [1], 1, 2), Labels(draft=("x",), token="y")))
-    assert "q (drafter) = none given" in html.unescape(tokens_html(lookup))  # greedy: no q, no pretend 1
+    assert "q (drafter) = none: this drafter proposes tokens without probabilities" in html.unescape(
+        tokens_html(lookup))  # greedy: no q, no pretend 1
     lookup = spec_trace((step(0, [1], 1, 2, greedy=False), Labels(draft=("x",), token="y")))
     assert "q (drafter) = 1 (one-hot" in html.unescape(tokens_html(lookup))  # sampling verifies against one-hot
 
@@ -235,7 +236,7 @@ def test_headline_says_measuring_early_and_never_saves_negative_calls():
     assert h.speedup is None and h.predicted is None and h.timing == "measuring"
     assert h.calls_saved == 0 and h.alpha == 0.0
     values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
-    assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0"
+    assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0 of 2"
     short = _ended(spec, tokens=2, steps=2, target_calls=3, drafted=4, elapsed=0.3)
     assert headline(short, _ended(base, tokens=1, steps=1, target_calls=2, elapsed=0.4)).timing == "too short"
 
@@ -294,7 +295,7 @@ def test_greedy_inspector_shows_the_drafters_q_and_the_argmax_rule_not_min_p_q()
     assert "target's top token" in out
     assert out.count("= draft") == 1 and out.count("≠ draft") == 1  # a kept, b refused: the target wanted g
     lookup = step_html(spec_trace((step(0, [1], 0, 7), Labels(draft=("a",), token="g"))), 0)
-    assert "none given" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
+    assert "no probabilities" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
 
 
 def test_inspector_says_who_drafted_a_step_when_the_drafter_mixes_sources():
@@ -335,3 +336,17 @@ def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
     speed, quality = compare_figures(rows)
     assert list(speed.data[0].x) == [8.0, 16.0] and list(speed.data[0].y) == ["baseline", "prompt lookup"]
     assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2
+
+
+def test_compare_and_the_playground_count_target_passes_by_one_rule():
+    """Compare said 49 target calls for 48 baseline tokens (the prefill counted) while the
+    playground said 96 for 96: both now count the passes while generating, one per step."""
+    base = _ended(Trace("baseline", speculative=False), tokens=48, steps=48, target_calls=49, elapsed=2.0)
+    spec = _ended(spec_trace((step(0, [1], 1, 2), Labels(draft=("a",), token="b"))), tokens=48, steps=20,
+                  target_calls=21, drafted=40, accepted=28, elapsed=1.0)
+    rows = compare_rows(base, [spec])
+    assert [r["target_calls"] for r in rows] == [48, 20]
+    h = headline(spec, base)
+    assert (h.base_calls, h.base_calls - h.calls_saved) == (48, 20)  # the same 48 and 20 in the playground
+    values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
+    assert values["calls"] == "28 of 48" and "target passes saved" in headline_html(h)

@@ -53,6 +53,11 @@ def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "")
     )
 
 
+# The words for what a drafter without probabilities gives, and for the residual, everywhere they show.
+NO_Q = "none: this drafter proposes tokens without probabilities (prompt lookup copies them)"
+RESIDUAL = "norm(max(0, p − q))"
+RESIDUAL_GLOSS = "where the target wanted a token more than the drafter did, rescaled to sum to 1"
+
 # The legend above the panels: one line on a wide screen; the full sentence is its tooltip.
 KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own, after a refusal",
               "bonus": "free extra token", "baseline": "plain decoding"}
@@ -73,7 +78,7 @@ def _fmt(x: float | None) -> str:
 
 def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
-    q = _fmt(e.q[i]) if e.q is not None else "none given" if e.greedy else "1 (one-hot: a token, no distribution)"
+    q = _fmt(e.q[i]) if e.q is not None else NO_Q if e.greedy else "1 (one-hot: a token, no distribution)"
     lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
     if e.greedy:
         lines.append("greedy: kept only if it is the target's top token")
@@ -98,7 +103,7 @@ def _own_tip(e: StepEvent) -> str:
     else:
         what = "corrected: the target's token in place of the rejected draft"
         if not e.greedy:
-            what += ", drawn from norm(max(p − q, 0))"
+            what += f", drawn from the residual {RESIDUAL}: {RESIDUAL_GLOSS}"
     return f"step {e.step} · {what}\np (target) = {_fmt(e.token_p)}"
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from html import escape
 
 from ..events import StepEvent
-from .html import visible
+from .html import RESIDUAL, RESIDUAL_GLOSS, visible
 from .kinds import ended_at
+from .status import count
 from .trace import Trace
 from .tree import tree_html
 
@@ -45,7 +46,8 @@ def _row(e: StepEvent, labels, j: int) -> str:
     if e.q is not None:
         q = _num(e.q[j])
     else:  # prompt lookup, Medusa, EAGLE: a token and no distribution
-        q = '1 <span class="sv-muted">(one-hot)</span>' if not e.greedy else '<span class="sv-muted">none given</span>'
+        q = ('1 <span class="sv-muted">(one-hot: a token, no distribution)</span>' if not e.greedy else
+             '<span class="sv-muted">none (copies or picks a token: no probabilities)</span>')
     if e.greedy:
         rule = f"<td>{_argmax(e, labels, j)}</td>"
     else:
@@ -73,12 +75,15 @@ def step_html(trace: Trace, index: int | None) -> str:
     i = min(max(int(index or 0), 0), len(steps) - 1)
     e, labels = steps[i]
     rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
-            "q and p are shown for information" if e.greedy else "sampling: keep draft i if u < min(1, p/q)")
+            "q and p are shown for information" if e.greedy else
+            f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
+            f"{RESIDUAL}, {RESIDUAL_GLOSS}")
     rows = [_row(e, labels, j) for j in range(len(e.draft))]
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
     where = "first rejection" if e.token_kind == "corrected" else "bonus position"
-    drafted = f"{len(e.tree.tokens)} (a tree; its winning branch below)" if e.tree is not None else len(e.draft)
+    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the branch the target followed "
+               "is below, the whole tree under it)" if e.tree is not None else f"{len(e.draft)} drafted")
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
@@ -96,7 +101,7 @@ def step_html(trace: Trace, index: int | None) -> str:
                   f"no {own} was output.</p>")
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
-        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted'
+        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
         '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
