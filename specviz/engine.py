@@ -31,6 +31,9 @@ class GenerationConfig:
     # With dynamic_k: a chain drafter stops when its q of the next token is below this, and a
     # tree drafter keeps the nodes whose path probability reaches it, up to 4k nodes.
     draft_confidence: float = 0.0
+    # Candidates a tree drafter (EAGLE, Medusa) may propose per step at fixed k; 0: k, as a chain would. A
+    # tree of k = 4 nodes is most often a straight line, so the app asks for more (settings.py).
+    tree_nodes: int = 0
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
     top: int = 5  # how many of the target's top tokens each step records (0 = none)
@@ -44,6 +47,9 @@ class GenerationConfig:
         m = self.max_new_tokens
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise SpecvizError(f"max new tokens must be a positive integer, got {m}")
+        t = self.tree_nodes
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 4 * K_MAX:
+            raise SpecvizError(f"tree nodes must be an integer from 0 (= k) to {4 * K_MAX}, got {t}")
         c = self.draft_confidence
         if not isinstance(c, (int, float)) or math.isnan(c) or not 0 <= c < 1:
             raise SpecvizError(f"draft confidence threshold must be in [0, 1), got {c}")
@@ -163,8 +169,11 @@ def speculative_generate(
             # matched), and dynamic k gives it the length that kind has earned; a tree sized
             # by confidence gets the largest budget and keeps the nodes its drafter is sure of.
             kind = drafter.plan(run.ids) if drafter is not None else None
-            sized = min_conf > 0 and trees and drafter is not None and drafter.tree_width > 1
-            k_step = max(0, min(length.k_max if sized else length.next(kind), run.room() - 1))
+            tree = trees and drafter is not None and drafter.tree_width > 1
+            sized = min_conf > 0 and tree
+            fixed_tree = tree and cfg.tree_nodes and not cfg.dynamic_k  # dynamic k sizes trees itself
+            wanted = length.k_max if sized else cfg.tree_nodes if fixed_tree else length.next(kind)
+            k_step = max(0, min(wanted, run.room() - 1))
             draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
             n_draft = draft.tokens.numel()
             synchronize(dev)

@@ -38,6 +38,7 @@ from .render.trace import Labels, Trace
 from .tree import check_parents
 
 FORMAT, VERSION = "specviz-trace", 1
+MAX_TOKEN_ID = 2**31 - 1  # tokenizers index ids with 32-bit integers
 ROLES = ("speculative", "baseline")
 
 
@@ -128,11 +129,14 @@ def load(path, max_bytes: int | None = None) -> Recording:
 def loads(data: str | bytes) -> Recording:
     """A Recording from a trace file's text; TraceFileError says what is wrong with it."""
     try:
-        doc = json.loads(data, parse_constant=_no_constant)
+        doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite, parse_int=_whole)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TraceFileError(f"not a specviz trace: the file is not valid JSON ({e}); "
                              "was it cut short or edited?") from None
-    except (RecursionError, ValueError) as e:
+    except RecursionError:  # Python's own message speaks of its decoder's recursion
+        raise TraceFileError("not a specviz trace: its lists or objects are nested thousands of levels deep, "
+                             "where a trace nests a few") from None
+    except ValueError as e:
         raise TraceFileError(f"not a specviz trace: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceFileError("not a specviz trace: a trace is the JSON file that 'Download trace' or "
@@ -161,6 +165,25 @@ def loads(data: str | bytes) -> Recording:
 
 def _no_constant(name: str):
     raise ValueError(f"the file holds {name}, which a trace never does")
+
+
+# Every whole number a trace holds (token ids, counts, a seed) fits in this many digits; a longer one
+# is damage, refused before Python's own digit limit can speak of sys.set_int_max_str_digits().
+MAX_DIGITS = 20  # a seed may be up to 2**64 - 1
+
+
+def _whole(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ValueError(f"the file holds a whole number of {len(text.lstrip('-'))} digits, where a trace's "
+                         f"numbers have at most {MAX_DIGITS}")
+    return int(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the file holds the number {text[:20]}, too large for any value a trace holds")
+    return value
 
 
 def _trace(run: dict, role: str) -> Trace:
@@ -231,7 +254,8 @@ def _check(e, labels: Labels, where: str) -> None:
     """What the renderers rely on beyond types: lengths that agree and counts in range."""
     problem = None
     if isinstance(e, TokenEvent):
-        problem = e.token < 0 and "a negative token id"
+        problem = (e.token < 0 and "a negative token id" or
+                   e.token > MAX_TOKEN_ID and f"a token id above {MAX_TOKEN_ID}, more than any vocabulary holds")
     else:
         n = len(e.draft)
         if not (len(e.p) == len(e.accept_prob) == n and 0 <= e.accepted <= n and len(labels.draft) == n):
@@ -242,6 +266,8 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = "its top-k rows do not match its draft"
         elif e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
             problem = "its token kind or ids are invalid"
+        elif max((e.token, *e.draft, *e.emitted)) > MAX_TOKEN_ID:
+            problem = f"a token id is above {MAX_TOKEN_ID}, more than any vocabulary holds"
         elif e.tree is not None:
             problem = _tree_problem(e.tree)
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()

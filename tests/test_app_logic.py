@@ -100,6 +100,7 @@ def test_controls_become_engine_settings():
     assert (s.k, s.top_k, s.seed, s.max_new_tokens) == (4, 50, 7, 32) and not s.greedy and not s.chat
     cfg = s.config(eos_token_ids=(2,))
     assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
+    assert cfg.tree_nodes == 12  # EAGLE/Medusa trees of 3k candidates: k = 4 nodes was a straight line
     with pytest.raises(SpecvizError, match="whole number"):
         Settings.from_controls(**dict(CONTROLS, k=2.5))
 
@@ -113,6 +114,16 @@ def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
     assert not Settings.from_controls(**script).greedy
     with pytest.raises(SpecvizError, match="sampling needs a temperature above 0"):
         Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=0))
+
+
+@pytest.mark.parametrize("bad, words", [(dict(temperature=-1), "temperature must be a number >= 0"),
+                                        (dict(temperature="nan"), "finite"), (dict(top_p=0), "top-p"),
+                                        (dict(repetition_penalty=-2), "repetition penalty")])
+@pytest.mark.parametrize("mode", ["greedy", "sampling"])
+def test_a_value_the_engine_refuses_is_refused_in_greedy_mode_too(mode, bad, words):
+    """One rule: greedy ignores the sampling values, but a script's mistake in them is still told."""
+    with pytest.raises(SpecvizError, match=words):
+        Settings.from_controls(**dict(CONTROLS, mode=mode, **bad))
 
 
 def test_the_page_starts_from_the_engines_defaults():
@@ -146,6 +157,35 @@ def test_model_loading_reports_progress_before_the_run(app_models):
     assert seen[-1][0] == "done"
 
 
+def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_far(app_models):  # noqa: F811
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=6)
+    messages = [f.message for f in runner.playground(s, Policy(), real_models, never)]
+    n = len(real_models.encode_prompt(real_models.load(app_models["target"]), PROMPT))
+    phases = ["Warming up", f"reading the prompt (prefill of {n} tokens)", "tokens so far", "Done"]
+    firsts = [next(i for i, m in enumerate(messages) if phase in m) for phase in phases]
+    assert firsts == sorted(firsts), messages  # in that order, each said
+    assert runner.model_name("default") == "SmolLM2-135M (embedded)"  # never "Generating with default"
+
+
+def test_slow_work_is_counted_in_seconds_while_it_runs():
+    release, ticks = __import__("threading").Event(), iter(range(0, 1000))
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
+    work = runner.waiting(lambda: release.wait() and 42, frame, lambda s: f"prefill… {s} s",
+                          clock=lambda: next(ticks), poll=0.001)
+    said = [next(work).message for _ in range(3)]
+    assert said == ["prefill… 2 s", "prefill… 3 s", "prefill… 4 s"]  # each new second, from HEARTBEAT on
+    release.set()
+    with pytest.raises(StopIteration) as done:
+        while True:
+            next(work)
+    assert done.value.value == 42
+
+    def boom():
+        raise SpecvizError("the prompt is too long")
+    with pytest.raises(SpecvizError, match="too long"):
+        list(runner.waiting(boom, frame, str))
+
+
 def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):
     def load(name, progress=None, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
@@ -172,6 +212,20 @@ def test_stop_mid_run_compares_the_common_prefix_and_calls_it_identical(app_mode
     assert summary["identical"] is True and summary["compared_tokens"] == min(len(spec), len(base))
     check = playground_values(frame)[1]
     assert 'data-identical="true"' in check and "both runs produced" in check
+
+
+def test_the_api_summary_text_ends_before_the_end_of_turn_token(app_models, monkeypatch):  # noqa: F811
+    """As the CLI's: the token that ended the turn is not part of the text (token_ids keep it)."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["draft"], max_new_tokens=8)
+    plain = final(runner.playground(s, Policy(), real_models, never)).base
+    end = plain.token_ids[3]  # pretend the target's end-of-turn token is its fourth token
+    said = real_models.decode(real_models.load(app_models["target"]), [end])
+    monkeypatch.setattr(real_models.Loaded, "eos_token_ids", property(lambda self: (end,)))
+    summary = playground_summary(final(runner.playground(s, Policy(), real_models, never)))
+    for run in ("speculative", "baseline"):
+        assert summary[run]["token_ids"][-1] == end and summary[run]["stop_reason"] == "eos"
+        assert summary[run]["text"] == "".join(plain.labels[i].token for i in range(3))
+        assert not summary[run]["text"].endswith(said)
 
 
 def test_a_one_token_run_says_one_token():

@@ -6,6 +6,7 @@ import math
 import re
 
 import pytest
+from app_server import app_models  # noqa: F401 (a fixture)
 import torch
 
 from conftest import noisy_copy, tiny_llama
@@ -196,6 +197,24 @@ def test_prompt_lookup_drafts_long_after_long_matches_and_one_token_after_a_1gra
     uncapped = PromptLookup(weak_match_tokens=0)
     uncapped.begin([0], None, None, "cpu")
     assert uncapped.propose(ids[:11], 4).tokens.tolist() == [4, 5, 6, 7]
+
+
+def test_prompt_lookup_never_proposes_the_chat_templates_special_tokens(app_models):  # noqa: F811
+    """The template's <|im_start|> follows a line break in every chat prompt; a draft stops
+    before it, so a run does not open with a struck-through template token."""
+    from specviz import models
+    from specviz.drafters.choose import make_drafter
+
+    target = models.load(app_models["target"])
+    start = target.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    ids = models.encode_prompt(target, "Say hi.\nThen bye.")
+    pld = make_drafter("pld", target)
+    pld.begin(ids, None, None, "cpu")
+    for tail in range(len(ids), 1, -1):  # whatever the context ends with, no special token comes back
+        assert start not in pld.propose(ids[:tail], 8).tokens.tolist()
+    plain = PromptLookup()
+    plain.begin(ids, None, None, "cpu")
+    assert any(start in plain.propose(ids[:tail], 8).tokens.tolist() for tail in range(2, len(ids) + 1))
 
 
 def test_prompt_lookup_is_asked_for_the_length_its_kind_of_match_has_earned():

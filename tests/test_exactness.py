@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
 from specviz.exactness import OTHER, chi_square, pooled, survival
 
@@ -45,6 +46,7 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
     """The draws are model work: they queue behind a playground run, are refused when the
     line is full, and leave the line when done (a hosted app never runs two at once)."""
     from specviz.ui.exactness import queued
+    from specviz.ui.handlers import Session
     from specviz.ui.limits import Line
 
     ran = []
@@ -55,13 +57,31 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
 
     full = Line(slots=1, waiting=0)
     other = full.join()
-    refused = list(queued(full, run))
+    refused = list(queued(full, Session(), run))
     assert len(refused) == 1 and "busy" in refused[0][0] and not ran
 
     line = Line(slots=1, waiting=2)
     other = line.join()
-    updates = queued(line, run)
+    updates = queued(line, Session(), run)
     assert "1 run ahead of you" in next(updates)[0] and not ran
     line.leave(other)
     assert next(updates) == ("drawn", None, "result") and ran
     assert list(updates) == [] and len(line) == 0
+
+
+def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  # noqa: F811
+    """'Is sampling exact?' held the app's one line with no way to end it: its Stop (or the
+    page's) now ends the draws after the current one."""
+    from specviz import models
+    from specviz.ui import Policy, exactness
+
+    runs = []
+    real = exactness.speculative_generate
+    monkeypatch.setattr(exactness, "speculative_generate", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    controls = dict(prompt=PROMPT, target=app_models["target"], mode="sampling", temperature=1.0, k=2,
+                    max_new_tokens=8)
+    updates = list(exactness.draw(Policy(), models, 100, "prompt lookup", should_stop=lambda: len(runs) >= 3,
+                                  **controls))
+    status, _, result = updates[-1]
+    assert 'data-state="stopped"' in status and "Stopped after 3 of 100 first tokens each way" in status
+    assert "draws each way" in result  # a verdict on the three, said as such

@@ -140,6 +140,18 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic, 
     assert rejected and drafted and (accepted or dynamic)
 
 
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_a_tree_budget_above_k_draws_a_branching_tree_and_stays_exact(baselines, kind):
+    """With k = 4 a tree of k nodes was mostly a straight line; the app asks for 3k nodes."""
+    cfg = GenerationConfig(max_new_tokens=24, k=4, tree_nodes=12)
+    for model, prompt, base in baselines:
+        steps, end = collect(speculative_generate(model, make(kind, model, tree=3), prompt, cfg))
+        assert end.token_ids == base.token_ids
+        first = next(s.tree for s in steps if s.draft)  # Medusa drafts from the second step on
+        assert 4 < len(first.tokens) <= 12
+        assert max(first.parents.count(p) for p in set(first.parents)) >= 2  # a node with two children
+
+
 @pytest.mark.parametrize("kind", ["medusa", "eagle-subset", "eagle-deep"])
 def test_a_tree_draft_is_a_valid_tree_and_leaves_the_cache_clean(target, kind):
     ids = list(range(30, 45))

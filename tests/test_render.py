@@ -86,7 +86,8 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
     assert "rejected" in tips[1] and "draw u = 0.900" in tips[1]
     assert "corrected" in tips[2]
     lookup = spec_trace((step(0, [1], 1, 2), Labels(draft=("x",), token="y")))
-    assert "q (drafter) = none given" in html.unescape(tokens_html(lookup))  # greedy: no q, no pretend 1
+    assert "q (drafter) = none: this drafter proposes tokens without probabilities" in html.unescape(
+        tokens_html(lookup))  # greedy: no q, no pretend 1
     lookup = spec_trace((step(0, [1], 1, 2, greedy=False), Labels(draft=("x",), token="y")))
     assert "q (drafter) = 1 (one-hot" in html.unescape(tokens_html(lookup))  # sampling verifies against one-hot
 
@@ -94,9 +95,59 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
 def test_tokens_cut_at_eos_are_not_shown():
     # Three drafts accepted, but the second is EOS: the output stops there.
     e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
-    t = spec_trace((e, Labels(draft=("a", "<eos>", "c"), token="d")))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d")))
     assert kinds(tokens_html(t)) == ["accepted", "accepted"]
-    assert t.text() == "a<eos>"
+    assert t.text() == "a<|im_end|>"  # nothing says 2 ends a run yet
+
+
+@pytest.mark.parametrize("told", ["eos ids", "run end"])
+def test_the_end_of_turn_token_is_a_mark_after_the_text_not_text(told):
+    """The runner names the target's EOS ids; a replay knows only that the run ended at EOS."""
+    e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d")))
+    if told == "eos ids":
+        t.eos = (2,)
+    else:
+        _ended(t, tokens=2, steps=1, stop_reason="eos")
+    out = tokens_html(t)
+    assert t.text() == "a" and "im_end" not in out and kinds(out) == ["accepted"]
+    assert "end of answer" in out  # where the model stopped, said once, outside the text
+    base = Trace("baseline", speculative=False, eos=(2,))
+    for i, token in enumerate((1, 2)):
+        base.add(TokenEvent(step=i, token=token, p=0.4, time=0.05, elapsed=0.1), Labels(token=("a", "<|im_end|>")[i]))
+    assert base.text() == "a" and kinds(tokens_html(base)) == ["baseline"] and "end of answer" in tokens_html(base)
+
+
+def test_the_inspector_shows_no_bonus_token_after_an_end_of_turn_token_that_ended_the_run():
+    e = step(0, [1, 2, 3], 3, 9, emitted=(1, 2))
+    t = spec_trace((e, Labels(draft=("a", "<|im_end|>", "c"), token="d", top=("d", "z"))))
+    t.eos = (2,)
+    out = step_html(t, 0)
+    assert "bonus token:" not in out and "no bonus token was output" in out
+    assert "ended with the end-of-turn token" in out
+    assert out.count("after the end (not output)") == 1  # draft 3, accepted but past the end
+    cut = spec_trace((step(0, [1, 2, 3], 3, 9, emitted=(1, 2)), Labels(draft=("a", "b", "c"), token="d")))
+    assert "ended at its token limit" in step_html(cut, 0)
+
+
+def test_whitespace_drafts_are_visible_marks_in_the_panel_the_inspector_and_the_tree():
+    tree = TreeDraft(tokens=(5, 6), parents=(-1, -1), path=(0,), p=(0.6, 0.3))
+    e = step(0, [5, 6], 1, 7, tree=tree)
+    t = spec_trace((e, Labels(draft=(" ", "  "), token="\t", tree=(" ", "  "))))
+    panel = tokens_html(t)
+    assert "␣␣" in panel  # the rejected two-space draft
+    inspector = step_html(t, 0)
+    assert inspector.count('<code class="sv-inspect-tok">␣</code>') >= 2  # the table and the tree
+    assert '<code class="sv-inspect-tok">␣␣</code>' in inspector and "∅" not in inspector
+
+
+def test_a_words_tokens_stay_together_and_lines_break_only_at_spaces():
+    t = spec_trace((step(0, [1, 2, 3, 4], 4, 5), Labels(draft=(" Java", "Script", " l'enf", "ant"), token=".")))
+    out = tokens_html(t)
+    groups = [texts(g) for g in re.findall(r'<span class="sv-word">(.*?</span>)</span>', out, re.S)]
+    assert groups == [[" Java", "Script"], [" l'enf", "ant", "."]]
+    long = spec_trace((step(0, [1] * 4, 4, 2), Labels(draft=("=" * 15,) * 4, token="=")))
+    assert "sv-word" not in tokens_html(long)  # 61 characters of ====: may still break
 
 
 def test_a_token_holding_a_line_break_flows_inline_and_the_rest_are_whole_boxes():
@@ -207,7 +258,7 @@ def test_headline_says_measuring_early_and_never_saves_negative_calls():
     assert h.speedup is None and h.predicted is None and h.timing == "measuring"
     assert h.calls_saved == 0 and h.alpha == 0.0
     values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
-    assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0"
+    assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0 of 2"
     short = _ended(spec, tokens=2, steps=2, target_calls=3, drafted=4, elapsed=0.3)
     assert headline(short, _ended(base, tokens=1, steps=1, target_calls=2, elapsed=0.4)).timing == "too short"
 
@@ -272,7 +323,7 @@ def test_greedy_inspector_shows_the_drafters_q_and_the_argmax_rule_not_min_p_q()
     assert "target's top token" in out
     assert out.count("= draft") == 1 and out.count("≠ draft") == 1  # a kept, b refused: the target wanted g
     lookup = step_html(spec_trace((step(0, [1], 0, 7), Labels(draft=("a",), token="g"))), 0)
-    assert "none given" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
+    assert "no probabilities" in lookup and "<td>1</td><td>0.500</td>" not in lookup  # no pretend q = 1
 
 
 def test_inspector_says_who_drafted_a_step_when_the_drafter_mixes_sources():
@@ -313,3 +364,17 @@ def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
     speed, quality = compare_figures(rows)
     assert list(speed.data[0].x) == [8.0, 16.0] and list(speed.data[0].y) == ["baseline", "prompt lookup"]
     assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2
+
+
+def test_compare_and_the_playground_count_target_passes_by_one_rule():
+    """Compare said 49 target calls for 48 baseline tokens (the prefill counted) while the
+    playground said 96 for 96: both now count the passes while generating, one per step."""
+    base = _ended(Trace("baseline", speculative=False), tokens=48, steps=48, target_calls=49, elapsed=2.0)
+    spec = _ended(spec_trace((step(0, [1], 1, 2), Labels(draft=("a",), token="b"))), tokens=48, steps=20,
+                  target_calls=21, drafted=40, accepted=28, elapsed=1.0)
+    rows = compare_rows(base, [spec])
+    assert [r["target_calls"] for r in rows] == [48, 20]
+    h = headline(spec, base)
+    assert (h.base_calls, h.base_calls - h.calls_saved) == (48, 20)  # the same 48 and 20 in the playground
+    values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
+    assert values["calls"] == "28 of 48" and "target passes saved" in headline_html(h)

@@ -38,7 +38,7 @@ def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path): 
     path = tmp_path / "app.json"
     trace_file.save(path, rec)
     session = Session()
-    *values, _, r, card, prompt = open_trace(str(path), session, Policy())
+    *values, _, r, card, prompt, _ = open_trace(str(path), session, Policy())
     assert "app.json" in values[0] and "Play race" in values[0] and "No tokens yet" in values[3]
     assert prompt == PROMPT and "sampling, k 4" in card  # the page says what was run
 
@@ -65,7 +65,7 @@ def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
     path = tmp_path / "pause.json"
     trace_file.save(path, sampled[0])
     session = Session()
-    *_, r, _, _ = open_trace(str(path), session, Policy())
+    *_, r, _, _, _ = open_trace(str(path), session, Policy())
     clock = Clock()
     frames = race(r, session, 1.0, clock=clock, sleep=clock.sleep)
     next(frames)  # the race has started
@@ -79,13 +79,21 @@ def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
 def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811
     big = tmp_path / "big.json"
     big.write_text(" " * (9 << 20) + trace_file.dumps(sampled[0]))
-    *values, _, r, card, prompt = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
+    *values, _, r, card, prompt, _ = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
     assert r is None and 'data-state="error"' in values[0] and "up to 8.4 MB" in values[0]
     assert launch_options()["max_file_size"] >= 8 << 20  # Gradio refuses bigger uploads before they land
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
-    *values, _, r, card, prompt = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
+    *values, _, r, card, prompt, _ = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
     assert "has no &#x27;drafter&#x27;" in values[0] and "<script>" not in values[0]
+
+
+def test_a_file_that_is_not_json_gets_a_sentence_and_the_file_box_is_emptied(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    *values, _, r, card, prompt, box = open_trace(str(notes), Session(), Policy())
+    assert r is None and "notes.txt is not a trace" in values[0] and ".json" in values[0]
+    assert box is None  # emptied, ready for the right file
 
 
 def test_download_after_a_run_saves_what_the_page_shows(sampled):  # noqa: F811
@@ -150,6 +158,11 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         OUT.mkdir(exist_ok=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
+        notes = tmp_path / "notes.txt"
+        notes.write_text("not a trace")
+        page.locator("#sv-replay-file input[type=file]").set_input_files(str(notes))
+        page.wait_for_selector('#sv-status:has-text("notes.txt is not a trace")', timeout=HANG)
+        assert "Error" not in page.locator("#sv-replay-file").inner_text()  # not stuck: ready for a .json
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(path))
         page.wait_for_selector('#sv-status:has-text("Play race")', timeout=HANG)
         assert page.locator("#sv-prompt textarea").input_value() == PROMPT  # what was asked, shown

@@ -285,6 +285,20 @@ def test_the_operator_names_servers_by_env_or_arguments_and_hosted_fields_are_lo
     assert "argument --server: the URL must be an http:// or https:// address" in capsys.readouterr().err
 
 
+def test_the_api_page_names_every_serving_output_and_a_hosted_app_without_a_server_offers_no_run():
+    returns = build_app(Policy()).get_api_info()["named_endpoints"]["/serving"]["returns"]
+    labels = [r["label"] for r in returns]
+    assert not any(label.startswith("value_") for label in labels), labels
+    assert "speculative server text" in labels and "speed chart" in labels
+
+    def run_button(policy):
+        return next(c["props"] for c in build_app(policy).config["components"]
+                    if c["props"].get("elem_id") == "sv-server-run")
+    assert run_button(hosted_policy())["interactive"] is False  # nothing to run: not a live button
+    assert run_button(hosted_policy(server_url=SPEC))["interactive"] is not False
+    assert run_button(Policy())["interactive"] is not False  # locally a URL can be typed in
+
+
 # ---- the load sweep -------------------------------------------------------------------------
 
 def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path, monkeypatch):

@@ -98,11 +98,17 @@ def damaged(doc):
     (damaged, "speculative event 1 is damaged"),
     (lambda doc: json.dumps(doc).replace('"p_top": [[[', '"p_top": [["x", [', 1), "should be a list"),
     (lambda doc: "[" * 100_000, "not a specviz trace"),
+    (lambda doc: "[" * 100_000 + "]" * 100_000, "nested thousands of levels deep"),
+    (lambda doc: json.dumps(doc).replace('"version": 1', '"version": ' + "9" * 5000, 1), "a whole number of 5000 digits"),
+    (lambda doc: json.dumps(doc).replace('"elapsed":', '"elapsed":1e999999,"x":', 1), "the number 1e999999"),
+    (lambda doc: json.dumps(doc).replace('"token":', '"token":' + "7" * 401 + ',"x":', 1), "401 digits"),
+    (lambda doc: json.dumps(doc).replace('"token":', '"token":' + str(2**40) + ',"x":', 1), "token id"),
 ])
 def test_a_bad_file_is_refused_in_one_sentence(sampled, make, words):
     with pytest.raises(TraceFileError) as info:
         trace_file.loads(make(good_doc(sampled)))
     assert words in str(info.value) and "\n" not in str(info.value)
+    assert "sys." not in str(info.value) and "got float" not in str(info.value)  # Python's words, not ours
 
 
 def test_a_file_over_the_size_limit_is_not_read(sampled, tmp_path):

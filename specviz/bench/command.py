@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "requests: suite.py) and suffix+NAME (default: %(default)s)")
     p.add_argument("--k", default=",".join(map(str, d.ks)),
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
+    p.add_argument("--tree-nodes-per-k", type=int, default=d.tree_nodes_per_k, metavar="N",
+                   help="tree drafters (EAGLE, Medusa) propose N*k candidates a step at fixed k, as the app "
+                   "does with 3 (default: k, like a chain)")
     p.add_argument("--dynamic-k", type=int, default=d.dynamic_k, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")
     p.add_argument("--draft-confidence", default="", metavar="C[,C...]",
@@ -88,8 +91,11 @@ def bench_config(args) -> BenchConfig:
     confidences = parse_confidences(args.draft_confidence)
     if confidences and args.dynamic_k < 1:
         raise SpecvizError("--draft-confidence needs --dynamic-k: the threshold sizes dynamic drafts")
+    if not 0 <= args.tree_nodes_per_k <= 4:
+        raise SpecvizError("--tree-nodes-per-k must be from 0 (= k) to 4")
     return BenchConfig(max_new_tokens=args.max_new_tokens, ks=parse_ks(args.k), dynamic_k=max(0, args.dynamic_k),
-                       confidences=confidences, sampling=sampling, repeats=args.repeats)
+                       confidences=confidences, sampling=sampling, repeats=args.repeats,
+                       tree_nodes_per_k=args.tree_nodes_per_k)
 
 
 def parse_confidences(text: str) -> tuple[float, ...]:
@@ -163,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
         "command": command_line(),
         "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
         "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
-        "dynamic_k": cfg.dynamic_k, "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
     }

@@ -11,7 +11,7 @@ from typing import Callable
 from ..errors import SpecvizError
 from .base import Drafter
 from .draft_model import DraftModel
-from .prompt_lookup import PromptLookup
+from .prompt_lookup import PromptLookup, special_ids
 
 NONE_NAMES = ("none", "off", "baseline")
 PLD_NAMES = ("pld", "prompt-lookup", "prompt lookup", "ngram")
@@ -46,8 +46,9 @@ def split_hybrid(spec: str) -> tuple[str, str | None]:
     return s, None
 
 
-def paired(drafter: Drafter | None, spec: str, copier: str = "pld", memory=None) -> Drafter:
-    """`drafter` paired with prompt lookup or suffix decoding, or a sentence saying why it cannot be."""
+def paired(drafter: Drafter | None, spec: str, copier: str = "pld", memory=None, target=None) -> Drafter:
+    """`drafter` paired with prompt lookup or suffix decoding, or a sentence saying why it cannot be.
+    target: its tokenizer's special tokens are never proposed by the lookup."""
     from .hybrid import Hybrid
 
     if drafter is None or isinstance(drafter, Hybrid) or getattr(drafter, "sure", None) is not None:
@@ -55,7 +56,7 @@ def paired(drafter: Drafter | None, spec: str, copier: str = "pld", memory=None)
             f"'{WITH_SUFFIX}{spec}': '{WITH_SUFFIX}NAME' pairs suffix decoding"
         raise SpecvizError(f"{how} with a model drafter (eagle, medusa, draft, layerskip or a draft model), "
                            "not with a copying drafter, a pair or none")
-    return Hybrid(drafter, suffix(memory) if copier == SUFFIX else None)
+    return Hybrid(drafter, suffix(memory) if copier == SUFFIX else lookup(target, sure_match=2))
 
 
 def suffix(memory=None) -> Drafter:
@@ -65,6 +66,11 @@ def suffix(memory=None) -> Drafter:
     from .suffix_memory import process_memory
 
     return Suffix(memory if memory is not None else process_memory())
+
+
+def lookup(target=None, **options) -> PromptLookup:
+    """Prompt lookup for `target` (a models.Loaded): its special tokens are never proposed."""
+    return PromptLookup(special=special_ids(getattr(target, "tokenizer", None)), **options)
 
 
 def drafter_label(spec: str) -> str:
@@ -121,11 +127,11 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
     inner, copier = split_hybrid(s)
     if copier:
         model = make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress, memory=memory)
-        return paired(model, inner, copier, memory)
+        return paired(model, inner, copier, memory, target)
     if s.lower() in NONE_NAMES:
         return None
     if s.lower() in PLD_NAMES:
-        return PromptLookup()
+        return lookup(target)
     if s.lower() == SUFFIX:
         return suffix(memory)
     if s.lower().startswith(LAYER_SKIP):

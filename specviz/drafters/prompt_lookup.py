@@ -10,11 +10,19 @@ A match of a single token is weak evidence: on the embedded model's own greedy a
 draft does (+13% per step in that simulation). So a 1-gram match proposes at most
 `weak_match_tokens` tokens; longer matches propose up to k.
 
+Special tokens are never proposed: the chat template writes `<|im_start|>` and `<|im_end|>`
+into every prompt, so a lookup after a line break would otherwise open nearly every run by
+proposing `<|im_start|>`, a token the answer never holds, which the page must then show
+struck through. A draft stops before its first special token (the target still writes one
+itself where it belongs: exactness never depends on the draft).
+
 `plan` says which n matches before anything is drafted: with dynamic k the engine keeps
 an acceptance rate per n and drafts long only after the matches that earn it (in code
 editing, a 3-gram match is usually the start of a verbatim copy).
 """
 from __future__ import annotations
+
+from typing import Iterable
 
 import torch
 
@@ -24,9 +32,11 @@ from .base import Draft, Drafter, empty_draft
 class PromptLookup(Drafter):
     name = "prompt lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1, sure_match: int = 2):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, weak_match_tokens: int = 1, sure_match: int = 2,
+                 special: Iterable[int] = ()):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.special = frozenset(int(t) for t in special)  # never proposed (special_ids(tokenizer))
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.weak_match_tokens = weak_match_tokens  # draft cap after a 1-gram match (0 = no cap)
         self.sure_match = sure_match  # in NAME+pld, copy only after a match this long (hybrid.py)
@@ -74,4 +84,13 @@ class PromptLookup(Drafter):
         n, start = found
         if n == 1 and self.weak_match_tokens:
             k = min(k, self.weak_match_tokens)
-        return Draft(torch.tensor(ids[start:start + k], dtype=torch.long, device=self.device), None)
+        tokens = ids[start:start + k]
+        cut = next((i for i, t in enumerate(tokens) if t in self.special), len(tokens))
+        if not cut:
+            return empty_draft(self.device)
+        return Draft(torch.tensor(tokens[:cut], dtype=torch.long, device=self.device), None)
+
+
+def special_ids(tokenizer) -> frozenset[int]:
+    """The tokenizer's special tokens (chat-template markers, end of text): never drafted."""
+    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())

@@ -174,7 +174,7 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
                    "tokens / s", "",
                    height=height)
     quality = _style(make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
-                                   subplot_titles=("α", "τ (tokens/step)", "target calls")),
+                                   subplot_titles=("α", "τ (tokens/step)", "target passes")),
                      "Acceptance and target work", "", "", height=height)
     quality.update_layout(margin_t=72)
     if not rows:

@@ -9,7 +9,7 @@ from .status import count
 from .trace import Trace
 
 COLUMNS = ("run", "tokens_per_s", "speedup", "alpha", "tau", "target_calls", "tokens", "stop")
-HEADERS = ["run", "tokens/s", "speedup (range)", "α", "τ", "target calls", "tokens", "stopped by"]
+HEADERS = ["run", "tokens/s", "speedup (range)", "α", "τ", "target passes", "tokens", "stopped by"]
 
 
 def compare_rows(base: Trace, runs: list[Trace], rounds: list[list[float]] = ()) -> list[dict]:
@@ -26,7 +26,9 @@ def compare_rows(base: Trace, runs: list[Trace], rounds: list[list[float]] = ())
         row = dict(run=run.label, tokens_per_s=None if queued else s.tokens_per_s, speedup=None,
                    speedup_min=None, speedup_max=None, rounds=len(rounds),
                    alpha=s.acceptance_rate if run.speculative and s.drafted else None,
-                   tau=s.mean_accepted_length if run.events else None, target_calls=s.target_calls,
+                   # The playground's rule: passes while generating, one per step; the prefill (one
+                   # pass over the prompt) is the same for every run and is not counted.
+                   tau=s.mean_accepted_length if run.events else None, target_calls=s.steps,
                    tokens=s.tokens, stop="queued" if queued else run.error and "error" or s.stop_reason)
         speedups = [r[i] / r[0] for r in rounds if r[0] > 0 and r[i] > 0]
         if speedups:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from ..distribution import REST, accept_prob, one_hot, overlap, reshape, residual
 from ..events import StepEvent
 from .charts import COLORS, FONT, distinct
-from .html import VISIBLE_WHITESPACE
+from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from .trace import Trace
 
 SHOWN = 12  # bars per series: the most probable tokens of p or q (the rest is one bar)
@@ -95,7 +95,7 @@ def figure(pos: Position | None) -> go.Figure:
     fig.add_bar(x=x, y=[pos.p.get(t, 0) for t in tokens], name="p (target)", marker_color=P_COLOR)
     if pos.q:
         fig.add_bar(x=x, y=[pos.q.get(t, 0) for t in tokens], name="q (drafter)", marker_color=Q_COLOR)
-        fig.add_bar(x=x, y=[res.get(t, 0) for t in tokens], name="residual norm(max(0, p − q))",
+        fig.add_bar(x=x, y=[res.get(t, 0) for t in tokens], name=f"residual {RESIDUAL}: p's excess over q, rescaled",
                     marker_color=R_COLOR, marker_pattern_shape="/")
     if pos.drafted is not None and pos.drafted in tokens:
         fig.add_annotation(x=x[tokens.index(pos.drafted)], y=1.0, text="drafted", showarrow=True, arrowhead=2, ay=-20)
@@ -120,7 +120,8 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
                      f"min(1, p/q) = {ap:.3f}")
         if e.draws is not None and pos.row < len(e.draws):
             u = e.draws[pos.row]
-            kept = "kept" if u < ap else "rejected: the corrected token is drawn from the residual"
+            kept = "kept" if u < ap else (f"rejected: the corrected token is drawn from the residual {RESIDUAL}, "
+                                          f"{RESIDUAL_GLOSS}")
             lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept} (at these settings)")
         elif e.greedy:
             lines.append("greedy run: kept only if it is the target's top token; the bars show the "

@@ -17,7 +17,7 @@ from __future__ import annotations
 from html import escape
 
 from ..events import StepEvent, TokenEvent
-from .kinds import shown_tokens
+from .kinds import ended_at, shown_tokens
 from .trace import Labels, Trace
 
 # Shown in the legend and in the README; the stylesheet gives each kind its colour
@@ -31,6 +31,17 @@ KIND_HELP = {
 }
 # Drafted text is not part of the output, so its line breaks must not move the layout.
 VISIBLE_WHITESPACE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
+SPACE_MARK = "␣"
+WORD_CHARS = 40  # a run of tokens longer than this (a URL, a rule of ====) may still break between them
+END_MARK = ('<span class="sv-end" title="The model ended its answer here with its end-of-turn token, '
+            'which is not part of the text">end of answer</span>')
+
+
+def visible(text: str) -> str:
+    """Text that is not output (a draft, a table cell), with its whitespace made visible: line
+    breaks and tabs always, spaces when they are all there is (an empty-looking cell)."""
+    shown = text.translate(VISIBLE_WHITESPACE)
+    return shown.replace(" ", SPACE_MARK) if shown and not shown.strip(" ") else shown
 
 
 def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "") -> str:
@@ -41,6 +52,11 @@ def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "")
         f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
     )
 
+
+# The words for what a drafter without probabilities gives, and for the residual, everywhere they show.
+NO_Q = "none: this drafter proposes tokens without probabilities (prompt lookup copies them)"
+RESIDUAL = "norm(max(0, p − q))"
+RESIDUAL_GLOSS = "where the target wanted a token more than the drafter did, rescaled to sum to 1"
 
 # The legend above the panels: one line on a wide screen; the full sentence is its tooltip.
 KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own, after a refusal",
@@ -62,7 +78,7 @@ def _fmt(x: float | None) -> str:
 
 def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
-    q = _fmt(e.q[i]) if e.q is not None else "none given" if e.greedy else "1 (one-hot: a token, no distribution)"
+    q = _fmt(e.q[i]) if e.q is not None else NO_Q if e.greedy else "1 (one-hot: a token, no distribution)"
     lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
     if e.greedy:
         lines.append("greedy: kept only if it is the target's top token")
@@ -87,23 +103,29 @@ def _own_tip(e: StepEvent) -> str:
     else:
         what = "corrected: the target's token in place of the rejected draft"
         if not e.greedy:
-            what += ", drawn from norm(max(p − q, 0))"
+            what += f", drawn from the residual {RESIDUAL}: {RESIDUAL_GLOSS}"
     return f"step {e.step} · {what}\np (target) = {_fmt(e.token_p)}"
 
 
-def step_spans(e: StepEvent, labels: Labels) -> list[str]:
-    """A speculative step in reading order: accepted drafts, rejected drafts, the target's token."""
+def _step_pieces(e: StepEvent, labels: Labels, eos=frozenset()) -> list[tuple[str, str]]:
+    """(shown text, element) per token of step_spans."""
     texts = labels.draft + (labels.token,)
-    spans = []
-    for kind, i in shown_tokens(e):
+    pieces = []
+    for kind, i in shown_tokens(e, eos):
         if kind == "accepted":
-            spans.append(token_span(kind, texts[i], _draft_tip(e, i, "accepted"), e.step))
+            pieces.append((texts[i], token_span(kind, texts[i], _draft_tip(e, i, "accepted"), e.step)))
         elif kind == "rejected":
-            text = texts[i].translate(VISIBLE_WHITESPACE)
-            spans.append(token_span(kind, text, _draft_tip(e, i, _draft_verdict(e, i)), e.step))
+            text = visible(texts[i])
+            pieces.append((text, token_span(kind, text, _draft_tip(e, i, _draft_verdict(e, i)), e.step)))
         else:
-            spans.append(token_span(kind, texts[i], _own_tip(e), e.step, "" if e.draft else "undrafted"))
-    return spans
+            pieces.append((texts[i], token_span(kind, texts[i], _own_tip(e), e.step, "" if e.draft else "undrafted")))
+    return pieces
+
+
+def step_spans(e: StepEvent, labels: Labels, eos=frozenset()) -> list[str]:
+    """A speculative step in reading order: accepted drafts, rejected drafts, the target's token
+    (an end-of-turn token in `eos` that was output is left out: it is not text)."""
+    return [html for _, html in _step_pieces(e, labels, eos)]
 
 
 # One step played in phases (ui/stepping.py): its drafts pending, then being checked, then judged,
@@ -120,7 +142,7 @@ def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
     whole step, as step_spans draws it."""
     if phase in PHASE_KINDS:
         kind = PHASE_KINDS[phase]
-        return [token_span(kind, text.translate(VISIBLE_WHITESPACE),
+        return [token_span(kind, visible(text),
                            f"step {e.step} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step)
                 for i, text in enumerate(labels.draft)]
     spans = step_spans(e, labels)
@@ -133,17 +155,46 @@ def baseline_span(e: TokenEvent, labels: Labels) -> str:
     return token_span("baseline", labels.token, f"token {e.step} · p (target) = {_fmt(e.p)}", e.step)
 
 
+def words(pieces: list[tuple[str, str]]) -> list[str]:
+    """Elements with each word's tokens held together: a line may break between tokens only
+    where the text has whitespace ("Java|Script" and "l'enf|ant" stay on one line). A run
+    longer than WORD_CHARS may still break, so it never pushes out of its panel."""
+    out, word, chars = [], [], 0
+
+    def close():
+        if len(word) > 1 and chars <= WORD_CHARS:
+            out.append(f'<span class="sv-word">{"".join(word)}</span>')
+        else:
+            out.extend(word)
+        word.clear()
+
+    previous = " "
+    for text, html in pieces:
+        if not text or previous[-1:].isspace() or text[0].isspace() or "\n" in text or "↵" in text:
+            close()
+            chars = 0
+        word.append(html)
+        chars += len(text)
+        previous = text or " "
+    close()
+    return out
+
+
 def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tuple | None = None) -> str:
     """The run's text, token by token, inside a whitespace-preserving block; `playing`, a step
-    being played in phases as (StepEvent, Labels, phase), is drawn after it (phase_spans)."""
-    spans = []
+    being played in phases as (StepEvent, Labels, phase), is drawn after it (phase_spans).
+    The end-of-turn token that ended the run is a mark after the text, not a token in it."""
+    pieces, eos = [], trace.end_ids()
     for event, labels in zip(trace.events, trace.labels):
         if isinstance(event, StepEvent):
-            spans.extend(step_spans(event, labels))
-        else:
-            spans.append(baseline_span(event, labels))
+            pieces.extend(_step_pieces(event, labels, eos))
+        elif event.token not in eos:
+            pieces.append((labels.token, baseline_span(event, labels)))
     if playing is not None:
-        spans.extend(phase_spans(*playing))
+        pieces.extend(("", h) for h in phase_spans(*playing))  # a step in play: each token on its own
+    spans = words(pieces)
+    if trace.events and ended_at(trace.events[-1], eos):
+        spans.append(END_MARK)
     if not spans:
         body = f'<span class="sv-placeholder">{escape(trace.error or placeholder)}</span>'
         return f'<div class="sv-text sv-empty" data-run="{escape(trace.label)}">{body}</div>'

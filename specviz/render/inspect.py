@@ -10,13 +10,15 @@ from __future__ import annotations
 from html import escape
 
 from ..events import StepEvent
-from .html import VISIBLE_WHITESPACE
+from .html import RESIDUAL, RESIDUAL_GLOSS, visible
+from .kinds import ended_at
+from .status import count
 from .trace import Trace
 from .tree import tree_html
 
 
 def _tok(text: str) -> str:
-    shown = text.translate(VISIBLE_WHITESPACE)
+    shown = visible(text)
     return f'<code class="sv-inspect-tok">{escape(shown) if shown else "∅"}</code>'
 
 
@@ -26,7 +28,7 @@ def _num(x: float | None) -> str:
 
 def _verdict(e: StepEvent, i: int) -> tuple[str, str]:
     if i < e.accepted:
-        return "accepted", "accepted"
+        return "accepted", "accepted" if i < len(e.emitted) else "accepted, after the end (not output)"
     if i == e.accepted:
         return "rejected", "rejected"
     return "rejected", "not checked (after the first rejection)"
@@ -44,7 +46,8 @@ def _row(e: StepEvent, labels, j: int) -> str:
     if e.q is not None:
         q = _num(e.q[j])
     else:  # prompt lookup, Medusa, EAGLE: a token and no distribution
-        q = '1 <span class="sv-muted">(one-hot)</span>' if not e.greedy else '<span class="sv-muted">none given</span>'
+        q = ('1 <span class="sv-muted">(one-hot: a token, no distribution)</span>' if not e.greedy else
+             '<span class="sv-muted">none (copies or picks a token: no probabilities)</span>')
     if e.greedy:
         rule = f"<td>{_argmax(e, labels, j)}</td>"
     else:
@@ -72,28 +75,37 @@ def step_html(trace: Trace, index: int | None) -> str:
     i = min(max(int(index or 0), 0), len(steps) - 1)
     e, labels = steps[i]
     rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
-            "q and p are shown for information" if e.greedy else "sampling: keep draft i if u < min(1, p/q)")
+            "q and p are shown for information" if e.greedy else
+            f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
+            f"{RESIDUAL}, {RESIDUAL_GLOSS}")
     rows = [_row(e, labels, j) for j in range(len(e.draft))]
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
     where = "first rejection" if e.token_kind == "corrected" else "bonus position"
-    drafted = f"{len(e.tree.tokens)} (a tree; its winning branch below)" if e.tree is not None else len(e.draft)
+    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the branch the target followed "
+               "is below, the whole tree under it)" if e.tree is not None else f"{len(e.draft)} drafted")
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
     )
     own = "corrected token" if e.token_kind == "corrected" else "bonus token"
+    if len(e.emitted) > e.accepted:
+        chosen = (f'<p>The target\'s {own}: {_tok(labels.token)} '
+                  f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
+                  f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
+                  f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr>'
+                  f"</thead><tbody>{top_rows}</tbody></table></div>")
+    else:  # the run ended inside the step: what the target would have added was never output
+        why = "with the end-of-turn token" if ended_at(e, trace.end_ids()) else "at its token limit"
+        chosen = (f'<p class="sv-inspect-end">The run ended {why} (draft {len(e.emitted)}): '
+                  f"no {own} was output.</p>")
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
-        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted} drafted'
+        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
         '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div>'
-        f'<p>The target\'s {own}: {_tok(labels.token)} '
-        f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
-        f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
-        f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr></thead>'
-        f"<tbody>{top_rows}</tbody></table></div>"
+        f"{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

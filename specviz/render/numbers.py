@@ -109,9 +109,11 @@ def headline_html(h: Headline) -> str:
               "alpha"),
         _card("τ tokens per step", f"{h.tau:.2f}",
               "tokens each target pass produced: accepted drafts plus the target's own token", "tau"),
-        _card(f"target calls saved (of {h.base_calls})", f"{h.calls_saved}",
-              f"plain decoding needs one target pass per token ({count(h.base_calls, 'token')} so far); "
-              f"the speculative run needed {count(h.base_calls - h.calls_saved, 'pass', 'passes')}", "calls"),
+        _card("target passes saved", f"{h.calls_saved} of {h.base_calls}",
+              f"{count(h.base_calls, 'token')} cost plain decoding {count(h.base_calls, 'target pass', 'target passes')}"
+              f" (one per token); the speculative run made them in "
+              f"{count(h.base_calls - h.calls_saved, 'pass', 'passes')}. Passes are counted while generating: "
+              "the prefill, one pass over the prompt, is the same for both runs", "calls"),
         _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
         _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]

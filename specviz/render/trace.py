@@ -38,6 +38,15 @@ class Trace:
     end: RunEnd | None = None
     k: int = 0  # the configured draft length (0 for the baseline)
     error: str | None = None  # why the run could not start or finish, for the person
+    eos: tuple[int, ...] = ()  # the ids that end a run (the target's), when the caller knows them
+
+    def end_ids(self) -> frozenset[int]:
+        """The end-of-turn ids this run's text leaves out: `eos`, and the last token of a run
+        the engine says ended at EOS (so a replay, which has no tokenizer, knows it too)."""
+        ids = set(self.eos)
+        if self.end is not None and self.end.stats.stop_reason == "eos" and self.end.token_ids:
+            ids.add(self.end.token_ids[-1])
+        return frozenset(ids)
 
     def add(self, event, labels: Labels | None = None) -> None:
         if isinstance(event, RunEnd):
@@ -65,11 +74,13 @@ class Trace:
         return ids
 
     def text(self) -> str:
-        """The output so far as display text (the emitted tokens' labels, joined)."""
+        """The output so far as display text (the emitted tokens' labels, joined), without the
+        end-of-turn token that ended it (the CLI's text leaves it out too)."""
         parts: list[str] = []
+        eos = self.end_ids()
         for e, labels in zip(self.events, self.labels):
             texts = labels.draft + (labels.token,)
-            parts.extend(texts[i] for kind, i in shown_tokens(e) if kind != "rejected")
+            parts.extend(texts[i] for kind, i in shown_tokens(e, eos) if kind != "rejected")
         return "".join(parts)
 
     @property

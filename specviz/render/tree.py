@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from ..events import TreeDraft
-from .html import VISIBLE_WHITESPACE
+from .html import visible
 
 
 def tree_html(tree: TreeDraft, labels: tuple[str, ...]) -> str:
@@ -20,7 +20,7 @@ def tree_html(tree: TreeDraft, labels: tuple[str, ...]) -> str:
 
     def node(i: int) -> str:
         text = labels[i] if i < len(labels) else str(tree.tokens[i])
-        shown = text.translate(VISIBLE_WHITESPACE)
+        shown = visible(text)
         kind = "won" if i in won else "missed" if tree.parents[i] == last else "other"
         return (f'<li class="sv-tree-{kind}"><code class="sv-inspect-tok">{escape(shown) or "∅"}</code>'
                 f'<span class="sv-muted"> p={tree.p[i]:.2f}</span>{branch(i)}</li>')

@@ -66,12 +66,25 @@ def _policy_and_crossover(fig: go.Figure, doc: dict) -> None:
     rows = policy.get("levels") or []
     if rows:
         fig.add_scatter(x=[r["concurrency"] for r in rows], y=[r["tokens_per_s"] for r in rows],
-                        name=f"policy: {policy['rule']}", mode="lines", line=dict(color="#222", dash="dash", width=1),
+                        name=policy_name(policy), mode="lines", line=dict(color="#222", dash="dash", width=1),
                         hovertemplate="policy<br>concurrency %{x}<br>%{y:.1f} tokens/s<extra></extra>", row=1, col=1)
     at = cross.get("concurrency")
     if at is not None:
         top = max((lv[arm]["tokens_per_s"] for lv in doc["levels"] for arm in ARMS if arm in lv), default=1.0)
-        fig.add_scatter(x=[at, at], y=[0, top], name=f"crossover ~{at:.1f}", mode="lines",
+        between = f" (estimated between measured {cross['below']} and {cross['above']})" if cross.get("below") else ""
+        fig.add_scatter(x=[at, at], y=[0, top], name=f"crossover ~{at:.1f}{between}", mode="lines",
                         line=dict(color=COLORS["rejected"], dash="dot"),
                         hovertemplate=f"speculation stops paying near concurrency {at:.1f}<extra></extra>",
                         row=1, col=1)
+
+
+def policy_name(policy: dict) -> str:
+    """The policy line's legend entry, in the measured levels it chooses between: the crossover
+    is interpolated (~8.3) while a policy can only switch at a level that was measured (16),
+    and a reader seeing both numbers needs to know why they differ."""
+    rows, threshold = policy.get("levels") or [], policy.get("threshold")
+    on = [r["concurrency"] for r in rows if r["speculate"]]
+    if threshold is None or not on:
+        return f"policy: {policy['rule']}"
+    return (f"policy: speculate at measured levels up to {max(on)}, not from {threshold} "
+            "(the first measured level past the crossover)")

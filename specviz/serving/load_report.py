@@ -108,7 +108,8 @@ def table(doc: dict) -> str:
 def policy_sentence(policy: dict) -> str:
     if policy["mean_tokens_per_s"] is None:
         return f"policy: {policy['rule']}"
-    return (f"policy: {policy['rule']}: {policy['mean_tokens_per_s']:.1f} tokens/s, "
+    past = " (the first measured level past the crossover)" if policy.get("threshold") is not None else ""
+    return (f"policy: {policy['rule']}{past}: {policy['mean_tokens_per_s']:.1f} tokens/s, "
             f"{policy['gain_over_always_on']:+.1%} over always-on, {policy['gain_over_always_off']:+.1%} over "
             f"always-off; {policy['weighting']}")
 

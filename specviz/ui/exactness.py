@@ -23,7 +23,7 @@ from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
 from . import runner
-from .limits import Busy, Line
+from .limits import Line
 from .policy import Policy
 from .settings import Settings
 
@@ -39,6 +39,7 @@ def limit(policy: Policy) -> int:
 class Controls:
     n: gr.Slider
     run: gr.Button
+    stop: gr.Button
     status: gr.HTML
     plot: gr.Plot
     result: gr.HTML
@@ -54,10 +55,11 @@ def controls(policy: Policy) -> Controls:
             n = gr.Slider(20, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
                           elem_id="sv-exact-n", scale=3, min_width=160)
             run = gr.Button("Draw and compare", variant="primary", elem_id="sv-exact-run", min_width=120)
+            stop = gr.Button("Stop", variant="stop", elem_id="sv-exact-stop", min_width=80)
         status = gr.HTML(elem_id="sv-exact-status")
         plot = gr.Plot(show_label=False, elem_id="sv-exact-plot")
         result = gr.HTML(elem_id="sv-exact-result")
-    return Controls(n, run, status, plot, result)
+    return Controls(n, run, stop, status, plot, result)
 
 
 def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
@@ -109,11 +111,12 @@ def _first(events) -> int:
     raise SpecvizError("the run ended before its first token")
 
 
-def draw(policy: Policy, models, n, drafter, **controls):
-    """Stream (status, plot, result) while drawing; a problem is one status line."""
+def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, **controls):
+    """Stream (status, plot, result) while drawing; a problem is one status line. Stop
+    (should_stop) ends the draws after the current one and judges those drawn so far."""
     spec, base, names = Counter(), Counter(), {}
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("draws")])
-    never = lambda: False  # noqa: E731 (bounded by N and the policy's time limit instead)
+    stopped = False
     try:
         s = Settings.from_controls(drafter=drafter, **controls)
         if s.greedy:
@@ -122,13 +125,16 @@ def draw(policy: Policy, models, n, drafter, **controls):
         if not 1 <= n <= limit(policy):
             raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
         policy.check(s)
-        target, ids, cfg = yield from _loading(runner._prepare(s, policy, models, frame, never), frame)
-        made = yield from _loading(runner.make_drafter(models, s.drafter, target, frame, never, policy.model_bytes),
-                                   frame)
+        target, ids, cfg = yield from _loading(runner._prepare(s, policy, models, frame, should_stop), frame)
+        made = yield from _loading(runner.make_drafter(models, s.drafter, target, frame, should_stop,
+                                                       policy.model_bytes), frame)
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
         cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
         start, shown = time.monotonic(), 0.0
         for seed in range(n):
+            if should_stop():
+                stopped = True
+                break
             c = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
             spec[_first(speculative_generate(target.model, made, ids, c))] += 1
             base[_first(baseline_generate(target.model, ids, replace(c, max_new_tokens=1)))] += 1
@@ -140,36 +146,43 @@ def draw(policy: Policy, models, n, drafter, **controls):
                 names.update({t: models.decode(target, [t]) for t in set(spec) | set(base) if t not in names})
                 yield (status_html(f"Drawn {seed + 1} of {n} first tokens each way…", "running", (seed + 1) / n),
                        figure(spec, base, names), gr.skip())
+    except runner._Stopped:
+        yield status_html("Stopped before the first draw.", "stopped"), gr.skip(), ""
+        return
     except Exception as e:  # a readable line, never a traceback in the page
         yield status_html(runner.readable(e, policy.hosted), "error"), gr.skip(), ""
         return
     drawn = sum(spec.values())
-    yield (status_html(f"Done: {drawn} first tokens each way.", "done"), figure(spec, base, names),
-           verdict_html(spec, base))
+    names.update({t: models.decode(target, [t]) for t in set(spec) | set(base) if t not in names})
+    if stopped:
+        done = status_html(f"Stopped after {drawn} of {n} first tokens each way.", "stopped")
+    else:
+        done = status_html(f"Done: {drawn} first tokens each way.", "done")
+    yield done, figure(spec, base, names), verdict_html(spec, base)
 
 
-def queued(line: Line, run):
+def queued(line: Line, session, run):
     """`run`'s updates once it is this run's turn in the app's one Line of runs (limits.py):
-    the draws are model work like any run, so a visitor cannot start them beside a run of
-    the playground and double the load a hosted app allows."""
+    the draws are model work like any run, so a visitor cannot start them beside a run of the
+    playground and double the load a hosted app allows; Stop ends the wait too."""
     def status(message, state, ahead=None):
         return status_html(message, state), gr.skip(), gr.skip()
 
-    try:
-        turn = line.turn()
-    except Busy as e:
-        yield status_html(str(e), "busy"), gr.skip(), ""
-        return
-    with turn:
-        yield from turn.wait(status)
-        yield from run()
+    yield from line.run(session, None, status, lambda: None, lambda _: run())
 
 
-def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Line) -> None:
-    """The button runs `draw` with the playground's drafter and the settings on the left,
-    in its turn in `line` (the handlers' Line)."""
-    def run(n, d, *values):
-        yield from queued(line, lambda: draw(policy, models, n, d, **dict(zip(controls, values))))
+def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Line, session, handlers) -> None:
+    """The button runs `draw` with the playground's drafter and the settings on the left, in
+    its turn in `line` (the handlers' Line) and the visitor's Session, whose stop flag this
+    block's Stop and the page's other Stop buttons set (the draws held the one line with no
+    way to end them: a Generate waited behind 60 draws for 105 s)."""
+    def run(session, n, d, *values):
+        settings = dict(zip(controls, values))
+        yield from queued(line, session, lambda: draw(policy, models, n, d, should_stop=session.should_stop,
+                                                      **settings))
 
-    c.run.click(run, [c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
-                concurrency_limit=1, concurrency_id="exactness")
+    instant = dict(queue=False, api_visibility="private")
+    c.run.click(handlers.arm, session, session, **instant).then(
+        run, [session, c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
+        concurrency_limit=1, concurrency_id="exactness")
+    c.stop.click(handlers.stop, session, session, **instant)

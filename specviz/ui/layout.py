@@ -200,7 +200,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         replayed = replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
         hardware.wire(hardware_controls, session, [generate, *replayed])
         distribution.wire(dist_controls, session, step)
-        exactness.wire(exact_controls, policy, models, drafter, controls, handlers.line)
+        exactness.wire(exact_controls, policy, models, drafter, controls, handlers.line, session, handlers)
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
             handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
             api_name="compare", **queued)

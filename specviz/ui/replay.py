@@ -66,7 +66,9 @@ def controls() -> Controls:
                     "as a race at the speed it ran (scaled below), or one step at a time.")
         with gr.Row():
             download = gr.DownloadButton("Download trace", visible=False, elem_id="sv-download", scale=1)
-            upload = gr.File(label="Replay a trace (.json)", file_types=[".json"], type="filepath",
+            # No file_types: Gradio refuses another kind with a bare "Error" that stays in the
+            # box; open_trace says what a trace is and empties the box instead.
+            upload = gr.File(label="Replay a trace (.json)", type="filepath",
                              elem_id="sv-replay-file", scale=3, height=120)
         about = gr.HTML(elem_id="sv-replay-about")
         with gr.Row(elem_classes="sv-actions"):
@@ -90,7 +92,7 @@ def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) 
     instant = dict(queue=False, api_visibility="private")
     generate.then(offer_download, session, c.download, **instant)
     opened = c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session],
-                             [*shown, c.about, prompt], **instant)
+                             [*shown, c.about, prompt, c.upload], **instant)
     # A race mostly sleeps between events, so a few may run beside the models' line.
     raced = c.play.click(race, [state, session, c.speed], shown, api_visibility="private", concurrency_limit=4,
                          concurrency_id="replay")
@@ -188,17 +190,22 @@ def _card(r: Replay) -> str:
 
 def open_trace(path, session, policy: Policy):
     """Load an uploaded trace and show it before its first step: values for the playground's
-    outputs, the session, the replay state, the trace's card and the prompt box."""
+    outputs, the session, the replay state, the trace's card, the prompt box and the file box
+    (emptied after a refusal, so the next file can go straight in)."""
     try:
         if not path:
             raise SpecvizError("Choose a trace file to replay.")
+        if Path(path).suffix.lower() != ".json":
+            raise SpecvizError(f"{Path(path).name} is not a trace: a trace is the .json file that "
+                               "'Download trace' saves")
         r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name)
     except SpecvizError as e:
-        return [*_values(error_frame(str(e)), session, None), "", gr.skip()]
+        return [*_values(error_frame(str(e)), session, None), "", gr.skip(), None]
     spec, base = playback.fresh(r.recording)
     n = playback.step_count(r.recording)
     message = f"{_about(r)}. {n} steps: Play race, or Next step to go one at a time."
-    return [*_values(_frame(r, spec, base, "done", message), session, r), _card(r), r.recording.info.prompt]
+    return [*_values(_frame(r, spec, base, "done", message), session, r), _card(r), r.recording.info.prompt,
+            gr.skip()]
 
 
 def step(r: Replay | None, session, delta: int):

@@ -90,7 +90,7 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
             messages.put(None)
 
     threading.Thread(target=work, name=f"specviz load {name}", daemon=True).start()
-    frame.state, frame.message, frame.fraction = "loading", f"Loading the {role} {name}…", None
+    frame.state, frame.message, frame.fraction = "loading", f"Loading the {role} {model_name(name)}…", None
     yield frame
     said, since, shown = frame.message, time.monotonic(), 0
     while True:
@@ -107,12 +107,49 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
             continue
         if item is None:
             break
-        frame.message, frame.fraction = f"{role} {name}: {item[0]}", item[1]
+        frame.message, frame.fraction = f"{role} {model_name(name)}: {item[0]}", item[1]
         said, since, shown = frame.message, time.monotonic(), 0
         yield frame
     if "error" in box:
         raise box["error"]
     return box["loaded"]
+
+
+def model_name(name: str) -> str:
+    """A model as the page names it: the embedded one by what it is, not by "default"."""
+    return SHORT_NAMES.get(name, name)
+
+
+_DONE = object()
+
+
+def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str], clock=time.monotonic,
+            poll: float = 0.2) -> Generator[Frame, None, object]:
+    """Run work() in a helper thread and return what it returns (or raise what it raises),
+    yielding the frame with say(seconds) as its message each new second from HEARTBEAT on: a
+    prefill of a long prompt, or a warm-up, can take a minute, and the page must say so."""
+    box: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run():
+        try:
+            box.put((True, work()))
+        except BaseException as e:  # handed back to the caller below
+            box.put((False, e))
+
+    threading.Thread(target=run, name="specviz work", daemon=True).start()
+    since, shown = clock(), 0
+    while True:
+        try:
+            ok, value = box.get(timeout=poll)
+            break
+        except queue.Empty:
+            waited = int(clock() - since)
+            if waited >= HEARTBEAT and waited != shown:
+                frame.message, shown = say(waited), waited
+                yield frame
+    if not ok:
+        raise value
+    return value
 
 
 def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_bytes: int | None = None,
@@ -129,7 +166,7 @@ def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_byt
     if loaded is None:
         return None
     drafter = choose.draft_model(target, loaded, model)
-    return choose.paired(drafter, model, copier, memory) if copier else drafter
+    return choose.paired(drafter, model, copier, memory, target) if copier else drafter
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -207,20 +244,11 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     try:
         policy.check(s)
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
         drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes, memory)
         if should_stop():
             raise _Stopped
-        warm_up(target.model, drafter, ids, cfg)  # untimed, as the CLI does
-        yield from _measure_curve(target.model, frame)
-        should_stop.start()
-        frame.state, frame.message, frame.fraction = "running", f"Generating with {target.name}…", None
-        steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
-                           baseline_generate(target.model, ids, cfg, should_stop))
-        labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
-        traces = {"spec": frame.spec, "base": frame.base}
-        for which, event in steps:
-            traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
-            yield frame
+        yield from _generate(frame, models, target, drafter, ids, cfg, should_stop)
         _finish(frame, should_stop)
     except Exception as e:
         error = e
@@ -228,6 +256,42 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     if frame.state == "error":
         frame.spec.error = frame.message  # the panel says why it is empty
     yield frame
+
+
+def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline,
+              clock=time.monotonic):
+    """The warm-up, then both runs advanced in turn, the status naming each phase with its
+    seconds: warming up, reading the prompt (prefill of N tokens), then tokens so far."""
+    name, n = model_name(target.name), count(len(ids), "token")
+    frame.state, frame.message, frame.fraction = "running", f"Warming up {name} (untimed)…", None
+    yield frame
+    yield from waiting(lambda: warm_up(target.model, drafter, ids, cfg), frame,  # untimed, as the CLI does
+                       lambda s: f"Warming up {name} (untimed)… {s} s")
+    yield from _measure_curve(target.model, frame)
+    should_stop.start()
+    started = clock()
+    steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
+                       baseline_generate(target.model, ids, cfg, should_stop))
+    labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
+    traces = {"spec": frame.spec, "base": frame.base}
+
+    def say(_waited: int = 0) -> str:  # seconds since generation began, not since this wait began
+        s = int(clock() - started)
+        made = max(len(t.token_ids) for t in traces.values())
+        if not made:  # each run first reads the whole prompt in one target pass
+            return f"Generating with {name}: reading the prompt (prefill of {n})… {s} s"
+        return f"Generating with {name}: {count(made, 'token')} so far, {s} s"
+
+    frame.message = say()
+    yield frame
+    while True:
+        item = yield from waiting(lambda: next(steps, _DONE), frame, say, clock)
+        if item is _DONE:
+            return
+        which, event = item
+        traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
+        frame.message = say()
+        yield frame
 
 
 def throttle(frames: Iterator[Frame], every: float = 0.3, clock=time.monotonic, charts_every: float = 2.0,

@@ -86,18 +86,24 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
     with gr.Row(elem_classes="sv-actions"):
         model = gr.Textbox("", label="Model (optional)", placeholder="the server's first model", scale=4,
                            max_length=MAX_MODEL_CHARS, elem_id="sv-server-model")
-        run = gr.Button("Run", variant="primary", scale=1, min_width=110, elem_id="sv-server-run")
+        # A hosted app without a server has nothing to run: the button says so by being off.
+        run = gr.Button("Run", variant="primary", scale=1, min_width=110, elem_id="sv-server-run",
+                        interactive=bool(policy.server_url) or not policy.hosted)
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-server-stop")
     outputs = [gr.HTML(status_html(ready(policy)), label="status", elem_id="sv-server-status"),
                gr.HTML(label="headline numbers", elem_id="sv-server-headline")]
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
-        outputs += [gr.HTML(groups_html(None, "Speculative server", WAITING), elem_id="sv-server-spec", min_width=300),
-                    gr.HTML(groups_html(None, "Plain server", WAITING), elem_id="sv-server-base", min_width=300)]
+        outputs += [gr.HTML(groups_html(None, "Speculative server", WAITING), label="speculative server text",
+                            elem_id="sv-server-spec", min_width=300),
+                    gr.HTML(groups_html(None, "Plain server", WAITING), label="plain server text",
+                            elem_id="sv-server-base", min_width=300)]
     blank = serving_figures(None, None)
     with gr.Row(elem_classes="sv-charts"):
-        outputs += [gr.Plot(blank[0], show_label=False, min_width=300, elem_id="sv-server-chart-steps"),
-                    gr.Plot(blank[1], show_label=False, min_width=300, elem_id="sv-server-chart-positions")]
-    outputs.append(gr.Plot(blank[2], show_label=False, elem_id="sv-server-chart-speed"))
+        outputs += [gr.Plot(blank[0], label="tokens per step chart", show_label=False, min_width=300,
+                            elem_id="sv-server-chart-steps"),
+                    gr.Plot(blank[1], label="draft positions chart", show_label=False, min_width=300,
+                            elem_id="sv-server-chart-positions")]
+    outputs.append(gr.Plot(blank[2], label="speed chart", show_label=False, elem_id="sv-server-chart-speed"))
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         outputs.append(gr.JSON(label="summary", elem_id="sv-server-summary"))
     with gr.Accordion("Load sweep", open=bool(policy.load_result), elem_id="sv-load-box"):

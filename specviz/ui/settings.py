@@ -18,6 +18,9 @@ PROMPT_LOOKUP = "prompt lookup"
 LAYER_SKIP = "layerskip"
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
+# A tree drafter's candidates per step, per unit of k: with k = 4 a 4-node tree is mostly a straight
+# line; 12 nodes (three candidates per node, the likeliest kept) show branches a class can see.
+TREE_NODES_PER_K = 3
 
 
 def _number(value, name: str, whole: bool):
@@ -93,6 +96,9 @@ class Settings:
             raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
         s = cls(**{name: _CONVERT[types[name]](v, name.replace("_", " ")) for name, v in values.items()})
         s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NO_DRAFTER)
+        # One rule in every mode: a value the engine would refuse is refused, even where greedy
+        # decoding would not use it (a script's temperature -1 is a mistake worth telling).
+        s.sampling.validate()
         if mode is None:
             return s
         if str(mode).strip().lower() not in (GREEDY, SAMPLING):
@@ -115,5 +121,5 @@ class Settings:
         """The engine's config; raises SpecvizError for values it would not accept."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
-            eos_token_ids=tuple(eos_token_ids),
+            eos_token_ids=tuple(eos_token_ids), tree_nodes=TREE_NODES_PER_K * self.k,
         ).validate()
