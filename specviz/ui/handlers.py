@@ -32,6 +32,9 @@ class Session:
         self.last = None  # the playground Frame on screen (a run's or a replay's): the step inspector reads it
         self.run = None  # the last playground run's Frame, kept while a replay is on screen
         self.settings = None  # what that run was asked for (a downloaded trace records it)
+        # The inspector's step (from 0) the reader chose while it was not the newest; None: the
+        # inspector follows each new step. Moving the slider to the last step, or a new run, resumes.
+        self.pinned = None
 
     def should_stop(self) -> bool:
         return self.stop
@@ -72,7 +75,7 @@ class Handlers:
 
     def arm(self, session: Session) -> Session:
         """Runs at the click, before the queue: a Stop from now on belongs to this run."""
-        session.busy, session.stop = True, False
+        session.busy, session.stop, session.pinned = True, False, None
         return session
 
     def stop(self, session: Session) -> Session:
@@ -82,7 +85,9 @@ class Handlers:
 
     def generate(self, session: Session, request: gr.Request = None, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
-        yield from self._stream(session, request, controls, runner.playground, playground_values, remember=True)
+        def values(frame):  # reads the pin at each update: the reader may move the slider mid-run
+            return playground_values(frame, session.pinned)
+        yield from self._stream(session, request, controls, runner.playground, values, remember=True)
 
     def compare(self, session: Session, drafters, request: gr.Request = None, **controls):
         """The baseline and each drafter in `drafters`, warmed up, then taking turns for a few
@@ -111,6 +116,11 @@ class Handlers:
         yield from run(settings, policy=self.policy, models=self.models, should_stop=should_stop)
 
     def inspect(self, session: Session, step):
-        if session.last is None:
+        """The step the reader chose on the slider (which counts from 1). An older step than the
+        newest pins the inspector there while the run goes on; the newest lets it follow again."""
+        frame = session.last
+        if frame is None:
             return step_html(error_frame("").spec, 0)
-        return step_html(session.last.spec, step)
+        index, total = int(step or 1) - 1, len(frame.spec.steps)
+        session.pinned = index if index < total - 1 else None
+        return step_html(frame.spec, index, frame.steps)

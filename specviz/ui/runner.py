@@ -50,6 +50,7 @@ class Frame:
     ahead: int | None = None  # runs ahead of this one in the line, while it waits
     charts: bool = True  # redraw the charts and the step inspector with this frame (see throttle)
     playing: tuple | None = None  # a step played in phases, (StepEvent, Labels, phase), after spec's text
+    steps: int | None = None  # the whole run's steps, when spec holds only the first ones (a replay)
 
     @property
     def spec(self) -> Trace:
