@@ -81,7 +81,7 @@ def test_hover_card_has_step_p_q_acceptance_and_draw():
                    draws=(0.5, 0.9))
     t = spec_trace((sampled, Labels(draft=("x", "y"), token="z", top=("z",))))
     tips = [html.unescape(m) for m in re.findall(r'data-tip="([^"]*)"', tokens_html(t))]
-    assert "step 3" in tips[0] and "p (target) = 0.600" in tips[0] and "q (drafter) = 0.800" in tips[0]
+    assert "step 4" in tips[0] and "p (target) = 0.600" in tips[0] and "q (drafter) = 0.800" in tips[0]
     assert "min(1, p/q) = 0.750" in tips[0] and "draw u = 0.500" in tips[0]
     assert "rejected" in tips[1] and "draw u = 0.900" in tips[1]
     assert "corrected" in tips[2]
@@ -257,7 +257,7 @@ def test_headline_says_measuring_early_and_never_saves_negative_calls():
     h = headline(spec, base)
     assert h.speedup is None and h.predicted is None and h.timing == "measuring"
     assert h.calls_saved == 0 and h.alpha == 0.0
-    values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
+    values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value[^"]*">([^<]*)<', headline_html(h)))
     assert values["speedup"] == values["predicted"] == "measuring…" and values["calls"] == "0 of 2"
     short = _ended(spec, tokens=2, steps=2, target_calls=3, drafted=4, elapsed=0.3)
     assert headline(short, _ended(base, tokens=1, steps=1, target_calls=2, elapsed=0.4)).timing == "too short"

@@ -55,7 +55,7 @@ def acceptance_figure(spec: Trace) -> go.Figure:
     drafted = [e for e in spec.steps if e.draft]
     if not drafted:
         return _waiting(fig, "nothing drafted yet")
-    return acceptance_bars(fig, [(e.step, e.accepted, len(e.draft)) for e in drafted], "accepted")
+    return acceptance_bars(fig, [(e.step + 1, e.accepted, len(e.draft)) for e in drafted], "accepted")  # steps from 1
 
 
 def acceptance_bars(fig: go.Figure, steps: list[tuple[int, int, int]], verb: str) -> go.Figure:

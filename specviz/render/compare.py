@@ -8,8 +8,12 @@ from .numbers import headline
 from .status import count
 from .trace import Trace
 
-COLUMNS = ("run", "tokens_per_s", "speedup", "alpha", "tau", "target_calls", "tokens", "stop")
-HEADERS = ["run", "tokens/s", "speedup (range)", "α", "τ", "target passes", "tokens", "stopped by"]
+COLUMNS = ("run", "tokens_per_s", "speedup", "range", "alpha", "tau", "target_calls", "tokens", "stop")
+HEADERS = ["run", "tokens/s", "speedup", "range", "α", "τ", "target passes", "tokens", "stopped by"]
+# Fixed widths, wide enough for every cell on one line ("measuring…", "1.01–1.10"); on a phone
+# the table scrolls sideways inside its box instead of squeezing each cell into a column of letters.
+WIDTHS = ["170px", "80px", "100px", "100px", "64px", "64px", "80px", "70px", "116px"]
+DECIMALS = {"tokens_per_s": 1, "alpha": 2, "tau": 2}  # the same in every cell of a column
 
 
 def compare_rows(base: Trace, runs: list[Trace], rounds: list[list[float]] = ()) -> list[dict]:
@@ -47,21 +51,24 @@ STOP_REASONS = {"max_new_tokens": "token limit", "eos": "end of text", "cancelle
 
 
 def table_values(rows: list[dict]) -> list[list]:
-    """Rows for a table widget: numbers rounded for reading, blanks for what does not apply."""
-    def cell(key, value, row):
+    """Rows for a table widget: numbers as text with one fixed number of decimals per column,
+    the speedup's range across rounds in its own column, blanks for what does not apply."""
+    def cell(key, row):
+        value = row.get(key)
+        if key == "range":
+            low, high = row["speedup_min"], row["speedup_max"]
+            return f"{low:.2f}–{high:.2f}" if low is not None and high > low else "—"
         if value is None:
             return "measuring…" if key == "speedup" and row["stop"] == "running" else "—"
-        if key == "speedup" and row["speedup_min"] is not None and row["speedup_max"] > row["speedup_min"]:
-            return f"{value:.2f}× ({row['speedup_min']:.2f}–{row['speedup_max']:.2f})"
         if key == "speedup":
             return f"{value:.2f}×"
         if key == "stop":
             return STOP_REASONS.get(value, value)
-        if isinstance(value, float):
-            return round(value, 2 if key != "alpha" else 3)
+        if key in DECIMALS:
+            return f"{value:.{DECIMALS[key]}f}"
         return value
 
-    return [[cell(k, r[k], r) for k in COLUMNS] for r in rows]
+    return [[cell(k, r) for k in COLUMNS] for r in rows]
 
 
 def side_by_side_html(base: Trace, runs: list[Trace]) -> str:

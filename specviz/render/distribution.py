@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..distribution import REST, accept_prob, one_hot, overlap, reshape, residual
 from ..events import StepEvent
-from .charts import COLORS, FONT, distinct
+from .charts import COLORS, FONT, _waiting, distinct
 from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from .trace import Trace
 
@@ -82,11 +82,12 @@ def _name(pos: Position, t: int) -> str:
 
 def figure(pos: Position | None) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(template="plotly_white", font=FONT, height=320, margin=dict(l=50, r=10, t=48, b=70),
-                      barmode="group", legend=dict(orientation="h", y=1.12, x=0), yaxis=dict(range=[0, 1.05]))
+    # Room above 1 for the "drafted" arrow, and the legend under the bars: on top it covered the arrow.
+    fig.update_layout(template="plotly_white", font=FONT, height=340, margin=dict(l=50, r=10, t=40, b=60),
+                      barmode="group", legend=dict(orientation="h", yanchor="top", y=-0.28, x=0),
+                      yaxis=dict(range=[0, 1.25], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     if pos is None:
-        fig.update_layout(title="run something, then pick a step")
-        return fig
+        return _waiting(fig, "run something, then pick a step")
     res = residual(pos.p, pos.q) if pos.q else {}
     tokens = sorted(set(pos.p) | set(pos.q), key=lambda t: (t == REST, -max(pos.p.get(t, 0), pos.q.get(t, 0))))
     tokens = [t for t in tokens if t != REST][:SHOWN] + ([REST] if REST in pos.p or REST in pos.q else [])
@@ -98,9 +99,12 @@ def figure(pos: Position | None) -> go.Figure:
         fig.add_bar(x=x, y=[res.get(t, 0) for t in tokens], name=f"residual {RESIDUAL}: p's excess over q, rescaled",
                     marker_color=R_COLOR, marker_pattern_shape="/")
     if pos.drafted is not None and pos.drafted in tokens:
-        fig.add_annotation(x=x[tokens.index(pos.drafted)], y=1.0, text="drafted", showarrow=True, arrowhead=2, ay=-20)
+        # The arrow ends on the top of the drafted token's tallest bar.
+        top = max(pos.p.get(pos.drafted, 0), pos.q.get(pos.drafted, 0))
+        fig.add_annotation(x=x[tokens.index(pos.drafted)], y=top, text="drafted", showarrow=True, arrowhead=2,
+                           ax=0, ay=-28, yanchor="bottom", font=dict(size=13))
     where = f"draft position {pos.row + 1}" if pos.q else "bonus position (all drafts kept)"
-    fig.update_layout(title=dict(text=f"Step {pos.step.step}, {where}", font=dict(size=14)),
+    fig.update_layout(title=dict(text=f"Step {pos.step.step + 1}, {where}", font=dict(size=14)),
                       yaxis_title="probability")
     return fig
 

@@ -77,7 +77,7 @@ def _fmt(x: float | None) -> str:
 
 
 def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
-    head = f"step {e.step} · draft {i + 1} of {len(e.draft)} · {verdict}"
+    head = f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {verdict}"
     q = _fmt(e.q[i]) if e.q is not None else NO_Q if e.greedy else "1 (one-hot: a token, no distribution)"
     lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
     if e.greedy:
@@ -104,7 +104,7 @@ def _own_tip(e: StepEvent) -> str:
         what = "corrected: the target's token in place of the rejected draft"
         if not e.greedy:
             what += f", drawn from the residual {RESIDUAL}: {RESIDUAL_GLOSS}"
-    return f"step {e.step} · {what}\np (target) = {_fmt(e.token_p)}"
+    return f"step {e.step + 1} · {what}\np (target) = {_fmt(e.token_p)}"
 
 
 def _step_pieces(e: StepEvent, labels: Labels, eos=frozenset()) -> list[tuple[str, str]]:
@@ -143,7 +143,7 @@ def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
     if phase in PHASE_KINDS:
         kind = PHASE_KINDS[phase]
         return [token_span(kind, visible(text),
-                           f"step {e.step} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step)
+                           f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step)
                 for i, text in enumerate(labels.draft)]
     spans = step_spans(e, labels)
     if phase == "accept/reject":
@@ -152,7 +152,7 @@ def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
 
 
 def baseline_span(e: TokenEvent, labels: Labels) -> str:
-    return token_span("baseline", labels.token, f"token {e.step} · p (target) = {_fmt(e.p)}", e.step)
+    return token_span("baseline", labels.token, f"token {e.step + 1} · p (target) = {_fmt(e.p)}", e.step)
 
 
 def words(pieces: list[tuple[str, str]]) -> list[str]:

@@ -12,7 +12,7 @@ from html import escape
 from ..events import StepEvent
 from .html import RESIDUAL, RESIDUAL_GLOSS, visible
 from .kinds import ended_at
-from .status import count
+from .status import count, step_label
 from .trace import Trace
 from .tree import tree_html
 
@@ -48,13 +48,15 @@ def _row(e: StepEvent, labels, j: int) -> str:
     else:  # prompt lookup, Medusa, EAGLE: a token and no distribution
         q = ('1 <span class="sv-muted">(one-hot: a token, no distribution)</span>' if not e.greedy else
              '<span class="sv-muted">none (copies or picks a token: no probabilities)</span>')
+    # data-label: a phone shows each row as a card of "label  value" lines (assets/style.css)
     if e.greedy:
-        rule = f"<td>{_argmax(e, labels, j)}</td>"
+        rule = f'<td data-label="target\'s top token">{_argmax(e, labels, j)}</td>'
     else:
         u = "—" if e.draws is None else _num(e.draws[j])
-        rule = f"<td>{_num(e.accept_prob[j])}</td><td>{u}</td>"
-    return (f'<tr data-kind="{kind}"><td>{j + 1}</td><td>{_tok(labels.draft[j])}</td><td>{q}</td>'
-            f'<td>{_num(e.p[j])}</td>{rule}<td class="sv-verdict-{kind}">{escape(verdict)}</td></tr>')
+        rule = f'<td data-label="min(1, p/q)">{_num(e.accept_prob[j])}</td><td data-label="draw u">{u}</td>'
+    return (f'<tr data-kind="{kind}"><td data-label="draft #">{j + 1}</td><td data-label="draft">'
+            f'{_tok(labels.draft[j])}</td><td data-label="q (drafter)">{q}</td><td data-label="p (target)">'
+            f'{_num(e.p[j])}</td>{rule}<td class="sv-verdict-{kind}" data-label="verdict">{escape(verdict)}</td></tr>')
 
 
 def _argmax(e: StepEvent, labels, j: int) -> str:
@@ -67,8 +69,9 @@ def _argmax(e: StepEvent, labels, j: int) -> str:
     return "the draft" if e.accept_prob[j] >= 1.0 else "another token"
 
 
-def step_html(trace: Trace, index: int | None) -> str:
-    """HTML for step `index` of a speculative trace (clamped to the steps there are)."""
+def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
+    """HTML for step `index` (from 0) of a speculative trace (clamped to the steps there are).
+    `total`: the steps the whole run has, when more than the trace holds yet (a replay)."""
     steps = [(e, lab) for e, lab in zip(trace.events, trace.labels) if isinstance(e, StepEvent)]
     if not steps:
         return '<div class="sv-inspect sv-empty">Run something, then pick a step to inspect.</div>'
@@ -101,9 +104,9 @@ def step_html(trace: Trace, index: int | None) -> str:
                   f"no {own} was output.</p>")
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
-        f'<p class="sv-inspect-head">Step {e.step} of {len(steps) - 1} · {drafted}'
+        f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
-        '<div class="sv-scroll"><table class="sv-table"><thead><tr><th>#</th><th>draft</th>'
+        '<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table></div>'
         f"{chosen}"

@@ -72,9 +72,11 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
 
 
 def _card(label: str, value: str, hint: str, key: str) -> str:
+    # A word in place of a number ("measuring…") is set smaller, so it fits a number's card.
+    word = " sv-card-word" if value[:1].isalpha() else ""
     return (
         f'<div class="sv-card" data-metric="{key}" title="{escape(hint)}">'
-        f'<div class="sv-card-value">{escape(value)}</div>'
+        f'<div class="sv-card-value{word}">{escape(value)}</div>'
         f'<div class="sv-card-label">{escape(label)}</div></div>'
     )
 

@@ -14,6 +14,12 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def step_label(index: int, total: int) -> str:
+    """'Step 3 of 12' for the step the engine numbers 2 (StepEvent.step counts from 0; people
+    count from 1). Every label a reader sees (inspector, step-through, replay, charts) says it so."""
+    return f"Step {index + 1} of {total}"
+
+
 def status_html(message: str, state: str = "info", fraction: float | None = None) -> str:
     """state: info | loading | waiting | running | done | stopped | error | busy; fraction in [0, 1] draws a progress bar."""
     bar = ""

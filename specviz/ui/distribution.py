@@ -42,7 +42,8 @@ def show(session, step, row, temperature, top_p):
     """The figure, the card and the position slider (its range: this step's drafts and the bonus)."""
     frame = getattr(session, "last", None)
     t, p = float(temperature or 1.0), float(top_p or 1.0)
-    pos = view.position(frame.spec, step, int(row or 1) - 1, t, p) if frame is not None else None
+    # both sliders count from 1, as the page does; the trace counts from 0
+    pos = view.position(frame.spec, int(step or 1) - 1, int(row or 1) - 1, t, p) if frame is not None else None
     rows = len(pos.step.draft) + 1 if pos is not None else 1
     return view.figure(pos), view.card_html(pos, t, p), gr.Slider(maximum=max(rows, 2), value=pos.row + 1 if pos else 1)
 

@@ -36,6 +36,9 @@ class Session:
         # Suffix decoding's earlier answers, this visitor's alone: gr.State copies the Session per
         # visitor and drops it when the visitor leaves; capped by the policy's memory_tokens.
         self.memory = SuffixMemory(memory_tokens)
+        # The inspector's step (from 0) the reader chose while it was not the newest; None: the
+        # inspector follows each new step. Moving the slider to the last step, or a new run, resumes.
+        self.pinned = None
 
     def should_stop(self) -> bool:
         return self.stop
@@ -76,7 +79,7 @@ class Handlers:
 
     def arm(self, session: Session) -> Session:
         """Runs at the click, before the queue: a Stop from now on belongs to this run."""
-        session.busy, session.stop = True, False
+        session.busy, session.stop, session.pinned = True, False, None
         return session
 
     def stop(self, session: Session) -> Session:
@@ -86,8 +89,10 @@ class Handlers:
 
     def generate(self, session: Session, request: gr.Request = None, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
+        def values(frame):  # reads the pin at each update: the reader may move the slider mid-run
+            return playground_values(frame, session.pinned)
         run = functools.partial(runner.playground, memory=session.memory)
-        yield from self._stream(session, request, controls, run, playground_values, remember=True)
+        yield from self._stream(session, request, controls, run, values, remember=True)
 
     def compare(self, session: Session, drafters, request: gr.Request = None, **controls):
         """The baseline and each drafter in `drafters`, warmed up, then taking turns for a few
@@ -116,6 +121,11 @@ class Handlers:
         yield from run(settings, policy=self.policy, models=self.models, should_stop=should_stop)
 
     def inspect(self, session: Session, step):
-        if session.last is None:
+        """The step the reader chose on the slider (which counts from 1). An older step than the
+        newest pins the inspector there while the run goes on; the newest lets it follow again."""
+        frame = session.last
+        if frame is None:
             return step_html(error_frame("").spec, 0)
-        return step_html(session.last.spec, step)
+        index, total = int(step or 1) - 1, len(frame.spec.steps)
+        session.pinned = index if index < total - 1 else None
+        return step_html(frame.spec, index, frame.steps)

@@ -7,7 +7,7 @@ import pathlib
 import gradio as gr
 
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
-from ..render.compare import HEADERS
+from ..render.compare import HEADERS, WIDTHS
 from ..engine import K_MAX
 from . import distribution, exactness, hardware, reading, replay, serving
 from .examples import Example, load_examples, note_html
@@ -19,9 +19,10 @@ REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the nex
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
 INTRO = (
     "A small <b>drafter</b> guesses the next <i>k</i> tokens; the <b>target</b> model checks all of "
-    "them in one forward pass and keeps the longest prefix it agrees with. Left: that run, every "
-    "drafted token shown where it was proposed. Right: the same target decoding one token per pass. "
-    "Hover a token for its probabilities; pick a step below to see its verdicts."
+    "them in one forward pass and keeps the longest prefix it agrees with. The <b>speculative</b> panel "
+    "shows that run, every drafted token where it was proposed; the <b>baseline</b> panel, the same "
+    "target decoding one token per pass. Hover or tap a token for its probabilities; step through a "
+    "run, or pick a step in the inspector, to see its verdicts."
 )
 READY = "Ready: pick a drafter and press Generate."
 WAITING = "Press Generate: the tokens appear here as they are decoded."
@@ -111,25 +112,27 @@ def _playground_tab(policy: Policy):
                gr.HTML(label="headline numbers", elem_id="sv-headline")]
     gr.HTML(legend_html(short=True), elem_classes="sv-legend-box")
     reading.controls()
+    steps = replay.stepper()  # right above the panels it animates
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
         outputs.append(gr.HTML(panel_html(Trace("speculative"), "Speculative", placeholder=WAITING),
                                label="speculative text", elem_id="sv-spec", min_width=300))
         outputs.append(gr.HTML(panel_html(Trace("baseline", speculative=False), "Baseline · plain decoding",
                                           placeholder=WAITING), label="baseline text", elem_id="sv-base", min_width=300))
-    blank = empty_figures()
-    with gr.Row(elem_classes="sv-charts"):
-        outputs += [gr.Plot(blank[0], label="acceptance chart", show_label=False, min_width=300, elem_id="sv-chart-acceptance"),
-                    gr.Plot(blank[1], label="throughput chart", show_label=False, min_width=300, elem_id="sv-chart-throughput")]
-    with gr.Row(elem_classes="sv-charts"):
-        outputs += [gr.Plot(blank[2], label="accepted lengths chart", show_label=False, min_width=300, elem_id="sv-chart-lengths"),
-                    gr.Plot(blank[3], label="draft positions chart", show_label=False, min_width=300, elem_id="sv-chart-positions")]
+    # The inspector right under the panels: the step buttons above them change both.
     with gr.Accordion("Step inspector", open=True, elem_id="sv-inspector-box"):
-        step = gr.Slider(0, 1, value=0, step=1, label="step", interactive=False, elem_id="sv-step")
+        step = gr.Slider(1, 2, value=1, step=1, label="step", interactive=False, elem_id="sv-step")
         inspector = gr.HTML(step_html(Trace("speculative"), 0), label="step inspector", elem_id="sv-inspector")
-    outputs += [step, inspector]
+    blank = empty_figures()
+    with gr.Row(elem_classes="sv-charts"):  # two by two; one column on a phone (assets/style.css)
+        charts = [gr.Plot(blank[0], label="acceptance chart", show_label=False, min_width=300, elem_id="sv-chart-acceptance"),
+                  gr.Plot(blank[1], label="throughput chart", show_label=False, min_width=300, elem_id="sv-chart-throughput")]
+    with gr.Row(elem_classes="sv-charts"):
+        charts += [gr.Plot(blank[2], label="accepted lengths chart", show_label=False, min_width=300, elem_id="sv-chart-lengths"),
+                   gr.Plot(blank[3], label="draft positions chart", show_label=False, min_width=300, elem_id="sv-chart-positions")]
+    outputs += [*charts, step, inspector]
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         outputs.append(gr.JSON(label="summary", elem_id="sv-summary"))
-    return drafter, run, stop, step, inspector, outputs
+    return drafter, run, stop, step, inspector, outputs, steps
 
 
 def _compare_tab(policy: Policy):
@@ -143,7 +146,7 @@ def _compare_tab(policy: Policy):
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
     outputs = [gr.HTML(status_html("Pick drafters and press Compare."), label="status", elem_id="sv-compare-status"),
                gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True,
-                            column_widths=["30%"] + ["10%"] * 7)]
+                            column_widths=WIDTHS)]
     # Full width, one above the other: horizontal bars need room for the run names.
     outputs += [gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
                 gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality")]
@@ -180,12 +183,12 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
             with gr.Column(scale=3, min_width=320):
                 prompt, picker, note = _prompt(examples)
                 controls = dict(prompt=prompt) | controls
-                with gr.Tabs():
+                with gr.Tabs(overflow_behavior="wrap"):  # a phone hid Compare and Serving behind "..."
                     with gr.Tab("Playground", id="playground"):
-                        drafter, run, stop, step, inspector, outputs = _playground_tab(policy)
+                        drafter, run, stop, step, inspector, outputs, steps = _playground_tab(policy)
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
-                        replay_controls = replay.controls()
+                        replay_controls = replay.controls(steps)
                         hardware_controls = hardware.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
@@ -197,7 +200,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         generate = run.click(handlers.arm, session, session, **instant).then(
             handlers.generate, session, [*outputs, session], inputs_kwargs=play,
             api_name="generate", **queued)
-        replayed = replay.wire(replay_controls, policy, session, outputs, generate, controls["prompt"])
+        replayed = replay.wire(replay_controls, policy, session, outputs, generate, run, controls["prompt"])
         hardware.wire(hardware_controls, session, [generate, *replayed])
         distribution.wire(dist_controls, session, step)
         exactness.wire(exact_controls, policy, models, drafter, controls, handlers.line, session, handlers)

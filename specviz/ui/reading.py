@@ -16,10 +16,28 @@ CARDS = """
 if (!window.svCards) {
   window.svCards = true;
   const close = (keep) => document.querySelectorAll('.tok.sv-tip-open').forEach(t => t !== keep && t.classList.remove('sv-tip-open'));
+  // Keep a card inside its token's panel: as wide as the panel at most, shifted left when the
+  // token sits near the panel's right edge (on a phone the cards ran off the screen).
+  const place = (tok) => {
+    const panel = tok.closest('.sv-panel');
+    if (!panel) return;
+    const box = panel.getBoundingClientRect(), pad = 8;
+    tok.style.setProperty('--sv-tip-max', `${Math.max(box.width - 2 * pad, 120)}px`);
+    tok.style.setProperty('--sv-tip-x', '0px');
+    requestAnimationFrame(() => {
+      const card = getComputedStyle(tok, '::after');
+      if (card.content === 'none') return;
+      const left = tok.getBoundingClientRect().left, width = parseFloat(card.width);
+      tok.style.setProperty('--sv-tip-x', `${Math.max(box.left + pad - left, Math.min(0, box.right - pad - left - width))}px`);
+    });
+  };
+  const token = (e) => e.target.closest && e.target.closest('.tok[data-tip]');
+  document.addEventListener('pointerover', (e) => { const tok = token(e); if (tok) place(tok); });
+  document.addEventListener('focusin', (e) => { const tok = token(e); if (tok) place(tok); });
   document.addEventListener('click', (e) => {
-    const tok = e.target.closest && e.target.closest('.tok[data-tip]');
+    const tok = token(e);
     close(tok);
-    if (tok) tok.classList.toggle('sv-tip-open');
+    if (tok) { tok.classList.toggle('sv-tip-open'); place(tok); }
   });
   document.addEventListener('keydown', (e) => {
     const tok = e.target.closest && e.target.closest('.tok[data-tip]');

@@ -24,6 +24,7 @@ import gradio as gr
 from .. import replay as playback
 from ..errors import SpecvizError
 from ..events import StepEvent
+from ..render.status import step_label
 from ..trace_file import Recording, RunInfo, describe_device, load, save
 from . import stepping
 from .policy import Policy
@@ -47,23 +48,52 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class Stepper:
+    """The buttons that animate the panels, in one row right above them: off until a run or
+    a loaded trace gives them something to play."""
+    live: gr.Button
+    previous: gr.Button
+    next: gr.Button
+    phases: gr.Button
+    play: gr.Button
+    pause: gr.Button
+    speed: gr.Slider
+
+    @property
+    def buttons(self) -> list[gr.Button]:
+        return [self.live, self.previous, self.next, self.phases, self.play, self.pause]
+
+
+def stepper() -> Stepper:
+    """The row of step and race buttons; layout puts it just above the panels it animates."""
+    off = dict(size="sm", min_width=60, interactive=False)
+    with gr.Row(elem_classes="sv-stepper", elem_id="sv-stepper", equal_height=True):
+        live = gr.Button("Step through this run", elem_id="sv-step-live", **off)
+        previous = gr.Button("◀ Previous step", elem_id="sv-replay-previous", **off)
+        next_ = gr.Button("Next step ▶", elem_id="sv-replay-next", variant="primary", **off)
+        phases = gr.Button("Next step in phases ▶", elem_id="sv-step-phases", **off)
+        play = gr.Button("Play race", elem_id="sv-replay-play", **off)
+        pause = gr.Button("Pause", elem_id="sv-replay-pause", **off)
+        speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = as it ran)", elem_id="sv-replay-speed",
+                          min_width=210)
+    return Stepper(live, previous, next_, phases, play, pause, speed)
+
+
+@dataclass(frozen=True)
 class Controls:
     download: gr.DownloadButton
     upload: gr.File
     about: gr.HTML
-    speed: gr.Slider
-    play: gr.Button
-    pause: gr.Button
-    previous: gr.Button
-    next: gr.Button
-    stepping: stepping.Controls
+    stepper: Stepper
 
 
-def controls() -> Controls:
-    """The Export-and-replay block, placed under the Playground's results."""
-    with gr.Accordion("Export and replay", open=True, elem_id="sv-replay-box"):
-        gr.Markdown("Save a run as a trace file, or load one to replay it here with no model: "
-                    "as a race at the speed it ran (scaled below), or one step at a time.")
+def controls(steps: Stepper) -> Controls:
+    """The Export-and-replay block, placed under the Playground's results; `steps`, the row
+    above the panels that plays what is loaded here."""
+    with gr.Accordion("Export and replay (download this run as a trace, or load one)", open=False,
+                      elem_id="sv-replay-box"):
+        gr.Markdown("Save a run as a trace file, or load one to replay it here with no model: the buttons "
+                    "above the panels play it as a race at the speed it ran, or one step at a time.")
         with gr.Row():
             download = gr.DownloadButton("Download trace", visible=False, elem_id="sv-download", scale=1)
             # No file_types: Gradio refuses another kind with a bare "Error" that stays in the
@@ -71,38 +101,42 @@ def controls() -> Controls:
             upload = gr.File(label="Replay a trace (.json)", type="filepath",
                              elem_id="sv-replay-file", scale=3, height=120)
         about = gr.HTML(elem_id="sv-replay-about")
-        with gr.Row(elem_classes="sv-actions"):
-            speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = as it ran)",
-                              elem_id="sv-replay-speed", scale=3, min_width=160)
-            play = gr.Button("Play race", variant="primary", elem_id="sv-replay-play", min_width=90)
-            pause = gr.Button("Pause", elem_id="sv-replay-pause", min_width=80)
-            previous = gr.Button("◀ Previous step", elem_id="sv-replay-previous", min_width=110)
-            next_ = gr.Button("Next step ▶", elem_id="sv-replay-next", min_width=110)
-        steps = stepping.controls()
-    return Controls(download, upload, about, speed, play, pause, previous, next_, steps)
+    return Controls(download, upload, about, steps)
 
 
-def wire(c: Controls, policy: Policy, session, outputs: list, generate, prompt) -> list:
+def wire(c: Controls, policy: Policy, session, outputs: list, generate, run, prompt) -> list:
     """Connect the block: the download follows each playground run; the replay fills `outputs`
     (the playground's, in playground_values order) and the session the step inspector reads,
     and a loaded trace puts its prompt in the `prompt` box, so the page shows what was asked.
-    Returns the events that put a replayed run on screen, for blocks that follow it."""
+    The step buttons are off while a `run` goes and on once there is a run or a trace. Returns
+    the events that put a replayed run on screen, for blocks that follow it."""
     state = gr.State(None)
     shown = [*outputs, session, state]
     instant = dict(queue=False, api_visibility="private")
-    generate.then(offer_download, session, c.download, **instant)
+    s = c.stepper
+    run.click(lambda: [None] + [gr.Button(interactive=False)] * len(s.buttons), None, [state, *s.buttons],
+              **instant)
+    generate.then(offer_download, session, c.download, **instant).then(
+        ready, [state, session], s.buttons, **instant)
     opened = c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session],
                              [*shown, c.about, prompt, c.upload], **instant)
+    opened.then(ready, [state, session], s.buttons, **instant)
     # A race mostly sleeps between events, so a few may run beside the models' line.
-    raced = c.play.click(race, [state, session, c.speed], shown, api_visibility="private", concurrency_limit=4,
+    raced = s.play.click(race, [state, session, s.speed], shown, api_visibility="private", concurrency_limit=4,
                          concurrency_id="replay")
-    c.pause.click(pause, state, state, **instant)
-    back = c.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
-    on = c.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
-    live = c.stepping.live.click(step_through, session, shown, **instant)
-    phased = c.stepping.phases.click(play_phases, [state, session, c.speed], shown, api_visibility="private",
-                                     concurrency_limit=4, concurrency_id="replay")
+    s.pause.click(pause, state, state, **instant)
+    back = s.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
+    on = s.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
+    live = s.live.click(step_through, session, shown, **instant)
+    phased = s.phases.click(play_phases, [state, session, s.speed], shown, api_visibility="private",
+                            concurrency_limit=4, concurrency_id="replay")
     return [opened, raced, back, on, live, phased]
+
+
+def ready(r, session) -> list:
+    """The step buttons on when there is something to play: a loaded trace, or the last run."""
+    run = recording(session) is not None
+    return [gr.Button(interactive=run)] + [gr.Button(interactive=run or r is not None)] * 5
 
 
 # Download ------------------------------------------------------------------------------------
@@ -149,14 +183,14 @@ def _new_file() -> Path:
 def _frame(r: Replay, spec, base, state: str, message: str, fraction: float | None = None) -> Frame:
     info = r.recording.info
     return Frame(base=base, runs=[spec], message=message, state=state, fraction=fraction, greedy=info.greedy,
-                 final=state != "running", target=info.target)
+                 final=state != "running", target=info.target, steps=playback.step_count(r.recording))
 
 
 def _values(frame: Frame, session, r: Replay | None) -> list:
     """The playground's values for `frame`; a trace that passed the checks but still cannot be
     drawn says so in the status line instead of breaking the page."""
     try:
-        values = playground_values(frame)
+        values = playground_values(frame, session.pinned)
     except Exception as e:  # the renderers met something the loader's checks did not foresee
         log.exception("could not draw a replayed trace", exc_info=e)
         frame = error_frame(f"this trace could not be drawn ({type(e).__name__}): is the file damaged?")
@@ -203,23 +237,36 @@ def open_trace(path, session, policy: Policy):
         return [*_values(error_frame(str(e)), session, None), "", gr.skip(), None]
     spec, base = playback.fresh(r.recording)
     n = playback.step_count(r.recording)
+    session.pinned = None
     message = f"{_about(r)}. {n} steps: Play race, or Next step to go one at a time."
     return [*_values(_frame(r, spec, base, "done", message), session, r), _card(r), r.recording.info.prompt,
             gr.skip()]
 
 
+def _playing(r: Replay | None, session) -> Replay | None:
+    """What the step buttons play: the loaded trace, else the last run from its start."""
+    if r is None and (rec := recording(session)) is not None:
+        r = Replay(rec, "this run")
+    return r
+
+
 def step(r: Replay | None, session, delta: int):
-    """One speculative step forward or back (the baseline keeps pace, as in a live run)."""
+    """One speculative step forward or back (the baseline keeps pace, as in a live run); the
+    inspector follows to the step just shown."""
+    r = _playing(r, session)
     if r is None:
-        return _values(error_frame("Load a trace first (Export and replay)."), session, None)
+        return _values(error_frame("Generate a run or load a trace first."), session, None)
     n = playback.step_count(r.recording)
     r.position = min(max(r.position + delta, 0), n)
+    session.pinned = None
     spec, base = playback.after_steps(r.recording, r.position)
-    message = f"Step {r.position} of {n}"
     if r.position:
         e = spec.steps[-1]
         by = f" by {e.source}" if e.source else ""
-        message += f": {len(e.draft)} drafted{by}, {e.accepted} kept, then the target's {e.token_kind} token"
+        message = (f"{step_label(r.position - 1, n)}: {len(e.draft)} drafted{by}, {e.accepted} kept, "
+                   f"then the target's {e.token_kind} token")
+    else:
+        message = f"Before step 1 of {n}: Next step to begin."
     return _values(_frame(r, spec, base, "done" if r.position == n else "stopped", message), session, r)
 
 
@@ -231,14 +278,17 @@ def step_through(session):
     r = Replay(rec, "this run")
     spec, base = playback.fresh(rec)
     n = playback.step_count(rec)
+    session.pinned = None
     return _values(_frame(r, spec, base, "stopped", f"Stepping through this run: {n} steps. Next step, or "
-                                                    "Play next step in phases."), session, r)
+                                                    "Next step in phases."), session, r)
 
 
 def play_phases(r: Replay | None, session, speed, sleep=time.sleep):
+    r = _playing(r, session)
     if r is None:
-        yield _values(error_frame("Step through a run, or load a trace, first."), session, None)
+        yield _values(error_frame("Generate a run or load a trace first."), session, None)
         return
+    session.pinned = None
     yield from stepping.play(r, session, speed, _values, _frame, sleep)
 
 
@@ -251,9 +301,11 @@ def pause(r: Replay | None):
 def race(r: Replay | None, session, speed, clock=time.monotonic, sleep=time.sleep):
     """Both runs from the start, each event at its engine time divided by `speed`; the page
     updates at a live run's pace (runner.throttle)."""
+    r = _playing(r, session)
     if r is None:
-        yield _values(error_frame("Load a trace first (Export and replay)."), session, None)
+        yield _values(error_frame("Generate a run or load a trace first."), session, None)
         return
+    session.pinned = None
     try:
         speed = float(speed)
     except (TypeError, ValueError):

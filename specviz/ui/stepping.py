@@ -8,27 +8,13 @@ and the recorded events are played back, so nothing here touches a model.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-import gradio as gr
 
 from .. import replay as playback
 from ..events import StepEvent
 from ..render.html import VISIBLE_WHITESPACE
+from ..render.status import step_label
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
-
-
-@dataclass(frozen=True)
-class Controls:
-    live: gr.Button
-    phases: gr.Button
-
-
-def controls() -> Controls:
-    with gr.Row(elem_classes="sv-actions"):
-        live = gr.Button("Step through this run", elem_id="sv-step-live", min_width=150)
-        phases = gr.Button("Play next step in phases ▶", elem_id="sv-step-phases", min_width=170)
-    return Controls(live, phases)
 
 
 def _tok(text: str) -> str:
@@ -73,13 +59,13 @@ def play(r, session, speed, values, frame_of, sleep=time.sleep):
     steps = phases(e, labels)
     pause = PHASE_SECONDS / max(float(speed or 1.0), 0.1)
     for i, (name, text) in enumerate(steps[:-1]):
-        message = f"Step {r.position + 1} of {n} · {i + 1}/{len(steps)} {name}: {text}"
+        message = f"{step_label(r.position, n)} · {i + 1}/{len(steps)} {name}: {text}"
         frame = frame_of(r, *before, "running", message)
         frame.playing = (e, labels, name)  # the step so far, after the text before it (html.phase_spans)
         yield values(frame, session, r)
         sleep(pause)
-    r.position += 1
     name, text = steps[-1]
-    message = f"Step {r.position} of {n} · {len(steps)}/{len(steps)} {name}: {text}"
+    message = f"{step_label(r.position, n)} · {len(steps)}/{len(steps)} {name}: {text}"
+    r.position += 1
     yield values(frame_of(r, *playback.after_steps(r.recording, r.position),
                           "done" if r.position == n else "stopped", message), session, r)

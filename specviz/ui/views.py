@@ -39,26 +39,29 @@ def playground_summary(frame: Frame) -> dict:
     }
 
 
-def _charts(frame: Frame) -> list:
+def _charts(frame: Frame, pinned: int | None = None) -> list:
     """The four charts, the step slider and the inspector; left as they are (gr.skip) when the
-    frame does not redraw them (runner.throttle paces them)."""
+    frame does not redraw them (runner.throttle paces them). The slider counts steps from 1, as
+    every label does; the inspector follows the newest step that drafted something (the last
+    steps of a run often draft nothing: no room left), unless the reader `pinned` an older one."""
     if not frame.charts:
         return [gr.skip()] * 6
     spec, base = frame.spec, frame.base
     steps = spec.steps
     n_steps = len(steps)
-    # Open the inspector on the latest step that drafted something (the last steps of a run
-    # often draft nothing: no room left).
+    total = max(frame.steps or 0, n_steps)
+    # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
+    bounds = dict(minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1)
+    if pinned is not None and pinned < n_steps:
+        # No value: the reader's own position stays, even if they moved it again meanwhile.
+        return [*playground_figures(spec, base), gr.Slider(**bounds), step_html(spec, pinned, total)]
     last = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
-    return [
-        *playground_figures(spec, base),
-        gr.Slider(minimum=0, maximum=max(n_steps - 1, 1), value=last, interactive=n_steps > 1),
-        step_html(spec, last),
-    ]
+    return [*playground_figures(spec, base), gr.Slider(value=last + 1, **bounds), step_html(spec, last, total)]
 
 
-def playground_values(frame: Frame) -> list:
-    """status, check, headline, two panels, four charts, step slider, inspector, summary."""
+def playground_values(frame: Frame, pinned: int | None = None) -> list:
+    """status, check, headline, two panels, four charts, step slider, inspector, summary.
+    `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on."""
     spec, base = frame.spec, frame.base
     started = bool(spec.events or base.events)
     return [
@@ -67,7 +70,7 @@ def playground_values(frame: Frame) -> list:
         headline_html(headline(spec, base, frame.curve)) if started else "",
         panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
         panel_html(base, "Baseline · plain decoding", _run_note(base)),
-        *_charts(frame),
+        *_charts(frame, pinned),
         playground_summary(frame),
     ]
 
