@@ -185,4 +185,6 @@ def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Lin
     c.run.click(handlers.arm, session, session, **instant).then(
         run, [session, c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
         concurrency_limit=1, concurrency_id="exactness")
-    c.stop.click(handlers.stop, session, session, **instant)
+    # Its own api_name: by default it would take the function's name, "stop", and push the
+    # page's documented /stop to "stop_1".
+    c.stop.click(handlers.stop, session, session, api_name="stop_sampling_check", **instant)
