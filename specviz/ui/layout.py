@@ -62,7 +62,7 @@ def _settings(policy: Policy) -> dict:
         # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
         max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
                                    step=1, label="max new tokens", elem_id="sv-max-new-tokens")
-        dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k (longer after full accepts, shorter after rejections)")
+        dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k: each step's length from the acceptance and costs measured so far")
         repetition_penalty = gr.Slider(0.8, 2.0, value=d.repetition_penalty, step=0.05,
                                        label="repetition penalty (1 = off)")
         seed = gr.Number(d.seed, precision=0, label="seed")
