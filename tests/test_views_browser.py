@@ -65,6 +65,24 @@ def test_the_exactness_check_draws_first_tokens_both_ways_and_gives_a_p_value(pa
     page.locator("#sv-exact-box").screenshot(path=str(OUT / "exactness.png"))
 
 
+def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
+    """It held the app's one line with no way to end it (60 draws kept a Generate waiting 105 s)."""
+    page.locator("#sv-exact-box").scroll_into_view_if_needed()
+    n = page.locator("#sv-exact-n input[type=number]")
+    n.fill("500")
+    n.press("Enter")
+    page.locator("#sv-exact-run").click()
+    page.wait_for_selector('#sv-exact-status:has-text("Drawn")', timeout=HANG)
+    page.locator("#sv-exact-stop").click()
+    page.wait_for_selector('#sv-exact-status [data-state="stopped"]', timeout=HANG)
+    assert "of 500 first tokens each way" in page.locator("#sv-exact-status").inner_text()
+    page.locator("#sv-generate").click()  # the line is free again: a run starts and finishes
+    page.wait_for_selector('#sv-status [data-state="running"], #sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_function("() => !document.querySelector('#sv-status').innerText.includes('processing')",
+                           timeout=HANG)  # Gradio's own timer gone too: the next test reads the status
+
+
 CARD = "el => getComputedStyle(el, '::after').content"  # the hover card is the token's ::after
 
 

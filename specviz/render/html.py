@@ -5,8 +5,10 @@ target's corrected token, the bonus token, a baseline token; which tokens show, 
 what, is kinds.shown_tokens, shared with the terminal), never from searching the
 decoded text. All model text is HTML-escaped; whitespace is kept by `white-space:
 pre-wrap` in the stylesheet (assets/style.css), so code keeps its layout, and each token is
-one inline box (lines break between tokens, not inside one); a token holding a line break
-is marked `tok-nl` and flows inline, so its break is a break.
+one inline box; a word's tokens are held together in an `sv-word` span (see `words`), so
+lines break where the text has whitespace, not inside "Java|Script"; a token holding a line
+break is marked `tok-nl` and flows inline, so its break is a break. The end-of-turn token that
+ended a run is not text: a small "end of answer" mark stands after the text instead.
 
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
 `data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts, and

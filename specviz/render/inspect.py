@@ -46,8 +46,7 @@ def _row(e: StepEvent, labels, j: int) -> str:
     if e.q is not None:
         q = _num(e.q[j])
     else:  # prompt lookup, Medusa, EAGLE: a token and no distribution
-        q = ('1 <span class="sv-muted">(one-hot: a token, no distribution)</span>' if not e.greedy else
-             '<span class="sv-muted">none (copies or picks a token: no probabilities)</span>')
+        q = '1 <span class="sv-muted">(one-hot)</span>' if not e.greedy else '<span class="sv-muted">none</span>'
     # data-label: a phone shows each row as a card of "label  value" lines (assets/style.css)
     if e.greedy:
         rule = f'<td data-label="target\'s top token">{_argmax(e, labels, j)}</td>'
@@ -57,6 +56,16 @@ def _row(e: StepEvent, labels, j: int) -> str:
     return (f'<tr data-kind="{kind}"><td data-label="draft #">{j + 1}</td><td data-label="draft">'
             f'{_tok(labels.draft[j])}</td><td data-label="q (drafter)">{q}</td><td data-label="p (target)">'
             f'{_num(e.p[j])}</td>{rule}<td class="sv-verdict-{kind}" data-label="verdict">{escape(verdict)}</td></tr>')
+
+
+def _no_q(e: StepEvent) -> str:
+    """Said once under the table, for a drafter that gives a token and no probabilities."""
+    if e.q is not None or not e.draft:
+        return ""
+    how = ("With sampling it counts as q = 1 for the token it proposed (one-hot), so min(1, p/q) is p"
+           if not e.greedy else "Greedy decoding needs none: each draft is checked against the target's top token")
+    return (f'<p class="sv-muted sv-no-q">q: none. This drafter proposes tokens with no probabilities '
+            f"(prompt lookup copies them from the text; tree heads pick their likeliest tokens). {how}.</p>")
 
 
 def _argmax(e: StepEvent, labels, j: int) -> str:
@@ -85,8 +94,8 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     if not rows:
         rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
     where = "first rejection" if e.token_kind == "corrected" else "bonus position"
-    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the branch the target followed "
-               "is below, the whole tree under it)" if e.tree is not None else f"{len(e.draft)} drafted")
+    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the table: the branch the target "
+               "followed; the whole tree further down)" if e.tree is not None else f"{len(e.draft)} drafted")
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
@@ -108,7 +117,7 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
         '<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
         f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></div>'
+        f'<tbody>{"".join(rows)}</tbody></table></div>{_no_q(e)}'
         f"{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

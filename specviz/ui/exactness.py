@@ -185,6 +185,5 @@ def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Lin
     c.run.click(handlers.arm, session, session, **instant).then(
         run, [session, c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
         concurrency_limit=1, concurrency_id="exactness")
-    # Its own api_name: by default it would take the function's name, "stop", and push the
-    # page's documented /stop to "stop_1".
-    c.stop.click(handlers.stop, session, session, api_name="stop_sampling_check", **instant)
+    # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
+    c.stop.click(handlers.stop, session, session, api_name="exactness_stop", **instant)

@@ -11,7 +11,7 @@ import time
 
 from .. import replay as playback
 from ..events import StepEvent
-from ..render.html import VISIBLE_WHITESPACE
+from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.status import step_label
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
@@ -39,7 +39,7 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
         own = "the target's own token"
     else:
         own = "correction: the target's token in place of the rejected draft" + (
-            "" if e.greedy else ", drawn from norm(max(0, p − q))")
+            "" if e.greedy else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
     out.append(("correction" if e.token_kind == "corrected" and e.draft else "bonus", f"{own}: {_tok(labels.token)}"))
     return out
 
