@@ -100,7 +100,7 @@ def test_controls_become_engine_settings():
     assert (s.k, s.top_k, s.seed, s.max_new_tokens) == (4, 50, 7, 32) and not s.greedy and not s.chat
     cfg = s.config(eos_token_ids=(2,))
     assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
-    assert cfg.tree_nodes == 12  # EAGLE/Medusa trees of 3k candidates: k = 4 nodes was a straight line
+    assert cfg.tree_nodes == 8  # EAGLE/Medusa trees of 2k candidates: k = 4 nodes was a straight line
     with pytest.raises(SpecvizError, match="whole number"):
         Settings.from_controls(**dict(CONTROLS, k=2.5))
 

@@ -19,8 +19,8 @@ LAYER_SKIP = "layerskip"
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
 # A tree drafter's candidates per step, per unit of k: with k = 4 a 4-node tree is mostly a straight
-# line; 12 nodes (three candidates per node, the likeliest kept) show branches a class can see.
-TREE_NODES_PER_K = 3
+# line; 8 show branches a class can see. 12 verified slower on a 2-core CPU than 6-8 (bench --tree-nodes-per-k).
+TREE_NODES_PER_K = 2
 
 
 def _number(value, name: str, whole: bool):
