@@ -120,7 +120,7 @@ def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
     with serve_app(app_policy(app_models, max_new_tokens=40, default_drafter=app_models["medusa"])) as address:
         page = generated(browser, address)
         box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
-        box.fill("0")
+        box.fill("1")  # the slider counts steps from 1, as every label does
         box.press("Enter")
         page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
         tree = page.locator("#sv-inspector .sv-tree")

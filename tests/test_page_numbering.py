@@ -89,7 +89,7 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     assert session.pinned == 1
     values = playground_values(session.last, session.pinned)  # the run's next update
     assert STEP.search(values[INSPECTOR]).group(0) == f"Step 2 of {n}"
-    assert "value" not in values[SLIDER].constructor_args  # the reader's slider position is left alone
+    assert values[SLIDER].value == 2  # the slider stays there too
     handlers.inspect(session, n)  # back to the newest step: follow again
     assert session.pinned is None
     values = playground_values(session.last, session.pinned)

@@ -158,6 +158,7 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         OUT.mkdir(exist_ok=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
+        page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
         notes = tmp_path / "notes.txt"
         notes.write_text("not a trace")
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(notes))
@@ -188,6 +189,7 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
 def test_download_trace_after_a_run_gives_a_file_that_replays(browser, app_models, tmp_path):  # noqa: F811
     with serve_app(app_policy(app_models, max_new_tokens=16)) as url:
         page = generated(browser, url)
+        page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
         button = page.locator("#sv-download")
         button.wait_for(state="visible", timeout=HANG)
         with page.expect_download(timeout=HANG) as download:

@@ -152,4 +152,5 @@ def test_step_through_plays_a_step_in_phases_then_steps_on(page):
     page.wait_for_selector('#sv-status:has-text("Step 2 of")', timeout=HANG)
     page.locator("#sv-step-live").click()  # the live run is still there to step through again
     page.wait_for_selector('#sv-status:has-text("Stepping through this run")', timeout=HANG)
-    assert page.locator("#sv-download").is_visible()
+    page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
+    page.locator("#sv-download").wait_for(state="visible", timeout=HANG)

@@ -12,7 +12,7 @@ COLUMNS = ("run", "tokens_per_s", "speedup", "range", "alpha", "tau", "target_ca
 HEADERS = ["run", "tokens/s", "speedup", "range", "α", "τ", "target passes", "tokens", "stopped by"]
 # Fixed widths, wide enough for every cell on one line ("measuring…", "1.01–1.10"); on a phone
 # the table scrolls sideways inside its box instead of squeezing each cell into a column of letters.
-WIDTHS = ["170px", "80px", "100px", "100px", "64px", "64px", "80px", "70px", "116px"]
+WIDTHS = ["170px", "90px", "100px", "100px", "64px", "64px", "80px", "70px", "116px"]
 DECIMALS = {"tokens_per_s": 1, "alpha": 2, "tau": 2}  # the same in every cell of a column
 
 

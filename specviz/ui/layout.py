@@ -212,7 +212,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
-        step.input(handlers.inspect, [session, step], inspector, **instant)
+        # always_last: a drag sends many values; the one it ends on must arrive, and last
+        step.input(handlers.inspect, [session, step], inspector, trigger_mode="always_last", **instant)
     demo.queue(default_concurrency_limit=policy.concurrency, max_size=slots)  # a flood beyond: Gradio's 503
     return demo
 

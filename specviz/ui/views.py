@@ -53,8 +53,8 @@ def _charts(frame: Frame, pinned: int | None = None) -> list:
     # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
     bounds = dict(minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1)
     if pinned is not None and pinned < n_steps:
-        # No value: the reader's own position stays, even if they moved it again meanwhile.
-        return [*playground_figures(spec, base), gr.Slider(**bounds), step_html(spec, pinned, total)]
+        # The value too: an update drawn before the reader's choice arrived may have moved the slider.
+        return [*playground_figures(spec, base), gr.Slider(value=pinned + 1, **bounds), step_html(spec, pinned, total)]
     last = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
     return [*playground_figures(spec, base), gr.Slider(value=last + 1, **bounds), step_html(spec, last, total)]
 

@@ -1,0 +1,158 @@
+"""Issue 39 in a real browser (Chromium via playwright), at a projector's 1280x900 and a
+phone's 390x844: the step buttons beside the panels and off before a run, the inspector
+staying where a reader put it while the run goes on, nothing cut off or pushed off screen.
+Full-page screenshots go to test-output/page-*.png (look at them)."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+
+pytestmark = pytest.mark.slow  # drives a real browser
+
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+STEPPER = ("#sv-step-live", "#sv-replay-previous", "#sv-replay-next", "#sv-step-phases", "#sv-replay-play",
+           "#sv-replay-pause")
+NEAR = 100  # px: the step buttons end at most this far above the panels they animate
+# The right edge of a token's hover card (its ::after), in page coordinates.
+CARD_RIGHT = """tok => { const s = getComputedStyle(tok, '::after'), r = tok.getBoundingClientRect();
+  const pad = s.boxSizing === 'border-box' ? 0 : parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+  return s.content === 'none' ? null : r.left + parseFloat(s.left) + parseFloat(s.width) + pad; }"""
+
+
+@pytest.fixture(scope="module")
+def url(app_models):  # noqa: F811
+    with serve_app(app_policy(app_models, max_new_tokens=400)) as address:
+        OUT.mkdir(exist_ok=True)
+        yield address
+
+
+def run(page, tokens: int) -> None:
+    box = page.locator("#sv-max-new-tokens input[type=number]")
+    box.fill(str(tokens))
+    box.press("Enter")
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    page.locator("#sv-generate").click()
+
+
+def test_the_step_buttons_sit_above_the_panels_and_wait_for_a_run(browser, url):
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(url)
+    for button in STEPPER:
+        assert page.locator(button).is_disabled(), f"{button} is on before any run or trace"
+    buttons = page.locator("#sv-replay-next").bounding_box()
+    panels = page.locator("#sv-spec").bounding_box()
+    assert 0 <= panels["y"] - (buttons["y"] + buttons["height"]) <= NEAR, (buttons, panels)
+    run(page, 24)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
+    assert all(page.locator(b).is_enabled() for b in STEPPER)
+    # A word where a number goes ("measuring…", the first 16 tokens) fits its card at 1280 px
+    from specviz.render.numbers import Headline, headline_html
+
+    measuring = headline_html(Headline(spec_tps=12.3, base_tps=10.1, speedup=None, alpha=0.47, tau=2.86, k=4.0,
+                                       c=None, predicted=None, calls_saved=26, base_calls=40, timing="measuring"))
+    page.locator("#sv-headline .sv-cards").evaluate("(el, html) => { el.outerHTML = html; }", measuring)
+    clipped = page.locator("#sv-headline .sv-card-value").evaluate_all(
+        "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)")
+    assert clipped == [], f"cut off in their cards: {clipped}"
+    page.locator("#sv-replay-next").click()  # Next step plays the run just made
+    page.wait_for_selector('#sv-status:has-text("Step 1 of")', timeout=HANG)
+    head = page.locator("#sv-inspector .sv-inspect-head").inner_text()
+    assert re.match(r"Step 1 of \d+", head) and head.split(" ·")[0] in page.locator("#sv-status").inner_text()
+    page.close()
+
+
+class Slow:
+    """Each target forward takes 30 ms longer: the run goes on for seconds on any machine, so
+    the reader can pick a step while it runs."""
+
+    def start(self, model) -> None:
+        time.sleep(0.03)
+
+    def stop(self, model) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_target(app_models):  # noqa: F811
+    from specviz import forward, models
+
+    target = models.load(app_models["target"])  # the app's own copy, from the shared cache
+    forward.observe(target.model, Slow())
+    yield
+    forward.observe(target.model, None)
+
+
+def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(browser, url, slow_target):
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(url)
+    run(page, 200)
+    head = page.locator("#sv-inspector .sv-inspect-head")
+    page.wait_for_function("(document.querySelector('#sv-inspector .sv-inspect-head')?.innerText || '')"
+                           ".match(/of ([5-9]|\\d\\d+) /)", timeout=HANG)
+    box = page.locator("#sv-step input[type=number]")
+    # the reader moves the slider to step 2 (with the keyboard: typing into the number box could
+    # mix with the run's own update of it)
+    slider = page.locator("#sv-step input[type=range]")
+    slider.focus()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_selector('#sv-inspector .sv-inspect-head:has-text("Step 2 of")', timeout=HANG)
+    seen = int(re.search(r"of (\d+)", head.inner_text()).group(1))
+    assert page.locator('#sv-status [data-state="running"]').count() == 1  # (a slow target: seconds more to go)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_timeout(500)  # the final redraw of the inspector and the slider
+    assert head.inner_text().startswith("Step 2 of"), "the inspector jumped away from the reader's step"
+    assert int(re.search(r"of (\d+)", head.inner_text()).group(1)) > seen  # it was redrawn meanwhile
+    assert box.input_value() == "2"
+    last = re.search(r"of (\d+)", head.inner_text()).group(1)
+    box.fill(last)  # the newest step: the inspector follows again (the next run would move it)
+    box.press("Enter")
+    page.wait_for_selector(f'#sv-inspector .sv-inspect-head:has-text("Step {last} of {last}")', timeout=HANG)
+    page.close()
+
+
+def test_a_phone_sees_every_tab_every_verdict_and_hover_cards_inside_their_panel(browser, url):
+    page = browser.new_page(viewport=PHONE, has_touch=True)
+    page.goto(url)
+    page.locator("#sv-generate").wait_for(timeout=HANG)
+    for tab in ("Playground", "Compare drafters", "Serving engine"):
+        assert page.get_by_role("tab", name=tab).is_visible(), f"the {tab} tab is hidden on a phone"
+    intro = page.locator(".sv-header").inner_text()
+    assert "Left:" not in intro and "Right:" not in intro  # the panels are stacked here
+    run(page, 40)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
+    panel = page.locator("#sv-spec .sv-panel").bounding_box()
+    right = panel["x"] + panel["width"]
+    tokens = page.locator("#sv-spec .tok[data-tip]")
+    lefts = tokens.evaluate_all("ts => ts.map(t => t.getBoundingClientRect().left)")
+    assert max(tokens.evaluate_all("ts => ts.map(t => t.getBoundingClientRect().right)")) <= right + 0.5
+    edge = tokens.nth(lefts.index(max(lefts)))  # the token nearest the panel's right edge
+    edge.scroll_into_view_if_needed()
+    edge.tap()  # a tap pins its hover card open
+    page.wait_for_timeout(100)  # the card is placed on the next frame
+    card = edge.evaluate(CARD_RIGHT)
+    assert card is not None and card <= page.locator("#sv-spec .sv-panel").bounding_box()["x"] + panel["width"] + 0.5, \
+        f"the hover card ends at {card}, past its panel's right edge"
+    page.screenshot(path=str(OUT / "page-390-card.png"))
+    edge.tap()
+    verdict = page.locator("#sv-inspector td[class^=sv-verdict]").first
+    verdict.scroll_into_view_if_needed()
+    box = verdict.bounding_box()
+    assert box["x"] + box["width"] <= PHONE["width"], "the inspector's verdict column is off screen"
+    # the drafter's name stops before the dropdown's arrow
+    clear = page.locator("#sv-drafter input").evaluate(
+        "i => i.getBoundingClientRect().right - parseFloat(getComputedStyle(i).paddingRight)"
+        " <= i.parentElement.querySelector('.icon-wrap').getBoundingClientRect().left + 1")
+    assert clear, "the drafter dropdown's text runs under its arrow"
+    page.screenshot(path=str(OUT / "page-390.png"), full_page=True)
+    page.set_viewport_size(DESKTOP)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(OUT / "page-1280.png"), full_page=True)
+    page.close()
