@@ -28,6 +28,7 @@ def page(browser, app_models):  # noqa: F811
 def test_the_distribution_view_shows_p_q_residual_and_reshapes_live(page):
     box = page.locator("#sv-dist-box")
     box.scroll_into_view_if_needed()
+    box.get_by_text("Distributions at this step").click()  # opens the accordion
     # the run's last step reaches the view a moment after the run ends (step.change); until
     # then the card shows its placeholder, which is also .sv-dist: wait for a real position
     page.wait_for_selector("#sv-dist-card .sv-dist[data-row]", timeout=HANG)

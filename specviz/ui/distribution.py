@@ -23,7 +23,8 @@ class Controls:
 
 
 def controls() -> Controls:
-    with gr.Accordion("Distributions at this step", open=True, elem_id="sv-dist-box"):
+    # Closed at first: a deep look at one step, opened when the lesson gets there (the page was ~3,600 px)
+    with gr.Accordion("Distributions at this step", open=False, elem_id="sv-dist-box"):
         gr.Markdown("The target's p and the drafter's q at one position of the step chosen above. "
                     "Move temperature or top-p to see how the same step would have gone.")
         with gr.Row():
