@@ -143,7 +143,7 @@ def test_suffix_decoding_remembers_a_visitors_answer_and_the_inspector_says_so(b
         page.wait_for_selector('#sv-status [data-state="running"], #sv-status [data-state="loading"]', timeout=HANG)
         page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
         box = page.locator("#sv-step input[type=number]")
-        box.fill("0")
+        box.fill("1")  # the first step (the slider counts from 1)
         box.press("Enter")
         page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
         head = page.locator("#sv-inspector .sv-inspect-head").inner_text()
