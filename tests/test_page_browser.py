@@ -50,6 +50,9 @@ def test_the_step_buttons_sit_above_the_panels_and_wait_for_a_run(browser, url):
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
     page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
     assert all(page.locator(b).is_enabled() for b in STEPPER)
+    rows = page.locator(".sv-legend-box .sv-legend-item").evaluate_all(
+        "items => new Set(items.map(i => Math.round(i.getBoundingClientRect().top))).size")
+    assert rows == 1, "the token legend wraps onto a second line at 1280 px"
     # A word where a number goes ("measuring…", the first 16 tokens) fits its card at 1280 px
     from specviz.render.numbers import Headline, headline_html
 

@@ -61,7 +61,7 @@ RESIDUAL = "norm(max(0, p − q))"
 RESIDUAL_GLOSS = "where the target wanted a token more than the drafter did, rescaled to sum to 1"
 
 # The legend above the panels: one line on a wide screen; the full sentence is its tooltip.
-KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own, after a refusal",
+KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own token",
               "bonus": "free extra token", "baseline": "plain decoding"}
 
 

@@ -74,7 +74,7 @@ def stepper() -> Stepper:
         phases = gr.Button("Next step in phases ▶", elem_id="sv-step-phases", **off)
         play = gr.Button("Play race", elem_id="sv-replay-play", **off)
         pause = gr.Button("Pause", elem_id="sv-replay-pause", **off)
-        speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = as it ran)", elem_id="sv-replay-speed",
+        speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = real)", elem_id="sv-replay-speed",
                           min_width=210)
     return Stepper(live, previous, next_, phases, play, pause, speed)
 
