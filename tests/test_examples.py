@@ -15,6 +15,7 @@ import sqlite3
 import pytest
 
 from specviz.ui import examples as app_examples
+from specviz.ui.settings import TREE_NODES_PER_K
 
 
 def words(text: str) -> list[str]:
@@ -79,13 +80,14 @@ def test_the_examples_are_few_named_by_what_they_teach_and_first_is_the_most_con
     lessons = {e.category for e in EXAMPLES}
     assert {"copying", "predicting", "does not pay"} <= lessons
     paying = [e for e in EXAMPLES if e.category != "does not pay"]
-    assert EXAMPLES[0].speedup == max(e.speedup for e in paying)
+    assert EXAMPLES[0].speedup >= 0.95 * max(e.speedup for e in paying)  # one run each: within its noise
 
 
 def test_every_example_that_says_it_pays_was_measured_paying():
     """The committed bench results behind the labels (re-measure with the command they record)."""
     results = app_examples.load_results()
     assert "bench --suite examples" in results["config"]["command"]
+    assert results["config"]["tree_nodes_per_k"] == TREE_NODES_PER_K  # the app's trees were measured
     for e in EXAMPLES:
         assert e.measured, f"{e.id}: no measurement for its drafter {e.drafter}"
         assert e.measured["identical_to_baseline"], e.id

@@ -38,8 +38,8 @@ class Example:
     @property
     def label(self) -> str:
         """The example's button: what it shows, the drafter it uses, what it measured."""
-        what = f"{drafter_label(self.drafter)}, {self.speedup:.2f}x measured" if self.measured else drafter_label(self.drafter)
-        return f"{self.name} ({what})"
+        what = f"{drafter_label(self.drafter)} {self.speedup:.1f}x" if self.measured else drafter_label(self.drafter)
+        return f"{self.name} · {what}"
 
 
 def load_results(path: pathlib.Path = RESULTS) -> dict:
