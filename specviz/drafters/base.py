@@ -91,7 +91,7 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
     `logits` (1, vocab) are the drafter's for the next token; `advance(token)` feeds a
     drafted token to the drafter and returns its logits for the token after it.
     """
-    from ..sampling import sample
+    from ..core.sampling import sample
 
     tokens, rows = [], []
     for i in range(k):

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
-from specviz import llama_fast
-from specviz.chat import chat_messages
-from specviz.errors import SpecvizError
+from ..core.errors import SpecvizError
+from . import llama_fast
+from .chat import chat_messages
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -193,7 +193,7 @@ def _resolve(name: str, progress) -> str:
         raise SpecvizError(f"no model name given: {EMBEDDED_HINT}")
     name = name.strip()
     if is_embedded(name):
-        from specviz.embedded import embedded_model_dir
+        from .embedded import embedded_model_dir
 
         return str(embedded_model_dir(progress))
     path = pathlib.Path(name).expanduser()

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .events import RunEnd, StepEvent
-from .interleave import interleave
-from .render.trace import Labels, Trace
+from ..core.events import RunEnd, StepEvent
+from ..engine.interleave import interleave
+from ..render.trace import Labels, Trace
 from .trace_file import Recording
 
 Item = tuple[str, object, "Labels | None"]  # ("spec" | "base", event, its labels; None for a RunEnd)

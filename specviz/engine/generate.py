@@ -12,12 +12,12 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent
+from ..core.sampling import Processor, Sampling, sample
+from ..drafters.base import Drafter, empty_draft
+from ..modeling.forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
 from .draft_length import DraftLength
-from .drafters.base import Drafter, empty_draft
-from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent
-from .forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
-from .sampling import Processor, Sampling, sample
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo

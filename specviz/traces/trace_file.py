@@ -32,10 +32,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
-from .render.trace import Labels, Trace
-from .tree import check_parents
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
+from ..core.tree import check_parents
+from ..render.trace import Labels, Trace
 
 FORMAT, VERSION = "specviz-trace", 1
 MAX_TOKEN_ID = 2**31 - 1  # tokenizers index ids with 32-bit integers

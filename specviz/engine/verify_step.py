@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafters.base import Draft
-from .events import StepEvent, TreeDraft
-from .forward import forward, rollback, to_host
-from .layers import KVCache
-from .sampling import Processor, Sampling, fit_vocab, sample
-from .tree import check_parents, depths, greedy_walk, tree_mask
-from .verify import one_hot_q, verify_greedy, verify_sampled
+from ..core.events import StepEvent, TreeDraft
+from ..core.sampling import Processor, Sampling, fit_vocab, sample
+from ..core.tree import check_parents, depths, greedy_walk, tree_mask
+from ..core.verify import one_hot_q, verify_greedy, verify_sampled
+from ..drafters.base import Draft
+from ..modeling.forward import forward, rollback, to_host
+from ..modeling.layers import KVCache
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
+from ..core.errors import SpecvizError
 from . import llama_fast
-from .errors import SpecvizError
 
 
 class ForwardObserver(Protocol):
