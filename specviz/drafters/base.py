@@ -116,5 +116,14 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
     return Draft(torch.stack(tokens), torch.stack(rows))
 
 
+def features_read(drafter: Drafter | None) -> bool | tuple[int, ...]:
+    """What a run asks the target's forward for on the drafter's behalf, as forward's `hidden`
+    takes it: False (nothing), True (the final hidden states: Medusa, EAGLE) or the decoder
+    layers whose inputs it reads (EAGLE-3's hidden_layers)."""
+    if drafter is None or not drafter.needs_hidden:
+        return False
+    return drafter.hidden_layers or True
+
+
 def empty_draft(device) -> Draft:
     return Draft(torch.empty(0, dtype=torch.long, device=device), None)
