@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..core.errors import SpecvizError
 from ..modeling.chat import chat_messages
-from ..modeling.models import encode_chat
+from ..modeling.text import encode_chat
 
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets" / "bench"
 ROLES = ("system", "user", "assistant")
