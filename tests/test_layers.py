@@ -103,7 +103,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_every_module_sits_in_a_known_layer():
     # The top of specviz/ holds packages and the package face only.
     loose = sorted(n for n in modules() if layer(n) not in RANK)
-    assert loose == [], f"modules outside any layer (move them into a layer's folder, or add the folder to LAYERS): {loose}"
+    assert loose == [], f"outside any layer (move them into a layer's folder, or add it to LAYERS): {loose}"
 
 
 def test_imports_only_go_down():

@@ -1,3 +1,3 @@
-"""The exact-decoding maths and the events every layer speaks: verify, sampling, tree, theory, distribution, exactness, re-timing.
-May import: nothing else in specviz (torch and the standard library only), so it can be read and tested alone.
+"""The exact-decoding maths and the events every layer speaks (verify, sampling, tree, theory, ...).
+May import: nothing else of specviz (torch and the standard library), so it reads and tests alone.
 """

@@ -27,7 +27,7 @@ class Draft:
     tokens: torch.Tensor  # (k,) long, on the target's device
     q: torch.Tensor | None  # (k, vocab) processed drafter probabilities; None = deterministic
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
-    # pending token (see tree.py). None: a chain. Trees only when `begin` said trees=True.
+    # pending token (see core/tree.py). None: a chain. Trees only when `begin` said trees=True.
     parents: tuple[int, ...] | None = None
 
 

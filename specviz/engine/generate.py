@@ -1,6 +1,6 @@
 """The speculative decoding loop, and the plain loop it is measured against.
 
-Both are generators: they yield one event per step (see events.py) and end with a
+Both are generators: they yield one event per step (see core/events.py) and end with a
 RunEnd. The caller can stop a run between steps by making `should_stop()` true.
 """
 from __future__ import annotations

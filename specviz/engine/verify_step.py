@@ -2,8 +2,8 @@
 acceptance decision, the target's cache cut back to what was kept, and everything the
 step reports brought to the host in one transfer.
 
-Chains follow verify.py's rule (greedy, or rejection sampling against q); trees are
-verified greedily (tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
+Chains follow core/verify.py's rule (greedy, or rejection sampling against q); trees are
+verified greedily (core/tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
 q, maybe parents. The engine owns the run; this module is told all it uses.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ model would be needed to recompute:
                "events": [{"type": "step" | "token", ...the event's fields..., "text": {...}}],
                "end": {"type": "end", "token_ids", "stats"} | null}]}
 
-Each event is events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
+Each event is core/events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
 p and q, min(1, p/q), the draws u, and the target's and drafter's top (token, prob) at every
 position (p_top, q_top), a baseline token its top; "text" is its render.Labels (the tokens'
 display text as the run showed them), so no tokenizer is needed either. Times are the
