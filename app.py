@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
 from specviz.serving.urls import check_url
 from specviz.ui import build_app, policy_from_env
 from specviz.ui.serve import serve

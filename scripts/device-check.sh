@@ -31,7 +31,7 @@ for i in range(torch.cuda.device_count()):
 PY
 
 targets=("$out/tiny-target")
-if "$py" -c "import pathlib, specviz.embedded as e; raise SystemExit(0 if e._is_complete(e.cache_dir() / e.MODEL_DIR) else 1)" 2>/dev/null; then
+if "$py" -c "import pathlib, specviz.modeling.embedded as e; raise SystemExit(0 if e._is_complete(e.cache_dir() / e.MODEL_DIR) else 1)" 2>/dev/null; then
     targets+=(default)
 fi
 for target in "${targets[@]}"; do

@@ -49,7 +49,7 @@ export SPECVIZ_CACHE="${SPECVIZ_CACHE:-/tmp/specviz-cache}"
 data="$SPECVIZ_CACHE/data"
 
 log "the embedded model"
-timeout 240 "$py" -c "from specviz.embedded import embedded_model_dir; print(embedded_model_dir())" \
+timeout 240 "$py" -c "from specviz.modeling.embedded import embedded_model_dir; print(embedded_model_dir())" \
     >> "$out/run.log" 2>&1 || { log "no embedded model (see run.log)"; exit 1; }
 
 log "data: up to ${TOKENS:-3000000} target-written tokens or ${DATA_MIN:-3.5} min"

@@ -25,7 +25,9 @@ from scipy.stats import chisquare  # noqa: E402
 
 from specviz import GenerationConfig, Sampling, collect, speculative_generate  # noqa: E402
 from specviz.drafters.choose import make_drafter  # noqa: E402
-from specviz.models import chat_messages, encode_chat, load  # noqa: E402
+from specviz.modeling.chat import chat_messages  # noqa: E402
+from specviz.modeling.models import load  # noqa: E402
+from specviz.modeling.text import encode_chat  # noqa: E402
 
 PROMPT = "Write one sentence about the sea."
 FOLLOW_UP = [("assistant", "The sea is vast, deep and full of life."),

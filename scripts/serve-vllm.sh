@@ -73,7 +73,7 @@ flock -u 9; exec 9>&-
 if [ -z "$model" ]; then
     # The embedded SmolLM2-135M-Instruct as a transformers folder (made on first use by specviz).
     [ -x .venv/bin/python ] || { echo "serve-vllm.sh: run 'bash .ci/run --collect-only -q' or install requirements.txt into .venv first" >&2; exit 1; }
-    model="$(.venv/bin/python -c 'from specviz.embedded import embedded_model_dir; print(embedded_model_dir())')"
+    model="$(.venv/bin/python -c 'from specviz.modeling.embedded import embedded_model_dir; print(embedded_model_dir())')"
 fi
 
 args=(--model "$model" --host 127.0.0.1 --port "$port" --max-model-len 2048

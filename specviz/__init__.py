@@ -1,16 +1,19 @@
 """specviz: see speculative decoding happen, step by step, exactly.
 
-Layers, one direction: models -> drafters -> engine -> events -> render -> UI.
-Names are imported lazily, so `specviz.events` or `specviz.render` load without torch.
+The package face: the names below, imported lazily, so `specviz.core.events` or `specviz.render`
+load without torch.
+May import: every layer. Layers, bottom to top (tests/test_layers.py keeps them one way): core ->
+modeling -> drafters -> engine -> render -> traces -> ui, bench, serving, train -> cli (and app.py).
 """
 from importlib import import_module
 
 _HOMES = {
     "Draft": "drafters", "Drafter": "drafters", "DraftModel": "drafters", "LayerSkip": "drafters",
-    "PromptLookup": "drafters", "Suffix": "drafters", "SuffixMemory": "drafters", "GenerationConfig": "engine", "baseline_generate": "engine",
-    "collect": "engine", "speculative_generate": "engine", "SpecvizError": "errors",
-    "RunEnd": "events", "RunStats": "events", "StepEvent": "events", "TokenEvent": "events",
-    "Sampling": "sampling",
+    "PromptLookup": "drafters", "Suffix": "drafters", "SuffixMemory": "drafters",
+    "GenerationConfig": "engine.generate", "baseline_generate": "engine.generate",
+    "collect": "engine.generate", "speculative_generate": "engine.generate", "SpecvizError": "core.errors",
+    "RunEnd": "core.events", "RunStats": "core.events", "StepEvent": "core.events", "TokenEvent": "core.events",
+    "Sampling": "core.sampling",
 }
 __all__ = sorted(_HOMES)
 

@@ -49,7 +49,7 @@ def _save_random_medusa(target_dir: pathlib.Path, path: pathlib.Path) -> None:
 
     from specviz.drafters.medusa import MedusaHeads, heads_config
     from specviz.drafters.trained import save_drafter
-    from specviz.models import load
+    from specviz.modeling.models import load
 
     target = load(str(target_dir), device="cpu", dtype="fp32")
     with torch.random.fork_rng(devices=[]):

@@ -46,7 +46,7 @@ def noisy_copy(model, scale: float, seed: int = 1):
 
 @pytest.fixture(scope="session")
 def _smol_loaded():
-    from specviz.models import load
+    from specviz.modeling.models import load
 
     return load("default", device="cpu", dtype="fp32")
 
@@ -54,7 +54,7 @@ def _smol_loaded():
 @pytest.fixture(scope="module")
 def smol(_smol_loaded):
     """The real embedded SmolLM2-135M-Instruct (fp32, CPU), loaded once per test process."""
-    from specviz import threads
+    from specviz.modeling import threads
 
     before = torch.get_num_threads()
     # What the app would choose here without SPECVIZ_THREADS (the tiny tests keep 1, restored

@@ -14,9 +14,9 @@ import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
 from gradio_client import Client
 
-from specviz import models as real_models
-from specviz.engine import GenerationConfig, baseline_generate
-from specviz.events import RunEnd
+from specviz.core.events import RunEnd
+from specviz.engine.generate import GenerationConfig, baseline_generate
+from specviz.modeling import models as real_models
 
 VISITORS = 8
 SETTINGS = dict(drafter="prompt lookup", k=4, dynamic_k=False, mode="greedy", temperature=0.7, top_k=0, top_p=1.0,
@@ -25,7 +25,7 @@ WORDS = "one two three four five six seven eight".split()
 
 
 class Gate:
-    """specviz.models whose load waits for the test to open the gate, so runs pile up in the line."""
+    """specviz.modeling.models whose load waits for the test to open the gate, so runs pile up in the line."""
 
     def __init__(self):
         self.opened = threading.Event()

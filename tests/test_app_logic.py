@@ -11,21 +11,21 @@ import torch
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 from conftest import tiny_llama
 
-from specviz import models as real_models
+from specviz.core.errors import SpecvizError
+from specviz.core.sampling import Sampling
 from specviz.drafters.suffix import Suffix
 from specviz.drafters.suffix_memory import SuffixMemory
-from specviz.engine import GenerationConfig, collect, speculative_generate
-from specviz.errors import SpecvizError
-from specviz.sampling import Sampling
+from specviz.engine.generate import GenerationConfig, collect, speculative_generate
+from specviz.modeling import models as real_models
+from specviz.render import Trace
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
 from specviz.ui.compare import compare_drafters
 from specviz.ui.handlers import Session
-from specviz.ui.runner import Frame, throttle
 from specviz.ui.limits import Deadline
+from specviz.ui.runner import Frame, throttle
 from specviz.ui.settings import SAMPLING_TEMPERATURE
 from specviz.ui.views import playground_summary, playground_values
-from specviz.render import Trace
 
 
 def never() -> bool:
@@ -33,7 +33,7 @@ def never() -> bool:
 
 
 def TokenEventFor(token: int):  # noqa: N802 (reads as the event it makes)
-    from specviz.events import TokenEvent
+    from specviz.core.events import TokenEvent
 
     return TokenEvent(step=0, token=token, p=0.5, time=0.01, elapsed=0.01)
 
@@ -281,7 +281,7 @@ def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkey
 # ---- why checking is cheap, and the run re-timed on other hardware -----------------------
 
 def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_it(app_models):
-    from specviz import verify_cost
+    from specviz.engine import verify_cost
     from specviz.ui import hardware, replay
     from specviz.ui.handlers import Session
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
 from specviz.render import Trace
 from specviz.ui import runner
 

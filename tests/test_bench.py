@@ -18,9 +18,9 @@ from specviz.bench.drafters import BenchDrafter, make_drafters
 from specviz.bench.html import write_html
 from specviz.bench.runner import BenchConfig, plan_arms, run_benchmark, schedule
 from specviz.bench.summary import summarise
+from specviz.core.errors import SpecvizError
+from specviz.core.theory import predicted_speedup
 from specviz.drafters import DraftModel
-from specviz.errors import SpecvizError
-from specviz.theory import predicted_speedup
 
 
 def loaded(model, tokenizer=None):
@@ -334,7 +334,7 @@ def test_terminal_report_lists_every_arm(tiny_result, capsys):
 
 def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkeypatch, capsys):
     handle = loaded(target, CharTokenizer())
-    monkeypatch.setattr("specviz.models.load", lambda *a, **kw: handle)
+    monkeypatch.setattr("specviz.modeling.models.load", lambda *a, **kw: handle)
     path = _write(tmp_path, ['{"id": "a", "category": "qa", "prompt": "abcabcabcabc", "chat": false}'])
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -368,8 +368,8 @@ def test_bad_options_are_clear_errors(target, monkeypatch):
 def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, tmp_path):
     from test_heads import make
 
-    from specviz.drafters.trained import save_drafter
     from specviz.drafters.medusa import heads_config
+    from specviz.drafters.trained import save_drafter
 
     heads = make("medusa", target).heads
     path = tmp_path / "m.safetensors"
@@ -385,7 +385,7 @@ def test_each_forward_cost_is_timed_right_after_a_forward_of_the_same_size(monke
     or the plain one) and would make v(n) = T(n) / T(1) wrong: every timed call follows an
     untimed one of its own size, and sizes still interleave across repeats."""
     from conftest import tiny_llama
-    from specviz.bench import timing
+    from specviz.engine import timing
 
     sizes_called = []
     real = timing.forward

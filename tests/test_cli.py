@@ -11,11 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from specviz import cli, models
-from specviz.cli import main
-from specviz.engine import GenerationConfig
-from specviz.events import StepEvent
-from specviz.sampling import Sampling
+from specviz.cli import main as cli, terminal
+from specviz.cli.main import main
+from specviz.core.events import StepEvent
+from specviz.core.sampling import Sampling
+from specviz.engine.generate import GenerationConfig
+from specviz.modeling import models
 from tiny_folder import make_tiny_model_dir
 
 
@@ -109,13 +110,13 @@ def test_plain_terminal_text_marks_each_token_as_the_page_does(monkeypatch):
     monkeypatch.setattr(models, "decode", lambda target, ids: "".join(chr(ord("a") + i) for i in ids))
     out = io.StringIO()  # not a terminal: brackets instead of colours
     target = SimpleNamespace(eos_token_ids=(25,))  # z
-    cli._print_coloured(target, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
+    terminal.print_coloured(target, [step((0, 1, 2), 1, 3, (0, 3)),  # a kept, b c rejected, d corrected
                                  step((4, 5), 2, 6, (4, 5, 6)),  # e f kept, g bonus
                                  step((7, 8), 2, 9, (7,))], out)  # cut at EOS after h: i and j never shown
     assert out.getvalue() == "a[-b][-c]~d~ef{g}h\n\n"
     # The end-of-turn token that stops a run is not text; a rejected draft of it still shows.
     out = io.StringIO()
-    cli._print_coloured(target, [step((25, 1), 0, 2, (2,)), step((3,), 1, 25, (3, 25))], out)
+    terminal.print_coloured(target, [step((25, 1), 0, 2, (2,)), step((3,), 1, 25, (3, 25))], out)
     assert out.getvalue() == "[-z][-b]~c~d\n\n"
 
 
@@ -181,8 +182,8 @@ def test_the_real_command_exits_non_zero_without_a_traceback(folders):
 def test_text_never_ends_in_half_a_character(capsys, folders, monkeypatch):
     """A run cut mid-emoji (the token limit came before its last byte) has no U+FFFD: the
     --json text, the baseline's and the printed answer keep the open character back."""
-    from specviz import engine
-    from specviz.events import RunEnd, RunStats, TokenEvent
+    from specviz.core.events import RunEnd, RunStats, TokenEvent
+    from specviz.engine import generate as engine
 
     target = models.load(str(folders["target"]))
     ids = models.encode_prompt(target, "hi 👋", chat=False)[:-1]
@@ -215,6 +216,6 @@ def test_the_command_line_loads_neither_plotly_nor_gradio():
     import subprocess
     import sys
 
-    code = "import sys, specviz.cli; print(sorted({'plotly', 'gradio'} & set(sys.modules)))"
+    code = "import sys, specviz.cli.main; print(sorted({'plotly', 'gradio'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

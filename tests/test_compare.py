@@ -10,10 +10,10 @@ import time
 import pytest
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
-from specviz import forward
-from specviz import models as real_models
-from specviz.events import RunEnd, RunStats, StepEvent, TokenEvent
-from specviz.interleave import interleave, interleave_all
+from specviz.core.events import RunEnd, RunStats, StepEvent, TokenEvent
+from specviz.engine.interleave import interleave, interleave_all
+from specviz.modeling import forward
+from specviz.modeling import models as real_models
 from specviz.render.compare import compare_rows, table_values
 from specviz.ui import Policy, Settings
 from specviz.ui.compare import compare_drafters

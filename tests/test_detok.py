@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 from tiny_folder import WORDS, _make_tokenizer
 
-from specviz import models
-from specviz.detok import BYTE_LEVEL, STUCK, Detokenizer, alone, settled_text
-from specviz.labels import Labeler
-from specviz.events import StepEvent, TokenEvent, TreeDraft
+from specviz.core.events import StepEvent, TokenEvent, TreeDraft
+from specviz.modeling import models
+from specviz.modeling.detok import BYTE_LEVEL, STUCK, Detokenizer, alone, settled_text
 from specviz.render import Trace, panel_html, step_html
 from specviz.render.trace import Labels
+from specviz.traces.labels import Labeler
 
 # The issue's prompt: a skin-tone emoji, a flag (two regional indicators), Arabic, Hebrew, CJK.
 TEXT = "Repeat exactly: 👋🏽 hello 🇫🇷 — مرحبا بالعالم — שלום עולם — 你好"
@@ -139,7 +139,7 @@ def test_the_token_that_completes_a_character_shows_it_and_its_drafts_show_nothi
 
 @pytest.mark.embedded
 def test_the_embedded_tokenizer_never_shows_half_a_character():
-    from specviz import models
+    from specviz.modeling import models
 
     smol = models.load("default")
     decode = lambda ids: models.decode(smol, ids)  # noqa: E731
@@ -374,7 +374,7 @@ def test_labels_equal_decoding_the_whole_stream_on_the_embedded_tokenizer():
     """SmolLM2's own tokenizer (byte-level BPE with merges across words); no model is loaded."""
     from transformers import AutoTokenizer
 
-    from specviz.embedded import embedded_model_dir
+    from specviz.modeling.embedded import embedded_model_dir
 
     tok = AutoTokenizer.from_pretrained(str(embedded_model_dir()))
     rng = random.Random(0)

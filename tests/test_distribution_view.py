@@ -1,5 +1,5 @@
 """The distribution view's maths, checked by enumeration over small hand-made distributions,
-and what a step records for it (specviz.distribution, verify_step's raw top)."""
+and what a step records for it (specviz.core.distribution, verify_step's raw top)."""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +10,7 @@ import torch
 
 from conftest import noisy_copy
 from specviz import DraftModel, GenerationConfig, Sampling, collect, speculative_generate
-from specviz.distribution import REST, accept_prob, nucleus, one_hot, overlap, reshape, residual
+from specviz.core.distribution import REST, accept_prob, nucleus, one_hot, overlap, reshape, residual
 from specviz.render import distribution as view
 from specviz.render.trace import Labels, Trace
 
@@ -125,7 +125,7 @@ def test_the_view_draws_every_position_of_a_step(target, prompts):
 
 
 def test_a_step_plays_in_the_engine_s_phases():
-    from specviz.events import StepEvent
+    from specviz.core.events import StepEvent
     from specviz.ui.stepping import phases
 
     e = StepEvent(step=0, position=0, draft=(5, 6, 7), q=(0.5, 0.4, 0.3), p=(0.6, 0.1, 0.2),

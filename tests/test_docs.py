@@ -15,12 +15,12 @@ import shlex
 import pytest
 import torch
 
-from specviz import cli, docs_tables
 from specviz.bench import report, suite
 from specviz.bench.drafters import make_drafters
 from specviz.bench.runner import BenchConfig, run_benchmark
 from specviz.bench.summary import summarise
-from specviz.errors import SpecvizError
+from specviz.cli import main as cli, docs_tables
+from specviz.core.errors import SpecvizError
 from test_bench import loaded
 from tiny_folder import make_tiny_model_dir
 

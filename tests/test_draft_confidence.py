@@ -26,8 +26,8 @@ import specviz.drafters.draft_model as draft_model_module
 from conftest import noisy_copy
 from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, baseline_generate, collect
 from specviz import speculative_generate
+from specviz.core.sampling import sample
 from specviz.drafters.base import Draft
-from specviz.sampling import sample
 from test_heads import make as make_head_drafter
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, joint, sample_joint, small  # noqa: F401 (fixtures)
 

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from specviz.draft_length import DraftLength
+from specviz.engine.draft_length import DraftLength
 
 
 def test_fixed_k_never_changes():

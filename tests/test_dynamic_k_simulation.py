@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from specviz.draft_length import DraftLength
+from specviz.engine.draft_length import DraftLength
 
 from test_draft_length import cpu
 

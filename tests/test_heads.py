@@ -14,15 +14,15 @@ import torch
 
 from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz.core.sampling import Processor
+from specviz.core.tree import check_parents
 from specviz.drafters.eagle import Eagle, EagleHead, eagle_config
 from specviz.drafters.eagle import drafter_from as eagle_from
 from specviz.drafters.medusa import Medusa, MedusaHeads, TargetHead
 from specviz.drafters.medusa import drafter_from as medusa_from
-from specviz.sampling import Processor
-from specviz.tree import check_parents
+from specviz.train.batches import sample_batch
 from specviz.train.data import Corpus, Seq
 from specviz.train.eagle import EagleRecipe
-from specviz.train.loop import sample_batch
 from specviz.train.medusa import MedusaRecipe
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
@@ -371,7 +371,7 @@ def test_a_loaded_head_drafts_in_bf16_only_where_the_cpu_multiplies_bf16(target,
     """A saved head beside an fp32 CPU target computes in bf16 where the CPU has native bf16
     (packing.draft_dtype; SPECVIZ_DRAFT_BF16=0 keeps fp32), LM-head rows included. Its drafts are
     the fp32 head's but for rounding, and the output is still the target's: the target verifies."""
-    from specviz import packing
+    from specviz.modeling import packing
 
     monkeypatch.setattr(packing, "native_bf16", lambda: native)
     if switch is None:

@@ -8,8 +8,8 @@ import types
 import pytest
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
-from specviz import models as real_models
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
+from specviz.modeling import models as real_models
 from specviz.ui import Policy, Settings, hosted_policy, policy_from_env, runner
 from specviz.ui.limits import Busy, Line
 from specviz.ui.policy import TARGETS, exposed

@@ -9,10 +9,10 @@ import torch
 
 from conftest import noisy_copy, tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz.core.errors import SpecvizError
 from specviz.drafters import DraftModel, LayerSkip, PromptLookup
 from specviz.drafters.choose import drafter_label, make_drafter, needs_model
 from specviz.drafters.hybrid import MODEL, Hybrid
-from specviz.errors import SpecvizError
 from test_heads import make
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 

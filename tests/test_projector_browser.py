@@ -10,10 +10,10 @@ from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixt
 from test_render import step
 from test_replay_app import no_models
 
-from specviz import trace_file
-from specviz.events import RunEnd, RunStats, TokenEvent, TreeDraft
+from specviz.core.events import RunEnd, RunStats, TokenEvent, TreeDraft
 from specviz.render import Labels, Trace
-from specviz.trace_file import Recording, RunInfo
+from specviz.traces import trace_file
+from specviz.traces.trace_file import Recording, RunInfo
 
 EOS = 2
 WAIT = HANG

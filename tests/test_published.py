@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz.core.errors import SpecvizError
+from specviz.core.sampling import Processor
 from specviz.drafters import choose
-from specviz.errors import SpecvizError
-from specviz.sampling import Processor
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
 HEADS, KV = 4, 2  # the tiny targets' attention shape, which the heads copy

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from specviz.events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
+from specviz.core.events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
 from specviz.render import (Labels, Trace, agreement, agreement_html, compare_figures, compare_rows, headline,
                             headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
                             step_html, tokens_html)
@@ -229,7 +229,7 @@ def test_headline_uses_the_engines_numbers():
 def test_predicted_speedup_charges_the_verify_cost_this_machine_measured():
     """The page predicted 1.61x beside a measured 1.06x, assuming a 5-token verify costs one
     step; with the measured curve, v = T(k+1)/T(1) enters the denominator."""
-    from specviz.verify_cost import VerifyCurve
+    from specviz.engine.verify_cost import VerifyCurve
 
     spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
                   tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
@@ -273,7 +273,7 @@ def test_tree_runs_count_alpha_along_the_branch_and_predict_nothing():
     h = headline(spec, Trace("baseline", speculative=False))
     assert h.alpha == pytest.approx(2 / 3) and h.trees and h.predicted is None
     assert "n/a for trees" in headline_html(h)
-    from specviz.verify_cost import VerifyCurve
+    from specviz.engine.verify_cost import VerifyCurve
 
     # A tree is verified whole: its 9 nodes and the pending token ride in one pass of 10.
     curved = headline(spec, Trace("baseline", speculative=False), VerifyCurve((1, 2, 4, 8, 16), (1, 1, 1, 1, 2), 1))

@@ -11,8 +11,8 @@ from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (
 from test_app_browser import HANG, OUT, browser, generated  # noqa: F401 (browser is a fixture)
 from test_trace_file import record, sampled  # noqa: F401 (sampled is a fixture)
 
-from specviz import trace_file
 from specviz.render.kinds import shown_tokens
+from specviz.traces import trace_file
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options

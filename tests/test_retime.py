@@ -5,9 +5,9 @@ import pytest
 from conftest import noisy_copy
 
 from specviz import DraftModel, GenerationConfig, SpecvizError, baseline_generate, speculative_generate
-from specviz.events import RunEnd, StepEvent, TokenEvent, TreeDraft
+from specviz.core.events import RunEnd, StepEvent, TokenEvent, TreeDraft
+from specviz.core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 from specviz.render import Trace, headline
-from specviz.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 
 
 def step(draft: int, accepted: int, draft_time: float, verify_time: float, tree=None) -> StepEvent:

@@ -16,7 +16,7 @@ from scipy.stats import chisquare
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, baseline_generate, collect
 from specviz import speculative_generate
-from specviz.sampling import Processor
+from specviz.core.sampling import Processor
 
 V, N, PROMPT = 4, 1200, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
 SAMPLING = Sampling(temperature=1.3, top_k=3, repetition_penalty=1.2)

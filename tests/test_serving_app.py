@@ -13,8 +13,8 @@ import types
 import pytest
 from test_app_browser import browser  # noqa: F401 (a fixture: Chromium, for the one slow test)
 
-from specviz.errors import SpecvizError
-from specviz.render.serving import aligned, groups_html, serving_figures
+from specviz.core.errors import SpecvizError
+from specviz.serving.figures import aligned, groups_html, serving_figures
 from specviz.serving.records import Chunk, ServerRun, SpecStats
 from specviz.ui import Policy, build_app, hosted_policy, policy_from_env
 from specviz.ui.handlers import Session

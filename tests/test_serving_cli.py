@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.cli import main
+from specviz.cli.main import main
 from vllm_servers import free_port
 
 

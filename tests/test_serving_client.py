@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
 from specviz.serving import client
 from specviz.serving.records import ServerRun
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
 from specviz.serving import engines, prometheus
 from specviz.serving.engines import (llamacpp_spec, llamacpp_spec_from_chunks, raw_spec_fields, sglang_spec,
                                      spec_from_response, vllm_spec)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from specviz import cli
-from specviz.errors import SpecvizError
+from specviz.cli import main as cli
+from specviz.core.errors import SpecvizError
 from specviz.serving import load, load_report, prometheus
 from specviz.serving.load import ArmRun, LoadConfig, LoadResult, run_level, sweep
 from specviz.serving.load_stats import (ArmStats, crossover, percentile, policy_threshold, summarize,

@@ -11,13 +11,13 @@ import torch
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, LayerSkip, Sampling, baseline_generate, collect
 from specviz import speculative_generate
+from specviz.core.errors import SpecvizError
 from specviz.drafters.choose import drafter_label, make_drafter, needs_model
 from specviz.drafters.hybrid import MODEL, Hybrid
 from specviz.drafters.suffix import Suffix
 from specviz.drafters.suffix_index import Occurrence, SuffixIndex, best_match, continuations
 from specviz.drafters.suffix_memory import SuffixMemory, process_memory
-from specviz.engine import warm_up
-from specviz.errors import SpecvizError
+from specviz.engine.generate import warm_up
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
 
 # A prompt whose second half repeats its first: the request's own index has matches.

@@ -1,7 +1,7 @@
 """Leviathan et al.'s expected tokens per step and predicted speedup, against hand values."""
 import pytest
 
-from specviz.theory import expected_tokens, predicted_speedup
+from specviz.core.theory import expected_tokens, predicted_speedup
 
 
 def test_expected_tokens_per_step():

@@ -1,4 +1,4 @@
-"""specviz.threads: how many threads torch gets, so that shared cores slow decoding gently."""
+"""specviz.modeling.threads: how many threads torch gets, so that shared cores slow decoding gently."""
 from __future__ import annotations
 
 import os
@@ -6,8 +6,8 @@ import os
 import pytest
 import torch
 
-from specviz import threads
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
+from specviz.modeling import threads
 
 
 @pytest.mark.parametrize("cores, load, expected", [

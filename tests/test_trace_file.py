@@ -8,16 +8,17 @@ import re
 import pytest
 from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
 
-from specviz import models, replay, trace_file
-from specviz.cli import main
+from specviz.cli.main import main
+from specviz.core.events import RunEnd
+from specviz.core.sampling import Sampling
 from specviz.drafters.choose import draft_model, make_drafter
-from specviz.engine import GenerationConfig, baseline_generate, speculative_generate
-from specviz.events import RunEnd
-from specviz.interleave import interleave
-from specviz.labels import Labeler
+from specviz.engine.generate import GenerationConfig, baseline_generate, speculative_generate
+from specviz.engine.interleave import interleave
+from specviz.modeling import models
 from specviz.render.trace import Trace
-from specviz.sampling import Sampling
-from specviz.trace_file import Recording, RunInfo, TraceFileError
+from specviz.traces import replay, trace_file
+from specviz.traces.labels import Labeler
+from specviz.traces.trace_file import Recording, RunInfo, TraceFileError
 
 
 def record(folders, temperature=0.0, tokens=24) -> tuple[Recording, list[str]]:

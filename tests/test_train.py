@@ -9,15 +9,17 @@ import pytest
 import torch
 
 from conftest import tiny_llama
-from specviz import models
-from specviz.cli import main as cli_main
-from specviz.errors import SpecvizError
+from specviz.cli.main import main as cli_main
+from specviz.core.errors import SpecvizError
+from specviz.modeling import models
 from specviz.train import command
+from specviz.train.batches import sample_batch
+from specviz.train.config import TrainConfig
 from specviz.train.data import PROMPTS, build_data, choose_subset, load_data, read_prompts
 from specviz.train.draft import DraftRecipe
 from specviz.train.eagle import EagleRecipe
 from specviz.train.evaluate import teacher_forced, through_engine
-from specviz.train.loop import TrainConfig, learning_rate, sample_batch, train
+from specviz.train.loop import learning_rate, train
 from specviz.train.medusa import MedusaRecipe
 from test_heads import corpus_of, fit
 
@@ -266,8 +268,8 @@ def test_fused_eagle_head_reads_recorded_inner_layers_and_starts_as_the_head_it_
     import shutil
 
     from specviz.drafters.trained import load_drafter
-    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
-    from specviz.forward import forward, new_cache
+    from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.modeling.forward import forward, new_cache
     from specviz.train.data import record_taps, taps_name
 
     folder = tmp_path / "data"
@@ -367,7 +369,7 @@ def test_average_init_saves_the_mean_of_the_trained_and_the_starting_weights(tin
     from safetensors.torch import load_file
 
     from specviz.drafters.trained import load_drafter
-    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
 
     corpus = load_data(tiny, data[1])
     name = f"{recipe.kind}.safetensors"
@@ -411,7 +413,7 @@ def test_a_widened_eagle_head_starts_as_the_head_it_grows_then_learns_and_drafts
 
     from specviz.drafters.eagle import widened
     from specviz.drafters.trained import load_drafter, read_drafter
-    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
 
     corpus = load_data(tiny, data[1])
     cfg = TrainConfig(steps=8, batch=4, lr=1e-2, held_out=4, eval_tokens=4)
@@ -453,7 +455,7 @@ def test_a_deepened_eagle_head_starts_as_the_head_it_grows_then_learns_and_draft
 
     from specviz.drafters.eagle import deepened
     from specviz.drafters.trained import load_drafter, read_drafter
-    from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
 
     corpus = load_data(tiny, data[1])
     cfg = TrainConfig(steps=8, batch=4, lr=1e-2, held_out=4, eval_tokens=4)
@@ -603,7 +605,7 @@ def test_bf16_autocast_trains_eagle_as_well_as_fp32_and_the_card_says_so(tiny, d
     ("auto", "medusa", "cpu", True, False),  # not measured faster: stays fp32
 ])
 def test_autocast_auto_is_on_only_where_it_was_measured_faster(choice, kind, device, native, on, monkeypatch):
-    from specviz import packing
+    from specviz.modeling import packing
 
     monkeypatch.setattr(packing, "native_bf16", lambda: native)
     assert command.use_autocast(choice, kind, torch.device(device)) is on

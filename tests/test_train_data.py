@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specviz import models
-from specviz.engine import GenerationConfig, baseline_generate, collect
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
+from specviz.engine.generate import GenerationConfig, baseline_generate, collect
+from specviz.modeling import models
 from specviz.train import data as data_mod
 from specviz.train import prompts as prompts_mod
 from specviz.train.command import parse_sources
@@ -328,7 +328,7 @@ def test_held_out_prompts_stay_put_when_generated_sources_grow():
 
 
 def test_cli_sources_and_a_token_budget(tiny, prompt_file, tmp_path, capsys):
-    from specviz.cli import main as cli_main
+    from specviz.cli.main import main as cli_main
 
     assert parse_sources("written,code:10") == {"written": 0, "code": 10}
     for bad in ("code", "nope:3", "docs:-1", ""):

@@ -6,16 +6,16 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from specviz import models
+from specviz.core.errors import SpecvizError
+from specviz.core.sampling import Processor, Sampling
 from specviz.drafters import choose
 from specviz.drafters.distilled import DistilledDrafter
 from specviz.drafters.trained import fingerprint, load_drafter, read_drafter, save_drafter
-from specviz.engine import GenerationConfig, baseline_generate, collect, speculative_generate
-from specviz.errors import SpecvizError
-from specviz.sampling import Processor, Sampling
+from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
+from specviz.modeling import models
+from specviz.train.batches import sample_batch
 from specviz.train.data import Corpus, Seq
 from specviz.train.draft import DraftRecipe
-from specviz.train.loop import sample_batch
 
 from tiny_folder import make_tiny_model_dir
 

@@ -9,10 +9,10 @@ import torch
 
 from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz.core.tree import best_first, depths, greedy_walk, tree_mask
 from specviz.drafters.base import Draft, Drafter, empty_draft
-from specviz.forward import forward, new_cache
-from specviz.llama_fast import hidden_states
-from specviz.tree import best_first, depths, greedy_walk, tree_mask
+from specviz.modeling.forward import forward, new_cache
+from specviz.modeling.llama_fast import hidden_states
 
 # node: 0   1   2   3   4   5
 PARENTS = [-1, -1, 0, 0, 2, 1]
@@ -169,7 +169,7 @@ def test_trees_are_allowed_only_for_greedy_decoding_without_a_penalty(target, sa
 
 
 def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():
-    from specviz.events import StepEvent, TreeDraft
+    from specviz.core.events import StepEvent, TreeDraft
     from specviz.render.inspect import step_html
     from specviz.render.trace import Labels, Trace
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.errors import SpecvizError
+from specviz.core.errors import SpecvizError
 from specviz.serving.urls import base_url, check_url, is_loopback
 
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from specviz.sampling import Processor, Sampling, top_p_filter
-from specviz.verify import acceptance_probability, one_hot_q, residual, verify_greedy, verify_sampled
+from specviz.core.sampling import Processor, Sampling, top_p_filter
+from specviz.core.verify import acceptance_probability, one_hot_q, residual, verify_greedy, verify_sampled
 
 V = 6
 ACCEPT, REJECT = 0.0, 1.0  # draws: u = 0 keeps any token with a > 0; u = 1 rejects every token

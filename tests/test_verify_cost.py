@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from conftest import tiny_llama
 
-from specviz import verify_cost
-from specviz.models import weight_bytes
-from specviz.verify_cost import SIZES, VerifyCurve
+from specviz.engine import verify_cost
+from specviz.engine.verify_cost import SIZES, VerifyCurve
+from specviz.modeling.models import weight_bytes
 
 
 def hand_curve(**kw) -> VerifyCurve:

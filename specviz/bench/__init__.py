@@ -2,6 +2,7 @@
 
 Layers: suite (prompts) -> runner (interleaved runs, measured costs) -> summary
 (medians, speedups, predictions) -> report / html (terminal, JSON, CSV, HTML).
+May import: core, modeling, drafters, engine, render, and serving (for --server) beside it.
 """
 from .command import add_arguments, main
 

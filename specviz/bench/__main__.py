@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from . import add_arguments, main
 
 parser = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__)

@@ -7,10 +7,10 @@ import shlex
 import sys
 import time
 
-from ..engine import K_MAX
-from ..errors import SpecvizError
-from ..sampling import Sampling
-from ..threads import for_run, load_average
+from ..core.errors import SpecvizError
+from ..core.sampling import Sampling
+from ..engine.generate import K_MAX
+from ..modeling.threads import for_run, load_average
 from . import suite as suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
 from .peers import PEERS
@@ -121,7 +121,7 @@ def command_line() -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..models import load
+    from ..modeling.models import load
     from . import html, report
 
     if args.quick:
@@ -174,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
         "prompt_tokens": result.prompt_tokens,
     }
     env = report.environment(target.device, target.dtype, load_before)
-    from ..verify_cost import curve
+    from ..engine.verify_cost import curve
 
     verify = curve(target.model).to_dict()  # after the runs, never inside one (cached per model)
     try:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.errors import SpecvizError
 from ..drafters import Drafter, DraftModel
 from ..drafters.choose import make_drafter, needs_model
 from ..drafters.hybrid import Hybrid
-from ..errors import SpecvizError
 
 TINY_RANDOM = "tiny-random"
 DRAFT_HF = "draft-hf"

@@ -9,7 +9,7 @@ decoding step), measured in the same process on the same cache state.
 - c (cost ratio) = drafting time per drafted token / one target forward.
 - v(n) (verify cost ratio) = target forward over n tokens / over 1 token.
 
-Leviathan et al. (2023, eq. 1 with the verify cost made explicit; specviz.theory):
+Leviathan et al. (2023, eq. 1 with the verify cost made explicit; specviz.core.theory):
 drafting k tokens that are each accepted with probability alpha, independently, gives
 
     predicted = (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v(k+1)))

@@ -16,8 +16,8 @@ import warnings
 
 import torch
 
-from ..forward import model_device, synchronize
-from ..sampling import Sampling
+from ..core.sampling import Sampling
+from ..modeling.forward import model_device, synchronize
 
 PEERS = ("hf", "hf-pld", "hf-assisted")
 

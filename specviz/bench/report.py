@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-from ..threads import machine
+from ..modeling.threads import machine
 
 SCHEMA = "specviz.bench/1"
 SUMMARY_FIELDS = (

@@ -22,16 +22,16 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd, StepEvent
+from ..core.sampling import Sampling
 from ..drafters.suffix import suffix_of
 from ..drafters.suffix_memory import SuffixMemory
-from ..engine import GenerationConfig, baseline_generate, speculative_generate
-from ..errors import SpecvizError
-from ..events import RunEnd, StepEvent
-from ..sampling import Sampling
+from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
+from ..engine.timing import ForwardClock, forward_costs
 from . import peers
 from .drafters import BenchDrafter
 from .suite import BenchPrompt
-from .timing import ForwardClock, forward_costs
 
 BASELINE = "baseline"
 

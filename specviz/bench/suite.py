@@ -22,9 +22,9 @@ import json
 import pathlib
 from dataclasses import dataclass
 
-from ..chat import chat_messages
-from ..errors import SpecvizError
-from ..models import encode_chat
+from ..core.errors import SpecvizError
+from ..modeling.chat import chat_messages
+from ..modeling.text import encode_chat
 
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets" / "bench"
 ROLES = ("system", "user", "assistant")

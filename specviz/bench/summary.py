@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..core.theory import predicted_speedup
 from . import metrics as m
 from .peers import PEERS
-from ..theory import predicted_speedup
 from .runner import BASELINE, Arm, BenchResult, RunRecord
 
 ALL = "all"

@@ -27,7 +27,7 @@ class Draft:
     tokens: torch.Tensor  # (k,) long, on the target's device
     q: torch.Tensor | None  # (k, vocab) processed drafter probabilities; None = deterministic
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
-    # pending token (see tree.py). None: a chain. Trees only when `begin` said trees=True.
+    # pending token (see core/tree.py). None: a chain. Trees only when `begin` said trees=True.
     parents: tuple[int, ...] | None = None
 
 
@@ -91,7 +91,7 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
     `logits` (1, vocab) are the drafter's for the next token; `advance(token)` feeds a
     drafted token to the drafter and returns its logits for the token after it.
     """
-    from ..sampling import sample
+    from ..core.sampling import sample
 
     tokens, rows = [], []
     for i in range(k):
@@ -114,6 +114,15 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
         if i + 1 < k:
             logits = advance(t.view(1))
     return Draft(torch.stack(tokens), torch.stack(rows))
+
+
+def features_read(drafter: Drafter | None) -> bool | tuple[int, ...]:
+    """What a run asks the target's forward for on the drafter's behalf, as forward's `hidden`
+    takes it: False (nothing), True (the final hidden states: Medusa, EAGLE) or the decoder
+    layers whose inputs it reads (EAGLE-3's hidden_layers)."""
+    if drafter is None or not drafter.needs_hidden:
+        return False
+    return drafter.hidden_layers or True
 
 
 def empty_draft(device) -> Draft:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 from typing import Callable
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .base import Drafter
 from .draft_model import DraftModel
 from .prompt_lookup import PromptLookup, special_ids
@@ -101,7 +101,7 @@ def needs_model(spec: str) -> bool:
 
 def draft_model(target, draft, spec: str) -> DraftModel:
     """Wrap a loaded draft model after checking it shares the target's tokenizer."""
-    from .. import models
+    from ..modeling import models
 
     models.check_same_vocab(target, draft)
     return DraftModel(draft.model, name=drafter_label(spec))
@@ -118,7 +118,7 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
 
     A draft model is loaded on the target's device and dtype and must share its tokenizer.
     """
-    from .. import models  # imported here: the engine layers never need transformers' loaders
+    from ..modeling import models  # imported here: the engine layers never need transformers' loaders
 
     s = (spec or "").strip()
     if not s:

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import SpecvizError
-from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
-from ..packing import dense, linear
+from ..core.errors import SpecvizError
+from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
+from ..modeling.packing import dense, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 

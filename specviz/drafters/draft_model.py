@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..forward import forward, new_cache, rollback
+from ..modeling.forward import forward, new_cache, rollback
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 

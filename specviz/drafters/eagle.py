@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
-from ..packing import draft_dtype, linear
+from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
+from ..modeling.packing import draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 from .medusa import TargetHead
 

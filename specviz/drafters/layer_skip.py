@@ -14,7 +14,7 @@ from typing import Sequence
 
 from torch import nn
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .draft_model import DraftModel
 
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..packing import dense, draft_dtype, linear
-from ..tree import best_first
+from ..core.tree import best_first
+from ..modeling.packing import dense, draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 
 

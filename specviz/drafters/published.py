@@ -28,10 +28,10 @@ import re
 import torch
 from torch import nn
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .eagle import Eagle, EagleHead
-from .published_heads import DraftVocab, Eagle3Head, HeadVocabs, RepeatedHeads
 from .medusa import Medusa
+from .published_heads import DraftVocab, Eagle3Head, HeadVocabs, RepeatedHeads
 
 # Weight files per kind, in the order they are looked for.
 WEIGHTS = {"eagle": ("model.safetensors", "pytorch_model.bin"),

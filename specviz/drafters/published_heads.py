@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import RMSNorm
+from ..modeling.layers import RMSNorm
 from .eagle import EagleHead
 from .medusa import MedusaHeads, TargetHead
 

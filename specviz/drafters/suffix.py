@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import SpecvizError
-from ..sampling import sample
+from ..core.errors import SpecvizError
+from ..core.sampling import sample
 from .base import Draft, Drafter, empty_draft
 from .suffix_index import Continuation, SuffixIndex, followers, best_match
 from .suffix_memory import SuffixMemory

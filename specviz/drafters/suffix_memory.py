@@ -17,7 +17,7 @@ import json
 import os
 import pathlib
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .suffix_index import SuffixIndex
 
 FORMAT = "specviz-suffix-memory"

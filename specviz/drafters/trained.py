@@ -12,7 +12,7 @@ import pathlib
 
 import torch
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 
 FORMAT = 1
 SAMPLE = 4096  # values hashed per tensor: enough to tell models apart, cheap for big ones

@@ -4,6 +4,7 @@ No gradio, no torch, no tokenizer here: the UI feeds in Traces (events plus each
 display text) and shows what comes out. Names are imported lazily (as in specviz/__init__),
 so the command line, which needs only `render.kinds` and `render.trace`, never loads plotly:
 training runs on a machine that has none.
+May import: core only (events, distribution, theory): no engine, no models.
 """
 from importlib import import_module
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..events import StepEvent
+from ..core.events import StepEvent
 from .trace import Trace
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.

@@ -2,7 +2,7 @@
 paired bars, the residual the corrected token is drawn from, the overlap (the chance a
 draft is accepted) and the draw u against p/q, reshaped with any temperature / top-p.
 
-Reads a Trace (events and labels) like every renderer; the maths is specviz.distribution.
+Reads a Trace (events and labels) like every renderer; the maths is specviz.core.distribution.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..distribution import REST, accept_prob, one_hot, overlap, reshape, residual
-from ..events import StepEvent
+from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, residual
+from ..core.events import StepEvent
 from .charts import COLORS, FONT, _waiting, distinct
 from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from .trace import Trace

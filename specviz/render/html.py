@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..events import StepEvent, TokenEvent
+from ..core.events import StepEvent, TokenEvent
 from .kinds import ended_at, shown_tokens
 from .trace import Labels, Trace
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..events import StepEvent
+from ..core.events import StepEvent
 from .html import RESIDUAL, RESIDUAL_GLOSS, visible
 from .kinds import ended_at
 from .status import count, step_label

@@ -9,7 +9,7 @@ rejected one still shows: it was proposed). Views only format what `shown_tokens
 """
 from __future__ import annotations
 
-from ..events import StepEvent, TokenEvent
+from ..core.events import StepEvent, TokenEvent
 
 
 def shown_tokens(event: StepEvent | TokenEvent, eos=frozenset()) -> list[tuple[str, int]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from ..theory import predicted_speedup
+from ..core.theory import predicted_speedup
 from .status import count
 from .trace import Trace
 

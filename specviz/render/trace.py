@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..events import RunEnd, RunStats, StepEvent, TokenEvent
+from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent
 from .kinds import shown_tokens
 
 

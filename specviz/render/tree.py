@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..events import TreeDraft
+from ..core.events import TreeDraft
 from .html import visible
 
 

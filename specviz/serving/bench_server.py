@@ -11,8 +11,8 @@ import json
 import statistics
 import sys
 
-from ..chat import chat_messages
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
+from ..modeling.chat import chat_messages
 from . import client
 from .records import ServerRun
 from .urls import check_url

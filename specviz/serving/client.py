@@ -13,8 +13,8 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-from ..chat import chat_messages
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
+from ..modeling.chat import chat_messages
 from . import engines
 from .records import Chunk, ServerRun
 from .urls import base_url

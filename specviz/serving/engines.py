@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from specviz.errors import SpecvizError
+from ..core.errors import SpecvizError
 from specviz.serving.records import SpecStats
 
 # SGLang renamed its counters; the old names are still sent as aliases ("FIXME:

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from . import client, prometheus
 from .records import ServerRun
 from .urls import check_url

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..chat import chat_messages
-from ..errors import SpecvizError
-from ..threads import load_average
+from ..core.errors import SpecvizError
+from ..modeling.chat import chat_messages
+from ..modeling.threads import load_average
 from . import prometheus
 from .load_stats import summarize
 from .records import ServerRun

@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .load import LoadConfig
 
 

@@ -9,8 +9,8 @@ import html
 import json
 from dataclasses import asdict
 
-from ..errors import SpecvizError
-from ..threads import machine
+from ..core.errors import SpecvizError
+from ..modeling.threads import machine
 from .load import ARMS, LoadResult
 from .load_stats import ArmStats, crossover, policy_threshold, summarize, toggle_policy
 

@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from specviz.errors import SpecvizError
+from ..core.errors import SpecvizError
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 
 MAX_URL_CHARS = 2048  # longer is no server address; refused before parsing
 LOOPBACK_NAMES = ("localhost",)

@@ -1,19 +1,16 @@
 """The model card of a trained drafter: what it was trained on and how, and where it is saved.
 
-The held-out measurements come from the loop (loop._evaluate); this file only describes
+The held-out measurements come from evaluate.py, through the loop; this file only describes
 and writes.
 """
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import TYPE_CHECKING
 
 from ..drafters.trained import fingerprint, model_card, save_drafter
+from .config import Progress, TrainConfig
 from .data import Corpus
-
-if TYPE_CHECKING:
-    from .loop import Progress, TrainConfig
 
 
 def describe_data(corpus: Corpus, train_c: Corpus, held_c: Corpus) -> dict:
@@ -49,7 +46,7 @@ def describe_recipe(recipe) -> dict:
     return {k: v for k, v in dataclasses.asdict(recipe).items() if k != "kind" and v != ()}
 
 
-def describe_training(cfg: "TrainConfig", state: "Progress", sequences: int) -> dict:
+def describe_training(cfg: TrainConfig, state: Progress, sequences: int) -> dict:
     return {"steps": cfg.steps if state.step >= cfg.steps else f"{state.step} of {cfg.steps} (time cap)",
             "epochs": round(state.step * cfg.batch / max(1, sequences), 2),
             "schedule": f"AdamW, {cfg.warmup} warm-up steps, then cosine decay to a tenth of the lr",

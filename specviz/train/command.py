@@ -16,7 +16,7 @@ import re
 import sys
 from collections import Counter
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 
 KINDS = {"draft": ("specviz.train.draft", "DRAFT"), "medusa": ("specviz.train.medusa", "MEDUSA"),
          "eagle": ("specviz.train.eagle", "EAGLE")}
@@ -109,7 +109,7 @@ def use_autocast(choice: str, kind: str, device) -> bool:
     the hardware has bf16 (CUDA, or a CPU with AMX / AVX512-BF16)."""
     if choice != "auto":
         return choice == "on"
-    from ..packing import native_bf16
+    from ..modeling.packing import native_bf16
 
     return kind in ("eagle", "draft") and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
 
@@ -121,9 +121,10 @@ def _slug(name: str) -> str:
 def main(args) -> int:
     import torch
 
-    from .. import models
+    from ..modeling import models
+    from .config import TrainConfig, check_positive
     from .data import build_data, check_taps, data_dir, load_data, record_taps, taps_text
-    from .loop import TrainConfig, check_positive, train
+    from .loop import train
     from .prompts import gather
 
     check_positive(batch=args.batch, checkpoint_every=args.checkpoint_every, held_out=args.held_out,

@@ -31,7 +31,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
 from .generate import can_write_and_force, generate, teacher_force, write_and_force
 from .prompts import PROMPTS, read_prompts
 
@@ -114,7 +114,7 @@ def _stable_hash(text: str) -> str:
 
 def data_dir(target_loaded) -> pathlib.Path:
     from ..drafters.trained import fingerprint
-    from ..embedded import cache_dir
+    from ..modeling.embedded import cache_dir
 
     return cache_dir() / "train" / fingerprint(target_loaded.model)[:12]
 
@@ -181,8 +181,8 @@ def record_taps(target_loaded, folder: str | pathlib.Path | None, taps: tuple[in
     shard whose file exists is skipped, and each file is written whole or not at all."""
     from tqdm.auto import tqdm
 
-    from ..forward import model_device
-    from .. import llama_fast
+    from ..modeling import llama_fast
+    from ..modeling.forward import model_device
 
     say = log or (lambda m: None)
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
@@ -323,7 +323,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     """
     from tqdm.auto import tqdm
 
-    from .. import models
+    from ..modeling import models
 
     if batch < 1 or max_new_tokens < 1 or passes < 1 or top_k < 1 or (budget_tokens is not None and budget_tokens < 1):
         raise SpecvizError("batch, max new tokens, passes, top-k and the token budget must all be positive")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..core.errors import SpecvizError
 from ..drafters.eagle import Eagle, EagleHead, deepened, eagle_config, fused, head_from, init_from_target, widened
-from ..errors import SpecvizError
 from .data import taps_text
 from .medusa import (SUBSET, agreement, best_tokens, head_subset, lm_head, masked_mean, model_of, pad_batch,
                      shift, soft_ce)

@@ -22,13 +22,12 @@ import time
 
 import torch
 
+from .batches import crop
 from .data import Corpus, Seq
 
 
 def evaluate(recipe, module, target_loaded, held: Corpus, cfg, say) -> dict:
     """The card's "held-out" block: the held-out loss, then both measurements above."""
-    from .loop import crop
-
     if not held.sequences:
         return {"held-out": "none (no prompts held out)"}
     k, tokens = cfg.eval_k, cfg.eval_tokens
@@ -70,8 +69,6 @@ def teacher_forced(recipe, module, target_loaded, seqs: list[Seq], depth: int, t
                    batch: int) -> tuple[list[float], list[torch.Tensor]]:
     """(top-1 at depths 1..depth over the first `tokens` response tokens of each sequence,
     and per sequence its draft 1 after each context length n, -1 where it has none)."""
-    from .loop import crop
-
     hits, counts, first = [0] * depth, [0] * depth, []
     for i in range(0, len(seqs), batch):
         chunk = [crop(s, 0, s.response_start + tokens) for s in seqs[i:i + batch]]
@@ -95,7 +92,7 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
     each depth (among steps that drafted it with every earlier draft kept), how many outputs
     equal the stored text, and (with `first`) how many first drafts equal the teacher-forced
     ones where the engine's context is still the stored text."""
-    from ..engine import GenerationConfig, collect, speculative_generate
+    from ..engine.generate import GenerationConfig, collect, speculative_generate
 
     # Only verdicts and token ids are read here: no top-k or raw log-probs per step (the bench's
     # setting too), which cost a full-vocabulary softmax and sort each step for nobody.
@@ -133,9 +130,9 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
 
 def _trees_here(target_loaded) -> bool:
     """Whether the engine verifies tree drafts for this target (greedy, fast-path cache)."""
-    from ..forward import new_cache
-    from ..sampling import Sampling
-    from ..verify_step import trees_verifiable
+    from ..core.sampling import Sampling
+    from ..engine.verify_step import trees_verifiable
+    from ..modeling.forward import new_cache
 
     return trees_verifiable(new_cache(target_loaded.model), Sampling())
 

@@ -105,7 +105,7 @@ def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator, 
     top_k: also record what teacher forcing would (`teacher_force`'s triples, for prompt and
     response): the prompts' from their prefill, each written token's from the step that feeds
     it (a row's last token is fed once more for that). Returns (responses, records or None)."""
-    from .. import llama_fast
+    from ..modeling import llama_fast
 
     cfg, dtype = model.config, next(model.parameters()).dtype
     n, width = len(prompts), max(len(q) for q in prompts)
@@ -186,7 +186,7 @@ def write_and_force(model, prompts: list[list[int]], max_new_tokens: int, eos: l
 def can_write_and_force(model) -> bool:
     """Does specviz's own forward take this model here (a CPU, a layout llama_fast takes)? Then
     `generate` and `teacher_force` run through it, and `write_and_force` applies."""
-    from .. import llama_fast
+    from ..modeling import llama_fast
 
     return next(model.parameters()).device.type == "cpu" and llama_fast.supports(model)
 
@@ -222,7 +222,7 @@ def teacher_force(model, sequences: list[torch.Tensor], top_k: int, pad: int = 0
 
 
 def _force(model, sequences, top_k, pad):
-    from .. import llama_fast
+    from ..modeling import llama_fast
 
     device = next(model.parameters()).device
     lengths = [len(s) for s in sequences]

@@ -11,19 +11,18 @@ Resuming gives the same result as an uninterrupted run: step s's batch depends o
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import pathlib
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import torch
 from torch import nn
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
+from .batches import sample_batch
 from .card import describe_data, describe_recipe, describe_target, describe_training, save_with_card
+from .config import Progress, TrainConfig
 from .data import Corpus, Seq
 from .evaluate import evaluate
 
@@ -42,94 +41,12 @@ class Recipe(Protocol):
     # (else build() on the same corpus, then load_state_dict) and to start from a saved drafter.
 
 
-def crop(seq: Seq, start: int, length: int) -> Seq:
-    """A window of a sequence (all per-position fields sliced alike)."""
-    end = start + length
-    return dataclasses.replace(seq, ids=seq.ids[start:end], response_start=max(0, seq.response_start - start),
-                               hidden=seq.hidden[start:end], top_ids=seq.top_ids[start:end],
-                               top_p=seq.top_p[start:end], taps=None if seq.taps is None else seq.taps[start:end])
-
-
-def sample_batch(corpus: Corpus, step: int, batch: int, seed: int, window: int) -> list[Seq]:
-    """Step `step`'s batch: the next `batch` sequences of a stream of epochs, each epoch a
-    seeded shuffle visiting every sequence once. A function of (seed, step) only, so
-    resuming repeats it exactly."""
-    n = len(corpus.sequences)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    out = []
-    for j in range(step * batch, (step + 1) * batch):
-        epoch, i = divmod(j, n)
-        s = corpus.sequences[_shuffle(n, seed, epoch)[i]]
-        if len(s.ids) > window:
-            s = crop(s, int(torch.randint(len(s.ids) - window + 1, (1,), generator=g)), window)
-        out.append(s)
-    return out
-
-
-@functools.lru_cache(maxsize=4)
-def _shuffle(n: int, seed: int, epoch: int) -> list[int]:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7_919 + epoch)).tolist()
-
-
 def learning_rate(step: int, steps: int, lr: float, warmup: int) -> float:
     """Linear warm-up, then cosine decay to a tenth."""
     if step < warmup:
         return lr * (step + 1) / warmup
     t = (step - warmup) / max(1, steps - warmup)
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 1000  # optimiser steps in the whole schedule
-    epochs: float | None = None  # when set: passes over the training sequences, which fix `steps`
-    lr: float = 1e-3  # peak learning rate: linear warm-up, then cosine decay to a tenth
-    batch: int = 8  # sequences per step
-    seed: int = 0  # decides the initial weights and every step's batch
-    window: int = 384  # longer sequences are cropped to a window at a seeded offset
-    checkpoint_every: int = 100  # steps between checkpoints (one is also written at the end)
-    held_out: int = 20  # prompts kept out of training for the held-out loss and acceptance
-    eval_prompts: int | None = None  # held-out prompts run through the engine (None: all of them)
-    eval_k: int = 4  # draft length of that run
-    eval_tokens: int = 64  # new tokens per held-out prompt
-    max_seconds: float | None = None  # time cap: then the drafter is evaluated and saved as it is
-    # bf16 autocast for the forward passes (fp32 weights and optimiser): on a CPU with native bf16
-    # (AMX / AVX512-BF16) an EAGLE step ran 1.93x and a draft-model step 1.08x faster (train/measure.py).
-    autocast: bool = False
-    # With an init file: the saved weights are (1 - w) * trained + w * init ("model soups" /
-    # WiSE-FT). A fine-tune on a narrow new slice forgets some of what the init knew; the mean of
-    # the two kept it (EAGLE's sixteenth run: bench tau 2.16 for the fine-tune, 2.20 for the mean).
-    average_init: float = 0.0
-
-    @property
-    def warmup(self) -> int:
-        return max(1, min(50, self.steps // 10))
-
-    def check(self) -> "TrainConfig":
-        check_positive(steps=self.steps, batch=self.batch, checkpoint_every=self.checkpoint_every,
-                       window=self.window)
-        if not 0 < self.lr < 1:
-            raise SpecvizError(f"learning rate must be in (0, 1), got {self.lr}")
-        if self.epochs is not None and not self.epochs > 0:
-            raise SpecvizError(f"epochs must be positive, got {self.epochs}")
-        if not 0 <= self.average_init < 1:
-            raise SpecvizError(f"the init's share of the averaged weights must be in [0, 1), got {self.average_init}")
-        return self
-
-    def for_data(self, sequences: int) -> "TrainConfig":
-        """This config with `steps` set by `epochs` over that many training sequences."""
-        if self.epochs is None:
-            return self
-        return dataclasses.replace(self, steps=max(1, math.ceil(self.epochs * sequences / self.batch)))
-
-
-@dataclass
-class Progress:
-    """What a checkpoint holds besides the weights and the optimiser state."""
-
-    step: int = 0  # steps done
-    history: list[float] = field(default_factory=list)  # each step's loss
-    seconds: float = 0.0  # training time of the calls before this one
 
 
 def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainConfig = TrainConfig(), *,
@@ -205,13 +122,6 @@ def train(recipe: Recipe, target_loaded, corpus: Corpus, out_dir, config: TrainC
         "config": recipe.config(module),
     }
     return save_with_card(recipe, module, target_loaded, card, out)
-
-
-def check_positive(**values) -> None:
-    """SpecvizError unless every value is an int >= 1."""
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecvizError(f"{name.replace('_', ' ')} must be a positive integer, got {v}")
 
 
 def _start(recipe, target_loaded, train_c: Corpus, cfg: TrainConfig, checkpoint: pathlib.Path | None, say,

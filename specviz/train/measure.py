@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from .. import models
+from ..modeling import models
 from .data import read_prompts
 from .generate import bf16_copy, generate, teacher_force
 

@@ -22,8 +22,8 @@ import json
 import pathlib
 import re
 
-from ..chat import chat_messages
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
+from ..modeling.chat import chat_messages
 from .tasks import code_tasks, doc_tasks
 
 PROMPTS = pathlib.Path(__file__).resolve().parents[2] / "assets" / "train" / "prompts.jsonl"

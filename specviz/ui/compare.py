@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from ..engine import baseline_generate, speculative_generate
-from ..errors import SpecvizError
-from ..events import RunEnd
-from ..interleave import interleave_all
-from ..labels import Labeler
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd
+from ..engine.generate import baseline_generate, speculative_generate
+from ..engine.interleave import interleave_all
 from ..render import Trace
 from ..render.status import count
+from ..traces.labels import Labeler
 from .limits import Deadline
 from .policy import Policy
 from .runner import Frame, _end, _finish, _prepare, make_drafter, readable, run_label

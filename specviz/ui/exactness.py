@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import plotly.graph_objects as go
 
-from ..engine import baseline_generate, speculative_generate
-from ..errors import SpecvizError
-from ..events import StepEvent, TokenEvent
-from ..exactness import chi_square
+from ..core.errors import SpecvizError
+from ..core.events import StepEvent, TokenEvent
+from ..core.exactness import chi_square
+from ..engine.generate import baseline_generate, speculative_generate
 from ..render.charts import COLORS, FONT, distinct
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html

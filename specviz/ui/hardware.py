@@ -13,10 +13,10 @@ from html import escape
 
 import gradio as gr
 
-from ..errors import SpecvizError
+from ..core.errors import SpecvizError
+from ..core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 from ..render.hardware import curve_caption, curve_figure, retime_figure, retime_html
 from ..render.numbers import headline
-from ..retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 
 THIS, GPU, CUSTOM = "this machine, as measured", "GPU-like (verify flat to 16 tokens)", "custom"
 SLOPE, C = 0.10, 0.05  # the custom sliders' start: roughly this project's CPU with a small draft model

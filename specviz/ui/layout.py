@@ -6,9 +6,9 @@ import pathlib
 
 import gradio as gr
 
+from ..engine.generate import K_MAX
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS, WIDTHS
-from ..engine import K_MAX
 from . import distribution, exactness, hardware, reading, replay, serving
 from .examples import Example, load_examples, note_html
 from .handlers import Handlers, Session, zero_gpu
@@ -159,12 +159,12 @@ def _compare_tab(policy: Policy):
 
 def build_app(policy: Policy | None = None, models=None, examples: list[Example] | None = None,
               engines=None) -> gr.Blocks:
-    """The whole app. `models` defaults to specviz.models (tests may pass their own loader);
+    """The whole app. `models` defaults to specviz.modeling.models (tests may pass their own loader);
     `engines`, the functions that talk to serving engines, to specviz.serving's (serving.default_backend)."""
     if policy is None:
         policy = policy_from_env()
     if models is None:
-        from .. import models
+        from ..modeling import models
     examples = load_examples() if examples is None else examples
     handlers = Handlers(policy, models)
     server_runs = serving.ServingRuns(policy, handlers.line, engines)

@@ -24,8 +24,8 @@ import pathlib
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from ..core.errors import SpecvizError
 from ..drafters.suffix_memory import DEFAULT_TOKENS
-from ..errors import SpecvizError
 from ..serving.urls import check_url, is_loopback
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 
@@ -168,7 +168,7 @@ def memory_limit() -> int:
 
 def weights_bytes(target: str) -> float | None:
     """The bytes an allow-listed target's weights take in the dtype this machine loads it in."""
-    from ..models import pick_device, pick_dtype
+    from ..modeling.models import pick_device, pick_dtype
 
     params = PARAMETERS.get(target)
     return None if params is None else params * pick_dtype(pick_device()).itemsize

@@ -21,11 +21,11 @@ from typing import Iterator
 
 import gradio as gr
 
-from .. import replay as playback
-from ..errors import SpecvizError
-from ..events import StepEvent
+from ..core.errors import SpecvizError
+from ..core.events import StepEvent
 from ..render.status import step_label
-from ..trace_file import Recording, RunInfo, describe_device, load, save
+from ..traces import replay as playback
+from ..traces.trace_file import Recording, RunInfo, describe_device, load, save
 from . import stepping
 from .policy import Policy
 from .runner import Frame, throttle

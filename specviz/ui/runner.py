@@ -17,16 +17,16 @@ from typing import Callable, Generator, Iterator
 
 import torch
 
-from .. import verify_cost
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd
 from ..drafters import choose
 from ..drafters.suffix_memory import SuffixMemory
-from ..engine import baseline_generate, speculative_generate, warm_up
-from ..errors import SpecvizError
-from ..events import RunEnd
-from ..interleave import interleave
-from ..labels import Labeler
+from ..engine import verify_cost
+from ..engine.generate import baseline_generate, speculative_generate, warm_up
+from ..engine.interleave import interleave
 from ..render import Trace
 from ..render.status import count
+from ..traces.labels import Labeler
 from .limits import Deadline
 from .policy import Policy
 from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings

@@ -5,7 +5,7 @@ is advice for someone editing the code; users of `python app.py` want `--share`.
 """
 from __future__ import annotations
 
-from .. import threads
+from ..modeling import threads
 from .layout import launch_options
 
 

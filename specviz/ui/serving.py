@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..errors import SpecvizError
-from ..render.serving import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from ..core.errors import SpecvizError
 from ..render.status import count, status_html
+from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
 from .policy import MEASURED_LOAD, Policy

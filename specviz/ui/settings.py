@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-from ..engine import GenerationConfig
-from ..errors import SpecvizError
-from ..sampling import Sampling
+from ..core.errors import SpecvizError
+from ..core.sampling import Sampling
+from ..engine.generate import GenerationConfig
 
 NO_DRAFTER = "none"
 PROMPT_LOOKUP = "prompt lookup"

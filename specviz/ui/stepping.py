@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 
-from .. import replay as playback
-from ..events import StepEvent
+from ..core.events import StepEvent
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.status import step_label
+from ..traces import replay as playback
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
 

@@ -11,10 +11,10 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..serving.records import ServerRun, SpecStats
-from .charts import COLORS, _style, _waiting, acceptance_bars, position_bars, speed_lines
-from .numbers import MIN_TOKENS, _card
-from .status import count
+from ..render.charts import COLORS, _style, _waiting, acceptance_bars, position_bars, speed_lines
+from ..render.numbers import MIN_TOKENS, _card
+from ..render.status import count
+from .records import ServerRun, SpecStats
 
 NO_VERDICTS = ("Each box is what the server sent together: one engine step. Servers do not say which "
                "drafted token they rejected, so no token is coloured by a verdict.")

@@ -7,7 +7,7 @@ the position its depth gives it (Medusa, Cai et al. 2024; SpecInfer, Miao et al.
 Greedy acceptance walks down from the root, following the child whose token is the
 target's argmax, so the output is the chain plain greedy decoding would produce.
 
-Pure functions on small tensors and lists; verify_step.py runs the forward and moves the
+Pure functions on small tensors and lists; engine/verify_step.py runs the forward and moves the
 cache's rows.
 """
 from __future__ import annotations

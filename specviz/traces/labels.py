@@ -9,9 +9,9 @@ trace (trace_file.py) all label with this one class, so a replay shows what the 
 """
 from __future__ import annotations
 
-from .detok import Detokenizer, alone
-from .events import StepEvent
-from .render.trace import Labels
+from ..core.events import StepEvent
+from ..modeling.detok import Detokenizer, alone
+from ..render.trace import Labels
 
 
 class Labeler:

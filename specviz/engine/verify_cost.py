@@ -8,7 +8,7 @@ forward over m new tokens, for m = 1, 2, 4, ..., 32. A GPU stays flat to ~16 tok
 more; a CPU climbs (5 tokens at 1.3-1.7x one token on the project's machine), which is
 why speedups on a CPU are smaller than the 2-3x reported on GPUs.
 
-The curve is measured once per model, device and dtype (bench.timing.forward_costs, on a
+The curve is measured once per model, device and dtype (timing.forward_costs, on a
 fixed short context) and kept in memory for as long as the model lives; callers measure
 it outside any timed run (after warm-up), since it takes the machine for a second or two.
 """
@@ -18,9 +18,9 @@ import threading
 import weakref
 from dataclasses import dataclass
 
-from .bench.timing import forward_costs
-from .forward import context_length, model_device, output_vocab_size
-from .models import weight_bytes
+from ..modeling.forward import context_length, model_device, output_vocab_size
+from ..modeling.models import weight_bytes
+from .timing import forward_costs
 
 SIZES = (1, 2, 4, 8, 16, 32)  # tokens in one pass: 1 is plain decoding, the rest verify k + 1 of them
 CONTEXT = 64  # tokens already in the cache when timed: a short prompt's worth, as in a real run

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from .theory import expected_tokens
+from ..core.theory import expected_tokens
 from .verify_estimate import VerifyCost
 
 DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of ~5 steps

@@ -11,7 +11,7 @@ model would be needed to recompute:
                "events": [{"type": "step" | "token", ...the event's fields..., "text": {...}}],
                "end": {"type": "end", "token_ids", "stats"} | null}]}
 
-Each event is events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
+Each event is core/events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
 p and q, min(1, p/q), the draws u, and the target's and drafter's top (token, prob) at every
 position (p_top, q_top), a baseline token its top; "text" is its render.Labels (the tokens'
 display text as the run showed them), so no tokenizer is needed either. Times are the
@@ -32,10 +32,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
-from .render.trace import Labels, Trace
-from .tree import check_parents
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
+from ..core.tree import check_parents
+from ..render.trace import Labels, Trace
 
 FORMAT, VERSION = "specviz-trace", 1
 MAX_TOKEN_ID = 2**31 - 1  # tokenizers index ids with 32-bit integers

@@ -3,25 +3,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 from dataclasses import fields
 
-from . import bench, threads
-from .engine import K_MAX, GenerationConfig
-from .errors import SpecvizError
-from .render.kinds import shown_tokens
-from .sampling import Sampling
-from .serving import load_command
-from .train import command as train_command
+from .. import bench
+from ..core.errors import SpecvizError
+from ..core.sampling import Sampling
+from ..engine.generate import K_MAX, GenerationConfig
+from ..modeling import threads
+from ..serving import load_command
+from ..train import command as train_command
 from . import docs_tables, trace_command
-
-# Terminal colours per token kind; rejected drafts are struck through.
-ANSI = {"accepted": "\033[34m", "rejected": "\033[9;31m", "corrected": "\033[33m", "bonus": "\033[36m"}
-RESET = "\033[0m"
-# Without colour, the same information in brackets: [-rejected] ~corrected~ {bonus}.
-PLAIN = {"accepted": "{}", "rejected": "[-{}]", "corrected": "~{}~", "bonus": "{{{}}}"}
+from .terminal import print_coloured, print_summary
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "generate" and args.server:
-            from .serving import generate_command
+            from ..serving import generate_command
             return generate_command.main(args)
         if args.command == "generate":
             if args.baseline_server or args.model:
@@ -118,13 +112,14 @@ def _progress(message: str, fraction: float) -> None:
 
 
 def generate(args) -> int:
-    from . import models, verify_cost
-    from .drafters.choose import make_drafter
-    from .engine import baseline_generate, speculative_generate, warm_up
-    from .events import RunEnd, event_to_dict
-    from .interleave import interleave
-    from .labels import Labeler
-    from .render.trace import Trace
+    from ..core.events import RunEnd, event_to_dict
+    from ..drafters.choose import make_drafter
+    from ..engine import verify_cost
+    from ..engine.generate import baseline_generate, speculative_generate, warm_up
+    from ..engine.interleave import interleave
+    from ..modeling import models
+    from ..render.trace import Trace
+    from ..traces.labels import Labeler
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
@@ -178,14 +173,14 @@ def generate(args) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        _print_coloured(target, steps, sys.stdout, traces["spec"].labels)
-        _print_summary(result, sys.stdout)
+        print_coloured(target, steps, sys.stdout, traces["spec"].labels)
+        print_summary(result, sys.stdout)
     return 0
 
 
 def _suffix_memory(path: str | None):
     """The memory `--suffix-memory FILE` names: the file's, or a new one when it does not exist yet."""
-    from .drafters.suffix_memory import SuffixMemory
+    from ..drafters.suffix_memory import SuffixMemory
 
     if not path:
         return None
@@ -197,55 +192,3 @@ def _without_eos(target, ids) -> list[int]:
     not part of it (token_ids keep it: the engine did emit it)."""
     ids = list(ids)
     return ids[:-1] if ids and ids[-1] in target.eos_token_ids else ids
-
-
-def _use_colour(stream) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ
-
-
-def _print_coloured(target, steps, out, labels=None, each=None) -> None:
-    """Each step's kept drafts, its rejected drafts (where they were proposed), then its own token.
-
-    labels: each step's display text (labels.Labeler's); worked out here when not given.
-    `target` needs only eos_token_ids when they are given (a replay has no model).
-    each: called with each step before it is printed (a replay paces or numbers steps with it).
-    """
-    if labels is None:
-        from . import models
-        from .labels import Labeler
-
-        labeler = Labeler(models, target, [])
-        labels = [labeler.label(s) for s in steps]
-    colour = _use_colour(out)
-    for s, shown in zip(steps, labels):
-        if each is not None:
-            each(s)
-        ids = list(s.draft) + [s.token]
-        texts = shown.draft + (shown.token,)
-        for kind, i in shown_tokens(s):
-            if kind != "rejected" and ids[i] in target.eos_token_ids:
-                continue  # the end-of-turn token that stopped the run (a rejected one still shows)
-            out.write(f"{ANSI[kind]}{texts[i]}{RESET}" if colour else PLAIN[kind].format(texts[i]))
-    out.write("\n\n")
-
-
-def _print_summary(r, out) -> None:
-    st = r["stats"]
-    out.write(
-        f"drafter {r['drafter']}: {st['tokens']} tokens in {st['steps']} steps, "
-        f"{st['target_calls']} target calls; alpha {st['acceptance_rate']:.2f}, "
-        f"tau {st['mean_accepted_length']:.2f}, {st['tokens_per_s']:.1f} tokens/s\n"
-    )
-    if "baseline" in r:
-        b = r["baseline"]
-        out.write(f"baseline: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "
-                  f"speedup {r['speedup']:.2f}x\n")
-        if "identical_to_baseline" in r:
-            out.write("greedy output identical to baseline: "
-                      f"{'yes' if r['identical_to_baseline'] else 'NO - numerics differ (see docs/exactness.md)'}\n")
-        else:
-            out.write("sampling: texts differ run to run, but both follow the target's distribution\n")
-    if not _use_colour(out):
-        out.write("legend: accepted [-rejected] ~corrected~ {bonus}\n")
-    else:
-        out.write("legend: " + " ".join(f"{ANSI[k]}{k}{RESET}" for k in ANSI) + "\n")

@@ -1,7 +1,7 @@
 """A conversation as chat messages: the one shape chat templates and chat servers read.
 
 specviz keeps a conversation as (role, text) pairs (a bench suite's turns, a load prompt);
-a tokenizer's chat template (models.encode_chat) and a server's /v1/chat/completions both
+a tokenizer's chat template (text.encode_chat) and a server's /v1/chat/completions both
 want [{"role": ..., "content": ...}, ...]. It imports nothing of specviz, so the torch-free
 serving client and the models layer can both use it.
 """

@@ -1,6 +1,6 @@
 """Playing a saved run (trace_file.Recording) back through the same Traces the renderers read.
 
-Two orders. `in_order`: the order the app and the CLI advanced the two runs (interleave.py's
+Two orders. `in_order`: the order the app and the CLI advanced the two runs (engine/interleave.py's
 turns: one speculative step, then the baseline up to as many tokens), for stepping through.
 `race`: every event at the engine second it happened, both runs on one clock from the
 start of their prefill, so played at those times the two runs race at their true relative
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .events import RunEnd, StepEvent
-from .interleave import interleave
-from .render.trace import Labels, Trace
+from ..core.events import RunEnd, StepEvent
+from ..engine.interleave import interleave
+from ..render.trace import Labels, Trace
 from .trace_file import Recording
 
 Item = tuple[str, object, "Labels | None"]  # ("spec" | "base", event, its labels; None for a RunEnd)

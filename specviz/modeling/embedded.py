@@ -26,7 +26,7 @@ import urllib.request
 import zipfile
 from typing import Callable
 
-from specviz.errors import SpecvizError
+from ..core.errors import SpecvizError
 
 Progress = Callable[[str, float], None]
 

@@ -1,6 +1,6 @@
 """The speculative decoding loop, and the plain loop it is measured against.
 
-Both are generators: they yield one event per step (see events.py) and end with a
+Both are generators: they yield one event per step (see core/events.py) and end with a
 RunEnd. The caller can stop a run between steps by making `should_stop()` true.
 """
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..core.errors import SpecvizError
+from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent
+from ..core.sampling import Processor, Sampling, sample
+from ..drafters.base import Drafter, empty_draft, features_read
+from ..modeling.forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
 from .draft_length import DraftLength
-from .drafters.base import Drafter, empty_draft
-from .errors import SpecvizError
-from .events import RunEnd, RunStats, StepEvent, TokenEvent
-from .forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
-from .sampling import Processor, Sampling, sample
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
@@ -149,8 +149,7 @@ def speculative_generate(
     min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
 
     start = time.perf_counter()
-    # Medusa/EAGLE read the target's final states; EAGLE-3 the inputs of a few layers.
-    features = drafter is not None and drafter.needs_hidden and (drafter.hidden_layers or True)
+    features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
     trees = trees_verifiable(run.cache, cfg.sampling)  # may the drafter propose trees?
     with torch.inference_mode():
         h = run.prefill(hidden=features)

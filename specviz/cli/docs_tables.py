@@ -19,9 +19,9 @@ import pathlib
 import re
 import sys
 
-from .errors import SpecvizError
+from ..core.errors import SpecvizError
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!-- table: (?P<path>\S+) (?P<kind>[\w-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
 COMMAND = "python -m specviz docs"
 

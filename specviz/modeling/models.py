@@ -2,7 +2,9 @@
 
 `load` turns what a user typed ("default", a local folder, a Hub id) into a `Loaded`
 handle: model in eval mode plus tokenizer, shared read-only by everyone who asks for the
-same thing. The rest are small tokenizer helpers the engine and the renderers share.
+same thing, and kept in a small LRU cache under a memory budget. The tokenizer helpers live in
+text.py; they are named here too, since the app and the CLI hand this module around as their
+loader (load, encode_prompt, decode, token_strings; tests pass their own).
 """
 from __future__ import annotations
 
@@ -15,13 +17,13 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from specviz import llama_fast
-from specviz.chat import chat_messages
-from specviz.errors import SpecvizError
+from ..core.errors import SpecvizError
+from . import llama_fast
+from .text import check_same_vocab, decode, encode_chat, encode_prompt, token_strings  # noqa: F401 (the face)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -193,7 +195,7 @@ def _resolve(name: str, progress) -> str:
         raise SpecvizError(f"no model name given: {EMBEDDED_HINT}")
     name = name.strip()
     if is_embedded(name):
-        from specviz.embedded import embedded_model_dir
+        from .embedded import embedded_model_dir
 
         return str(embedded_model_dir(progress))
     path = pathlib.Path(name).expanduser()
@@ -309,73 +311,3 @@ def _croppable(cache) -> bool:
     linear = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
     layers = getattr(cache, "layers", [])
     return cache.is_croppable and not any(isinstance(layer, linear) for layer in layers)
-
-
-# ---------------------------------------------------------------------------------------
-# tokenizer helpers
-
-
-def check_same_vocab(target: Loaded, drafter: Loaded) -> None:
-    """Speculative decoding compares token ids: both models must share one vocabulary."""
-    if target.tokenizer is drafter.tokenizer:
-        return
-    a, b = target.tokenizer.get_vocab(), drafter.tokenizer.get_vocab()
-    if a == b:
-        return
-    only_a = sorted(set(a) - set(b))[:3]
-    only_b = sorted(set(b) - set(a))[:3]
-    moved = sorted(t for t in set(a) & set(b) if a[t] != b[t])[:3]
-    detail = (f"{len(a)} vs {len(b)} tokens; only in the target: {only_a}, only in the "
-              f"drafter: {only_b}, different ids: {moved}")
-    raise SpecvizError(
-        f"target {target.name!r} and drafter {drafter.name!r} do not share a tokenizer "
-        f"({detail}); pick a drafter from the same model family"
-    )
-
-
-def encode_prompt(loaded: Loaded, prompt: str, chat: bool | None = None) -> list[int]:
-    """Token ids for `prompt`, wrapped as one user turn in the chat template when there is one."""
-    if not prompt or not prompt.strip():
-        raise SpecvizError("the prompt is empty")
-    tokenizer = loaded.tokenizer
-    if chat is None:
-        chat = loaded.is_chat
-    if not chat:
-        return list(tokenizer(prompt)["input_ids"])
-    if not loaded.is_chat:
-        raise SpecvizError(f"{loaded.name!r} has no chat template: turn chat formatting off")
-    return encode_chat(tokenizer, chat_messages([("user", prompt)]))
-
-
-def encode_chat(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of a conversation ({"role", "content"} dicts) in the tokenizer's chat
-    template, with the assistant's turn opened for the model to write."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    # The template already writes every special token the model expects.
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def decode(loaded: Loaded, ids: Iterable[int]) -> str:
-    """Text of `ids`, special tokens included, spaces exactly as the tokens carry them."""
-    return loaded.tokenizer.decode(_as_list(ids), skip_special_tokens=False,
-                                   clean_up_tokenization_spaces=False)
-
-
-def token_strings(loaded: Loaded, ids: Iterable[int]) -> list[str]:
-    """Display text of each token: "".join(result) is decode(loaded, ids) without a last
-    character the ids leave unfinished.
-
-    Decoding a token alone goes wrong in two ways: SentencePiece drops a word's leading
-    space at the start of a decode, and byte-level BPE splits one character's UTF-8 bytes
-    over several tokens. detok.Detokenizer handles both: a token that ends mid-character
-    shows as "" and the token that completes the character shows all of it.
-    """
-    from .detok import Detokenizer
-
-    return Detokenizer(lambda part: decode(loaded, part), tokenizer=loaded.tokenizer).pieces(_as_list(ids))
-
-
-def _as_list(ids) -> list[int]:
-    if isinstance(ids, torch.Tensor):
-        return ids.reshape(-1).tolist()
-    return [int(i) for i in ids]

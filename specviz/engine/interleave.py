@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .events import RunEnd, StepEvent
+from ..core.events import RunEnd, StepEvent
 
 
 def interleave_all(runs: dict[str, Iterator]) -> Iterator[tuple[str, object]]:

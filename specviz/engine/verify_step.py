@@ -2,8 +2,8 @@
 acceptance decision, the target's cache cut back to what was kept, and everything the
 step reports brought to the host in one transfer.
 
-Chains follow verify.py's rule (greedy, or rejection sampling against q); trees are
-verified greedily (tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
+Chains follow core/verify.py's rule (greedy, or rejection sampling against q); trees are
+verified greedily (core/tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
 q, maybe parents. The engine owns the run; this module is told all it uses.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafters.base import Draft
-from .events import StepEvent, TreeDraft
-from .forward import forward, rollback, to_host
-from .layers import KVCache
-from .sampling import Processor, Sampling, fit_vocab, sample
-from .tree import check_parents, depths, greedy_walk, tree_mask
-from .verify import one_hot_q, verify_greedy, verify_sampled
+from ..core.events import StepEvent, TreeDraft
+from ..core.sampling import Processor, Sampling, fit_vocab, sample
+from ..core.tree import check_parents, depths, greedy_walk, tree_mask
+from ..core.verify import one_hot_q, verify_greedy, verify_sampled
+from ..drafters.base import Draft
+from ..modeling.forward import forward, rollback, to_host
+from ..modeling.layers import KVCache
 
 
 @dataclass(frozen=True)

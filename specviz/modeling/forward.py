@@ -12,8 +12,8 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
+from ..core.errors import SpecvizError
 from . import llama_fast
-from .errors import SpecvizError
 
 
 class ForwardObserver(Protocol):
@@ -73,7 +73,7 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
     hidden=(i, j, ...) returns instead the inputs of those decoder layers (transformers'
     hidden_states numbering), concatenated along the feature axis: EAGLE-3 reads three.
     Number L (the model's layer count) is the final state itself, as hidden=True gives it.
-    mask and positions (fast path only) replace the causal chain: tree drafts (tree.py).
+    mask and positions (fast path only) replace the causal chain: tree drafts (core/tree.py).
     """
     layers = hidden if isinstance(hidden, tuple) else ()
     n_layers = model.config.get_text_config().num_hidden_layers if layers else 0

@@ -14,9 +14,10 @@ import time
 from dataclasses import asdict
 from types import SimpleNamespace
 
-from . import trace_file
-from .errors import SpecvizError
-from .trace_file import Recording, RunInfo
+from ..core.errors import SpecvizError
+from ..traces import trace_file
+from ..traces.trace_file import Recording, RunInfo
+from .terminal import print_coloured, print_summary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +39,7 @@ def save(args, target, cfg, spec, base) -> None:
 
 
 def summary(rec: Recording) -> dict:
-    """What cli._print_summary reads, from a recording (`generate` builds it from the live runs)."""
+    """What terminal.print_summary reads, from a recording (`generate` builds it from the live runs)."""
     spec = rec.spec.end.stats if rec.spec.end else rec.spec.stats()
     r = {"drafter": rec.info.drafter, "stats": spec.to_dict()}
     if rec.base is not None and rec.base.end is not None:
@@ -51,8 +52,6 @@ def summary(rec: Recording) -> dict:
 
 
 def replay(args) -> int:
-    from .cli import _print_coloured, _print_summary
-
     if args.speed is not None and not (math.isfinite(args.speed) and args.speed > 0):
         raise SpecvizError(f"--speed must be a positive number, got {args.speed}")
     rec = trace_file.load(args.file)
@@ -72,8 +71,8 @@ def replay(args) -> int:
         def each(s):  # wait until the engine's clock, scaled, reaches this step
             out.flush()
             time.sleep(max(0.0, start + s.elapsed / args.speed - time.monotonic()))
-    _print_coloured(eos, rec.spec.steps, out, rec.spec.labels, each)
-    _print_summary(summary(rec), out)
+    print_coloured(eos, rec.spec.steps, out, rec.spec.labels, each)
+    print_summary(summary(rec), out)
     return 0
 
 

@@ -28,7 +28,7 @@ import os
 import platform
 import time
 
-from .errors import SpecvizError
+from ..core.errors import SpecvizError
 
 ENV = "SPECVIZ_THREADS"
 

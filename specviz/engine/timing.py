@@ -3,15 +3,16 @@
 `ForwardClock` adds up the seconds spent inside a model's forward (module hooks for
 transformers' forward, forward.observe for specviz's fast path, so the engine needs no changes); `forward_costs` times target forwards over n new tokens on one
 fixed cache state, the denominator of every cost ratio the benchmark reports.
+Here, below the bench, because the verify-cost curve (verify_cost.py) measures with it too.
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
 
-from ..forward import forward, model_device, new_cache, observe, rollback, synchronize
-from .metrics import median
+from ..modeling.forward import forward, model_device, new_cache, observe, rollback, synchronize
 
 
 class ForwardClock:
@@ -97,4 +98,4 @@ def forward_costs(model, prompt_ids: list[int], sizes, repeats: int = 3) -> dict
                 synchronize(device)
                 times[n].append(time.perf_counter() - t0)
                 rollback(cache, base)
-    return {n: median(ts) for n, ts in times.items()}
+    return {n: statistics.median(ts) if ts else 0.0 for n, ts in times.items()}

@@ -1,0 +1,139 @@
+"""The package's shape: folders are layers, imports only go down, and no two modules import each other.
+
+Read from the source with `ast` (nothing is imported, so this runs without torch): every
+`import` in every module counts, the ones inside functions too, since a lazy import still
+ties the two modules together. An exception needs a line in ALLOWED saying why.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specviz"
+
+# Bottom to top. A module may import from its own layer and the ones below, never above.
+LAYERS = (
+    ("core",),  # the pure maths and the events: verify, sampling, tree, theory, distribution
+    ("modeling",),  # loading models, the fast forward, tokenizer text, threads
+    ("drafters",),  # one file per way of proposing drafts
+    ("engine",),  # the decoding loop, one verify step, dynamic k, runs taking turns
+    ("render",),  # events and traces to HTML and figures
+    ("traces",),  # trace files, replaying them, each token's display text
+    ("ui", "bench", "serving", "train"),  # the applications
+    ("cli",),  # the command line
+    ("",),  # the package face: specviz/__init__.py and __main__.py
+)
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+# (importer, imported): why the upward import is fine. Keep this empty where possible.
+ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def modules() -> dict[str, tuple[pathlib.Path, bool]]:
+    """Dotted name -> (file, is a package's __init__)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return found
+
+
+def imports(name: str, path: pathlib.Path, is_pkg: bool, known) -> set[str]:
+    """The specviz modules `name` imports, anywhere in its body."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "specviz"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")[:len(name.split(".")) - (node.level - (1 if is_pkg else 0))]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "specviz":
+                continue
+            for a in node.names:  # `from .pkg import module` imports the module, not just the package
+                out.add(f"{target}.{a.name}" if f"{target}.{a.name}" in known else target)
+    return out - {name}
+
+
+def layer(name: str) -> str:
+    parts = name.split(".")
+    return "" if len(parts) == 1 or parts[1] == "__main__" else parts[1]
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, is_pkg, known) for name, (path, is_pkg) in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_sits_in_a_known_layer():
+    # The top of specviz/ holds packages and the package face only.
+    loose = sorted(n for n in modules() if layer(n) not in RANK)
+    assert loose == [], f"outside any layer (move them into a layer's folder, or add it to LAYERS): {loose}"
+
+
+def test_imports_only_go_down():
+    upward = sorted(
+        f"{src} imports {dst}" for src, targets in graph().items() for dst in targets
+        if RANK.get(layer(dst), -1) > RANK.get(layer(src), -1) and (src, dst) not in ALLOWED)
+    assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_no_import_loops():
+    assert cycles(graph()) == [], "modules that import each other (directly or round a loop)"
+
+
+def test_every_import_names_a_real_module():
+    # A moved module leaves no import pointing at its old place.
+    known = set(modules())
+    missing = sorted(f"{src} imports {dst}" for src, targets in graph().items() for dst in targets if dst not in known)
+    assert missing == []
+
+
+def test_each_package_says_what_it_is_and_what_it_may_import():
+    for name, (path, is_pkg) in modules().items():
+        if is_pkg:
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            assert "may import" in doc.lower(), f"{path}: the docstring says what the package may import"
+
+
+def test_the_check_finds_a_loop_and_an_upward_import():
+    # The checks can fail: a made-up graph with both faults.
+    assert cycles({"specviz.core.a": {"specviz.core.b"}, "specviz.core.b": {"specviz.core.a"}}) == [
+        ["specviz.core.a", "specviz.core.b"]]
+    assert RANK[layer("specviz.core.verify")] < RANK[layer("specviz.engine.generate")]
+    assert layer("specviz") == layer("specviz.__main__") == ""
