@@ -58,6 +58,7 @@ def test_a_projected_replay_keeps_words_whole_marks_the_end_and_draws_a_legible_
         OUT.mkdir(exist_ok=True)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(url)
+        page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(path))
         page.wait_for_selector('#sv-status:has-text("Play race")', timeout=WAIT)
         page.locator("#sv-replay-play").click()
