@@ -2,10 +2,11 @@
 view at a step, reshaped live; screenshots go to test-output/ (look at them)."""
 from __future__ import annotations
 
-from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
-from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+import re
 
 import pytest
+from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
 
 pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
 
@@ -72,13 +73,16 @@ def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
     n = page.locator("#sv-exact-n input[type=number]")
     if not n.is_visible():  # the accordion starts closed; an earlier test on this page may have opened it
         page.locator("#sv-exact-box").get_by_text("Is sampling exact?").click()
+    n.wait_for(state="visible", timeout=HANG)
     n.fill("500")
     n.press("Enter")
     page.locator("#sv-exact-run").click()
     page.wait_for_selector('#sv-exact-status:has-text("Drawn")', timeout=HANG)
     page.locator("#sv-exact-stop").click()
     page.wait_for_selector('#sv-exact-status [data-state="stopped"]', timeout=HANG)
-    assert "of 500 first tokens each way" in page.locator("#sv-exact-status").inner_text()
+    said = re.search(r"Stopped after (\d+) of (\d+) first tokens each way",
+                     page.locator("#sv-exact-status").inner_text())
+    assert said and int(said.group(1)) < int(said.group(2))  # ended by Stop, before all its draws
     page.locator("#sv-generate").click()  # the line is free again: a run starts and finishes
     page.wait_for_selector('#sv-status [data-state="running"], #sv-status [data-state="done"]', timeout=HANG)
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
