@@ -6,7 +6,7 @@ import re
 
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
-from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+from test_app_browser import HANG, OUT, browser, generate_again  # noqa: F401 (browser is a fixture)
 
 pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
 
@@ -83,9 +83,7 @@ def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
     said = re.search(r"Stopped after (\d+) of (\d+) first tokens each way",
                      page.locator("#sv-exact-status").inner_text())
     assert said and int(said.group(1)) < int(said.group(2))  # ended by Stop, before all its draws
-    page.locator("#sv-generate").click()  # the line is free again: a run starts and finishes
-    page.wait_for_selector('#sv-status [data-state="running"], #sv-status [data-state="done"]', timeout=HANG)
-    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    generate_again(page)  # the line is free again: a run starts and finishes
     page.wait_for_function("() => !document.querySelector('#sv-status').innerText.includes('processing')",
                            timeout=HANG)  # Gradio's own timer gone too: the next test reads the status
 
