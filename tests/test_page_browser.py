@@ -5,6 +5,7 @@ Full-page screenshots go to test-output/page-*.png (look at them)."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import pytest
@@ -69,32 +70,57 @@ def test_the_step_buttons_sit_above_the_panels_and_wait_for_a_run(browser, url):
     page.close()
 
 
-class Slow:
-    """Each target forward takes 30 ms longer: the run goes on for seconds on any machine, so
-    the reader can pick a step while it runs."""
+class Held:
+    """A target whose passes the test can hold: once armed, `n` more passes go through, then
+    each waits until released. The run is still going when the reader picks a step however
+    busy the machine is (a fixed 30 ms a pass was not, once, beside other browser tests)."""
+
+    def __init__(self):
+        self.lock, self.going, self.left = threading.Lock(), threading.Event(), None
+        self.going.set()
+
+    def hold_after(self, n: int) -> None:
+        with self.lock:
+            self.left = n
+
+    def release(self) -> None:
+        with self.lock:
+            self.left = None
+            self.going.set()
 
     def start(self, model) -> None:
-        time.sleep(0.03)
+        with self.lock:
+            if self.left is not None:
+                self.left -= 1
+                if self.left < 0:
+                    self.going.clear()
+        assert self.going.wait(HANG / 1000), "the test never released the run"
+        time.sleep(0.01)  # 120 tokens take seconds, so the page sees the run going before the hold
 
     def stop(self, model) -> None:
         pass
 
 
 @pytest.fixture
-def slow_target(app_models):  # noqa: F811
+def held_target(app_models):  # noqa: F811
     from specviz.modeling import forward, models
 
     target = models.load(app_models["target"])  # the app's own copy, from the shared cache
-    forward.observe(target.model, Slow())
-    yield
+    held = Held()
+    forward.observe(target.model, held)
+    yield held
+    held.release()
     forward.observe(target.model, None)
 
 
-def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(browser, url, slow_target):
+def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(browser, url, held_target):
     page = browser.new_page(viewport=DESKTOP)
     page.goto(url)
-    run(page, 200)
+    run(page, 120)
+    page.wait_for_selector('#sv-status:has-text("so far")', timeout=HANG)  # past the warm-up: steps
+    held_target.hold_after(30)  # ~10 steps more, then the run waits (the baseline alone needs 120 passes)
     head = page.locator("#sv-inspector .sv-inspect-head")
+    # while held, the status's heartbeat redraws the inspector with the steps so far
     page.wait_for_function("(document.querySelector('#sv-inspector .sv-inspect-head')?.innerText || '')"
                            ".match(/of ([5-9]|\\d\\d+) /)", timeout=HANG)
     box = page.locator("#sv-step input[type=number]")
@@ -106,7 +132,8 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     page.keyboard.press("ArrowRight")
     page.wait_for_selector('#sv-inspector .sv-inspect-head:has-text("Step 2 of")', timeout=HANG)
     seen = int(re.search(r"of (\d+)", head.inner_text()).group(1))
-    assert page.locator('#sv-status [data-state="running"]').count() == 1  # (a slow target: seconds more to go)
+    assert page.locator('#sv-status [data-state="running"]').count() == 1  # (held: more to go)
+    held_target.release()
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
     page.wait_for_timeout(500)  # the final redraw of the inspector and the slider
     assert head.inner_text().startswith("Step 2 of"), "the inspector jumped away from the reader's step"

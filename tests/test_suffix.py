@@ -188,14 +188,16 @@ def test_each_step_says_where_its_draft_came_from(target):
 @pytest.mark.slow  # a thousand sampled runs for a chi-square test
 def test_sampled_tokens_follow_the_target_while_the_memory_grows():
     """Chi-square of the first three sampled tokens against the exact joint. The memory keeps
-    every run's answer, so later runs draft chains drawn from the frequencies of earlier
-    samples (q is not one-hot); every other run pairs suffix decoding with a draft model
-    (suffix+NAME), so the one test covers both (the joint is the target's either way)."""
+    the last hundred runs' answers (its cap drops older ones as it fills), so later runs draft
+    chains drawn from the frequencies of earlier samples (q is not one-hot); every other run
+    pairs suffix decoding with a draft model (suffix+NAME), so the one test covers both (the
+    joint is the target's either way). The cap also bounds the test's time: with a four-token
+    vocabulary every remembered token is a match, so a whole thousand answers made it 18 s."""
     model = tiny_llama(vocab=4, seed=3)
     with torch.no_grad():
         model.lm_head.weight.mul_(0.3)
     joint, other = exact_joint(model, SAMPLING), noisy_copy(model, 0.5, seed=11)
-    memory, counts, spread, paired = SuffixMemory(), {}, False, set()
+    memory, counts, spread, paired = SuffixMemory(max_tokens=300), {}, False, set()
     for seed in range(1000):
         drafter = Suffix(memory) if seed % 2 else Hybrid(DraftModel(other), Suffix(memory))
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
