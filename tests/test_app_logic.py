@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 import copy
 import sys
+import threading
+import time
 import types
 
 import pytest
@@ -168,7 +170,7 @@ def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_
 
 
 def test_slow_work_is_counted_in_seconds_while_it_runs():
-    release, ticks = __import__("threading").Event(), iter(range(0, 1000))
+    release, ticks = threading.Event(), iter(range(0, 1000))
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
     work = runner.waiting(lambda: release.wait() and 42, frame, lambda s: f"prefill… {s} s",
                           clock=lambda: next(ticks), poll=0.001)
@@ -184,6 +186,36 @@ def test_slow_work_is_counted_in_seconds_while_it_runs():
         raise SpecvizError("the prompt is too long")
     with pytest.raises(SpecvizError, match="too long"):
         list(runner.waiting(boom, frame, str))
+
+
+def test_a_runs_model_work_happens_on_one_thread_not_one_per_step(app_models):  # noqa: F811
+    """The warm-up, the curve and every step of both runs on the run's one worker thread (it
+    used to start a thread per engine step), and the thread ends with the run."""
+    from specviz.modeling import forward
+
+    class Threads:
+        seen: set = set()
+
+        def start(self, model):
+            self.seen.add(threading.get_ident())
+
+        def stop(self, model):
+            pass
+
+    target = real_models.load(app_models["target"])
+    threads, before = Threads(), threading.active_count()
+    forward.observe(target.model, threads)
+    try:
+        s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=24)
+        frames = list(runner.playground(s, Policy(), real_models, never))
+    finally:
+        forward.observe(target.model, None)
+    assert frames[-1].state == "done" and len(frames[-1].spec.events) > 3
+    assert len(threads.seen) == 1 and threading.get_ident() not in threads.seen
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before  # the worker ended with the run
 
 
 def test_out_of_memory_is_a_sentence_not_a_traceback(app_models):

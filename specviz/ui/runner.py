@@ -124,20 +124,51 @@ def model_name(name: str) -> str:
 _DONE = object()
 
 
+class Worker:
+    """One helper thread for a whole run: the warm-up, the curve and every engine step run on
+    it in turn, while the handler's thread keeps the page told (see waiting). One thread, not
+    one per step: torch's per-thread state is set up once, and a run starts one thread, not
+    hundreds."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="specviz work", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            work, box = job
+            try:
+                box.put((True, work()))
+            except BaseException as e:  # handed back to the caller of waiting
+                box.put((False, e))
+
+    def submit(self, work: Callable[[], object]) -> queue.SimpleQueue:
+        """Queue work(); its (ok, value or exception) arrives in the returned box."""
+        box: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs.put((work, box))
+        return box
+
+    def close(self) -> None:
+        """The thread ends after the job it is on (a run closed mid-step finishes that step)."""
+        self._jobs.put(None)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str], clock=time.monotonic,
-            poll: float = 0.2) -> Generator[Frame, None, object]:
-    """Run work() in a helper thread and return what it returns (or raise what it raises),
-    yielding the frame with say(seconds) as its message each new second from HEARTBEAT on: a
-    prefill of a long prompt, or a warm-up, can take a minute, and the page must say so."""
-    box: queue.SimpleQueue = queue.SimpleQueue()
-
-    def run():
-        try:
-            box.put((True, work()))
-        except BaseException as e:  # handed back to the caller below
-            box.put((False, e))
-
-    threading.Thread(target=run, name="specviz work", daemon=True).start()
+            poll: float = 0.2, worker: Worker | None = None) -> Generator[Frame, None, object]:
+    """Run work() on `worker` (a thread of its own when None) and return what it returns (or
+    raise what it raises), yielding the frame with say(seconds) as its message each new second
+    from HEARTBEAT on: a prefill of a long prompt, or a warm-up, can take a minute, and the
+    page must say so."""
+    if worker is None:
+        with Worker() as own:
+            return (yield from waiting(work, frame, say, clock, poll, own))
+    box = worker.submit(work)
     since, shown = clock(), 0
     while True:
         try:
@@ -222,17 +253,24 @@ def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
     return frame
 
 
-def _measure_curve(model, frame: Frame) -> Iterator[Frame]:
+def _measure_curve(model, frame: Frame, worker: Worker) -> Iterator[Frame]:
     """The target's verify-cost curve, measured once per model and device, before any run is
     timed (it takes the machine for a second or two); later runs find it measured."""
     frame.curve = verify_cost.known(model)
     if frame.curve is None:
         frame.message = "Measuring the verify cost curve (once per model)…"
         yield frame
-        try:
-            frame.curve = verify_cost.curve(model)
-        except Exception:  # the curve explains the run; failing to measure it must not stop the run
-            log.exception("could not measure the verify cost curve")
+        frame.curve = yield from waiting(lambda: _curve_or_none(model), frame,
+                                         lambda s: f"Measuring the verify cost curve (once per model)… {s} s",
+                                         worker=worker)
+
+
+def _curve_or_none(model):
+    try:
+        return verify_cost.curve(model)
+    except Exception:  # the curve explains the run; failing to measure it must not stop the run
+        log.exception("could not measure the verify cost curve")
+        return None
 
 
 def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
@@ -263,12 +301,18 @@ def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should
               clock=time.monotonic):
     """The warm-up, then both runs advanced in turn, the status naming each phase with its
     seconds: warming up, reading the prompt (prefill of N tokens), then tokens so far."""
+    with Worker() as worker:  # the run's one thread for the model's work
+        yield from _run_steps(frame, models, target, drafter, ids, cfg, should_stop, clock, worker)
+
+
+def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline, clock,
+               worker: Worker):
     name, n = model_name(target.name), count(len(ids), "token")
     frame.state, frame.message, frame.fraction = "running", f"Warming up {name} (untimed)…", None
     yield frame
     yield from waiting(lambda: warm_up(target.model, drafter, ids, cfg), frame,  # untimed, as the CLI does
-                       lambda s: f"Warming up {name} (untimed)… {s} s")
-    yield from _measure_curve(target.model, frame)
+                       lambda s: f"Warming up {name} (untimed)… {s} s", worker=worker)
+    yield from _measure_curve(target.model, frame, worker)
     should_stop.start()
     started = clock()
     steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
@@ -286,7 +330,7 @@ def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should
     frame.message = say()
     yield frame
     while True:
-        item = yield from waiting(lambda: next(steps, _DONE), frame, say, clock)
+        item = yield from waiting(lambda: next(steps, _DONE), frame, say, clock, worker=worker)
         if item is _DONE:
             return
         which, event = item
