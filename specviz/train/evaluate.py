@@ -60,7 +60,7 @@ def evaluate(recipe, module, target_loaded, held: Corpus, cfg, say) -> dict:
         out[f"tau (greedy, tree of {k} nodes)"] = round(
             through_engine(recipe, module, target_loaded, seqs, k, tokens, tree=True)["tau"], 3)
     out.update({"seconds": round(time.perf_counter() - t0, 1),
-                "measured with": "specviz.engine.speculative_generate"})
+                "measured with": "specviz.engine.generate.speculative_generate"})
     return {"held-out": out}
 
 
