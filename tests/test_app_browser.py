@@ -13,7 +13,8 @@ import pathlib
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
 
-pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
+# slow: drives a real browser. One worker takes the whole module (its apps start once).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("app-browser")]
 
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -45,8 +46,26 @@ def browser():
 
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        yield chromium
+        yield Patient(chromium)
         chromium.close()
+
+
+class Patient:
+    """The browser, whose pages wait up to STEP for anything not given its own timeout
+    (playwright's 30 s default is short for a page load beside a whole test suite on 2 cores)."""
+
+    STEP = 120_000
+
+    def __init__(self, browser):
+        self._browser = browser
+
+    def new_page(self, **kwargs):
+        page = self._browser.new_page(**kwargs)
+        page.set_default_timeout(self.STEP)
+        return page
+
+    def __getattr__(self, name):
+        return getattr(self._browser, name)
 
 
 def generated(browser, url):
@@ -106,7 +125,12 @@ def test_generate_shows_every_token_kind_charts_and_the_greedy_check(browser, ur
     page.screenshot(path=str(OUT / "playground.png"), full_page=True)
 
     page.set_viewport_size({"width": 430, "height": 900})  # a phone, or a narrow window
-    page.wait_for_timeout(300)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    try:  # plotly re-lays each chart out ~100 ms after a resize, one after another
+        page.wait_for_function("document.documentElement.scrollWidth - window.innerWidth <= 1", timeout=20_000)
+    except PlaywrightTimeoutError:
+        pass  # the assertion below says by how much
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     page.screenshot(path=str(OUT / "playground-narrow.png"), full_page=True)
     assert overflow <= 1, f"the page scrolls sideways by {overflow}px in a narrow window"

@@ -17,7 +17,8 @@ from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixt
 
 from specviz.ui.policy import TARGETS
 
-pytestmark = pytest.mark.slow  # drives a real browser: seconds a test, more on a busy machine
+# slow: drives a real browser. One worker takes the whole module, in order: its tests share one app.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("app-layout")]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,8 @@ def test_first_screen_has_the_settings_no_gaps_and_clean_empty_charts(browser, u
     OUT.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(url)
-    page.wait_for_selector("#sv-generate")
-    page.wait_for_timeout(1000)  # plotly draws after the page loads
+    page.wait_for_selector("#sv-generate", timeout=HANG)
+    page.wait_for_selector("#sv-chart-acceptance .main-svg", timeout=HANG)  # plotly draws after the page loads
     page.screenshot(path=str(OUT / "first-screen.png"))
     for what in ("#sv-target", "#sv-k", "#sv-max-new-tokens", "#sv-prompt", "#sv-generate"):
         box = _box(page, what)
@@ -75,7 +76,8 @@ def _run(page, url, tokens=48):
     _set_tokens(page, tokens)
     page.locator("#sv-generate").click()
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
-    page.wait_for_timeout(500)
+    # the step buttons come back on with the last event after a run: the page is whole by then
+    page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
 
 
 def test_a_phone_width_window_stacks_the_panels_and_keeps_tokens_whole(browser, url):
@@ -109,8 +111,8 @@ def test_a_reload_during_a_run_shows_a_ready_page_not_a_blank_one(browser, url):
     page.locator("#sv-generate").click()
     page.wait_for_selector("#sv-spec .tok", timeout=HANG)  # under way
     page.reload()
-    page.wait_for_selector("#sv-generate")
-    page.wait_for_timeout(1000)
+    page.wait_for_selector("#sv-generate", timeout=HANG)
+    page.wait_for_timeout(1000)  # (nothing to wait for: the page must stay ready, not become so)
     assert "Ready" in page.locator("#sv-status").inner_text()
     assert "Press Generate" in page.locator("#sv-spec").inner_text()
     assert "Press Generate" in page.locator("#sv-base").inner_text()

@@ -12,7 +12,8 @@ import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
 from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
 
-pytestmark = pytest.mark.slow  # drives a real browser
+# slow: drives a real browser. One worker takes the whole module, in order: its tests share one app.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("page-browser")]
 
 DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
 STEPPER = ("#sv-step-live", "#sv-replay-previous", "#sv-replay-next", "#sv-step-phases", "#sv-replay-play",
@@ -95,7 +96,7 @@ class Held:
                 if self.left < 0:
                     self.going.clear()
         assert self.going.wait(HANG / 1000), "the test never released the run"
-        time.sleep(0.01)  # 120 tokens take seconds, so the page sees the run going before the hold
+        time.sleep(0.01)  # 300 tokens take 4 s or more, so the hold comes long before the end
 
     def stop(self, model) -> None:
         pass
@@ -116,9 +117,9 @@ def held_target(app_models):  # noqa: F811
 def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(browser, url, held_target):
     page = browser.new_page(viewport=DESKTOP)
     page.goto(url)
-    run(page, 120)
+    run(page, 300)
     page.wait_for_selector('#sv-status:has-text("so far")', timeout=HANG)  # past the warm-up: steps
-    held_target.hold_after(30)  # ~10 steps more, then the run waits (the baseline alone needs 120 passes)
+    held_target.hold_after(30)  # ~10 steps more, then the run waits (the baseline alone needs 300 passes)
     head = page.locator("#sv-inspector .sv-inspect-head")
     # while held, the status's heartbeat redraws the inspector with the steps so far
     page.wait_for_function("(document.querySelector('#sv-inspector .sv-inspect-head')?.innerText || '')"
@@ -135,7 +136,8 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     assert page.locator('#sv-status [data-state="running"]').count() == 1  # (held: more to go)
     held_target.release()
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
-    page.wait_for_timeout(500)  # the final redraw of the inspector and the slider
+    # the step buttons come back on with the last event after a run: everything is redrawn by then
+    page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
     assert head.inner_text().startswith("Step 2 of"), "the inspector jumped away from the reader's step"
     assert int(re.search(r"of (\d+)", head.inner_text()).group(1)) > seen  # it was redrawn meanwhile
     assert box.input_value() == "2"
@@ -166,7 +168,9 @@ def test_a_phone_sees_every_tab_every_verdict_and_hover_cards_inside_their_panel
     edge = tokens.nth(lefts.index(max(lefts)))  # the token nearest the panel's right edge
     edge.scroll_into_view_if_needed()
     edge.tap()  # a tap pins its hover card open
-    page.wait_for_timeout(100)  # the card is placed on the next frame
+    page.wait_for_function("el => el.classList.contains('sv-tip-open')", arg=edge.element_handle(), timeout=HANG)
+    # the card is placed in the next animation frame: wait two (a chart's redraw may hold one up)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     card = edge.evaluate(CARD_RIGHT)
     assert card is not None and card <= page.locator("#sv-spec .sv-panel").bounding_box()["x"] + panel["width"] + 0.5, \
         f"the hover card ends at {card}, past its panel's right edge"
