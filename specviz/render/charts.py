@@ -20,7 +20,9 @@ SERIES = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0
 FONT = dict(family="Inter, 'Segoe UI', system-ui, sans-serif", size=13, color="#1f2328")
 
 
-def _style(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
+def styled(fig: go.Figure, title: str, x: str, y: str, height: int = 280) -> go.Figure:
+    """The house style every chart shares (the serving and hardware charts too): title at the
+    left, axis titles, legend below, zoom kept across live updates."""
     fig.update_layout(
         title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
         template="plotly_white", font=FONT, height=height,
@@ -39,7 +41,7 @@ def distinct(labels: list[str]) -> list[str]:
     bar), so two tokens that print alike keep a bar each and still read the same."""
     return [f"{s} " * (1 + labels[:i].count(s)) if labels[:i].count(s) else s for i, s in enumerate(labels)]
 
-def _waiting(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
+def waiting_for(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
     """A chart with nothing to draw yet: its message on empty axes from 0 (plotly's own
     default range for no data, -1 to 4 or so, made counts and rates look negative)."""
     fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
@@ -51,10 +53,10 @@ def _waiting(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
 
 def acceptance_figure(spec: Trace) -> go.Figure:
     """Per step: accepted / drafted (bars) and the cumulative acceptance rate alpha (line)."""
-    fig = _style(go.Figure(), "Acceptance rate per step", "step", "accepted / drafted")
+    fig = styled(go.Figure(), "Acceptance rate per step", "step", "accepted / drafted")
     drafted = [e for e in spec.steps if e.draft]
     if not drafted:
-        return _waiting(fig, "nothing drafted yet")
+        return waiting_for(fig, "nothing drafted yet")
     return acceptance_bars(fig, [(e.step + 1, e.accepted, len(e.draft)) for e in drafted], "accepted")  # steps from 1
 
 
@@ -101,19 +103,19 @@ def _throughput_points(trace: Trace) -> tuple[list[float], list[float]]:
 
 def throughput_figure(spec: Trace, base: Trace) -> go.Figure:
     """Tokens per second so far, against engine time, for both runs (prefill included)."""
-    fig = _style(go.Figure(), "Tokens per second over time", "engine time (s)", "tokens / s")
+    fig = styled(go.Figure(), "Tokens per second over time", "engine time (s)", "tokens / s")
     if not spec.events and not base.events:
-        return _waiting(fig)
+        return waiting_for(fig)
     return speed_lines(fig, [(name, COLORS[name], *_throughput_points(trace))
                              for trace, name in ((spec, "speculative"), (base, "baseline"))])
 
 
 def accepted_length_figure(spec: Trace) -> go.Figure:
     """How many drafts each step kept: a histogram over the steps that drafted something."""
-    fig = _style(go.Figure(), "Accepted drafts per step", "accepted draft tokens", "steps")
+    fig = styled(go.Figure(), "Accepted drafts per step", "accepted draft tokens", "steps")
     drafted = [e for e in spec.steps if e.draft]
     if not drafted:
-        return _waiting(fig, "nothing drafted yet")
+        return waiting_for(fig, "nothing drafted yet")
     top = max(max(len(e.draft) for e in drafted), spec.k)
     counts = [0] * (top + 1)
     for e in drafted:
@@ -142,10 +144,10 @@ def position_rates(spec: Trace) -> list[tuple[int, int]]:
 
 def position_figure(spec: Trace) -> go.Figure:
     """Acceptance rate by draft position, given the verifier got that far."""
-    fig = _style(go.Figure(), "Acceptance by draft position", "draft position", "accepted / reached")
+    fig = styled(go.Figure(), "Acceptance by draft position", "draft position", "accepted / reached")
     rates = position_rates(spec)
     if not rates:
-        return _waiting(fig, "nothing drafted yet")
+        return waiting_for(fig, "nothing drafted yet")
     return position_bars(fig, rates, "accepted")
 
 
@@ -171,16 +173,16 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
     """
     height = 140 + 40 * max(len(rows), 2)
     # Short title and labels: a phone cut the longer ones off (the range is in the table)
-    speed = _style(go.Figure(), "Throughput<br><sup>median tokens/s; label = speedup over the baseline</sup>",
+    speed = styled(go.Figure(), "Throughput<br><sup>median tokens/s; label = speedup over the baseline</sup>",
                    "tokens / s", "", height=height)
     speed.update_layout(margin_t=60)
-    quality = _style(make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
+    quality = styled(make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.04,
                                    subplot_titles=("α", "τ", "target passes")),
                      "Acceptance and target work<br><sup>α acceptance rate · τ tokens per step · target passes</sup>",
                      "", "", height=height)
     quality.update_layout(margin_t=92)
     if not rows:
-        return _waiting(speed), _waiting(quality)
+        return waiting_for(speed), waiting_for(quality)
     names = [r["run"] for r in rows]
     colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
     labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" for r in rows]

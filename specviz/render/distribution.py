@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, residual
 from ..core.events import StepEvent
-from .charts import COLORS, FONT, _waiting, distinct
+from .charts import COLORS, FONT, waiting_for, distinct
 from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from .trace import Trace
 
@@ -87,7 +87,7 @@ def figure(pos: Position | None) -> go.Figure:
                       barmode="group", legend=dict(orientation="h", yanchor="top", y=-0.28, x=0),
                       yaxis=dict(range=[0, 1.25], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     if pos is None:
-        return _waiting(fig, "run something, then pick a step")
+        return waiting_for(fig, "run something, then pick a step")
     res = residual(pos.p, pos.q) if pos.q else {}
     tokens = sorted(set(pos.p) | set(pos.q), key=lambda t: (t == REST, -max(pos.p.get(t, 0), pos.q.get(t, 0))))
     tokens = [t for t in tokens if t != REST][:SHOWN] + ([REST] if REST in pos.p or REST in pos.q else [])

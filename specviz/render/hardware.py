@@ -11,7 +11,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from .charts import COLORS, _style, _waiting
+from .charts import COLORS, styled, waiting_for
 
 NO_CURVE = "Generate a run: this machine's verify cost is measured once per model"
 PARTS = (  # (retime part, legend, colour)
@@ -32,10 +32,10 @@ def _size(n: float) -> str:
 def curve_figure(curve, verified: float | None = None) -> go.Figure:
     """T(m) / T(1) for m = 1..32 on a log axis, beside the ideal (flat at 1) and a pass whose
     every token costs a full step (m); `verified` marks this run's tokens per pass."""
-    fig = _style(go.Figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
+    fig = styled(go.Figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
                  "time / one-token pass", height=320)
     if curve is None:
-        return _waiting(fig, NO_CURVE)
+        return waiting_for(fig, NO_CURVE)
     sizes, rel = list(curve.sizes), list(curve.relative)
     fig.add_scatter(x=sizes, y=[m for m in sizes], name="if each token cost a full step", mode="lines",
                     line=dict(color=COLORS["rejected"], dash="dot", width=2), hoverinfo="skip")
@@ -80,11 +80,11 @@ def curve_caption(curve, verified: float | None = None) -> str:
 
 def retime_figure(r) -> go.Figure:
     """Where each run's time goes on the profile, in plain decode steps: one stacked bar per run."""
-    fig = _style(go.Figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
+    fig = styled(go.Figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
                  height=300)
     fig.update_layout(legend=dict(y=-0.42, traceorder="normal"), margin_b=40)
     if r is None:
-        return _waiting(fig, "Generate a run (or replay a trace) to re-time it")
+        return waiting_for(fig, "Generate a run (or replay a trace) to re-time it")
     rows = ["speculative", "baseline"]
     for key, name, color in PARTS:
         xs = [r.spec[key], r.base[key]]

@@ -11,7 +11,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..render.charts import COLORS, _style, _waiting, acceptance_bars, position_bars, speed_lines
+from ..render.charts import COLORS, styled, waiting_for, acceptance_bars, position_bars, speed_lines
 from ..render.numbers import MIN_TOKENS, _card
 from ..render.status import count
 from .records import ServerRun, SpecStats
@@ -128,24 +128,24 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
 
 def step_figure(s: SpecStats | None) -> go.Figure:
     """Per verify step: kept / drafted (bars) and the cumulative acceptance rate alpha (line)."""
-    fig = _style(go.Figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
+    fig = styled(go.Figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
     if s is None:
-        return _waiting(fig, "no speculation fields from this server yet")
+        return waiting_for(fig, "no speculation fields from this server yet")
     if s.per_step_accepted is None or s.per_step_drafted is None:
-        return _waiting(fig, f"totals only: α = {s.acceptance_rate:.2f} ({s.accepted} of {s.drafted}); "
+        return waiting_for(fig, f"totals only: α = {s.acceptance_rate:.2f} ({s.accepted} of {s.drafted}); "
                              f"per-step counts: {DETAILED}")
     steps = [(i, a, d) for i, (a, d) in enumerate(zip(s.per_step_accepted, s.per_step_drafted), start=1) if d]
     if not steps:
-        return _waiting(fig, "nothing drafted")
+        return waiting_for(fig, "nothing drafted")
     return acceptance_bars(fig, steps, "kept")
 
 
 def position_figure(s: SpecStats | None) -> go.Figure:
     """P(draft i kept | the step drafted at least i), from the per-step arrays."""
-    fig = _style(go.Figure(), "Acceptance by draft position", "draft position", "kept / offered")
+    fig = styled(go.Figure(), "Acceptance by draft position", "draft position", "kept / offered")
     counts = s.per_position_counts if s else []
     if not counts:
-        return _waiting(fig, f"needs per-step counts ({DETAILED})" if s else "no speculation fields yet")
+        return waiting_for(fig, f"needs per-step counts ({DETAILED})" if s else "no speculation fields yet")
     return position_bars(fig, counts, "kept")
 
 
@@ -165,11 +165,11 @@ def _speed_points(run: ServerRun) -> tuple[list[float], list[float]]:
 
 
 def speed_figure(spec: ServerRun | None, base: ServerRun | None) -> go.Figure:
-    fig = _style(go.Figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
+    fig = styled(go.Figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
     runs = [(name, COLORS[key], *_speed_points(r))
             for r, name, key in ((spec, "speculative", "speculative"), (base, "plain", "baseline")) if r is not None]
     if not any(xs for _, _, xs, _ in runs):
-        return _waiting(fig)
+        return waiting_for(fig)
     return speed_lines(fig, runs)
 
 
