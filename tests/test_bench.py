@@ -127,6 +127,35 @@ def test_runs_alternate_between_baseline_and_drafter(target, prompts):
     ]
 
 
+def test_the_thread_count_is_chosen_again_before_each_prompt_and_kept_for_its_arms(target, prompts):
+    """A neighbour starting mid-bench: the count drops between prompts, never inside one, each
+    run says its count, and the change is said once, naming the prompt it starts from."""
+    from specviz.bench.command import threads_again
+
+    encoded = [(suite.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:4])]
+    counts, said, was = iter([2, 1, 1]), [], torch.get_num_threads()
+
+    def choose(role):  # what threads.for_run does, with the machine's answers made up
+        n = next(counts)
+        torch.set_num_threads(n)
+        return f"{n} torch threads ({role})"
+
+    try:
+        torch.set_num_threads(2)
+        before = threads_again(said.append, choose)
+        cfg = BenchConfig(max_new_tokens=4, repeats=2, warmup=False, cost_repeats=1)
+        result = run_benchmark(target, make_drafters(["pld"], loaded(target)), encoded, cfg, before_prompt=before)
+    finally:
+        torch.set_num_threads(was)
+    per_prompt = {}
+    for r in result.records:
+        per_prompt.setdefault(r.prompt_id, set()).add(r.threads)
+    assert per_prompt == {"p0": {2}, "p1": {1}, "p2": {1}}
+    assert said == ["bench: from prompt p1 on, 1 torch threads (batch)"]
+    doc = report.raw_document(result, {}, {})
+    assert [run["threads"] for run in doc["runs"]] == [r.threads for r in result.records]
+
+
 def test_suffix_memory_carries_across_a_series_per_arm_and_repeat_never_from_warm_ups(target):
     """Each (arm, repeat) keeps one memory per series: request 2 of a series (the same prompt
     again, here) drafts from request 1's answer, the other series starts cold, and neither a

@@ -159,7 +159,7 @@ def main(args: argparse.Namespace) -> int:
     bar = _Progress(args.no_progress)
     try:
         result = run_benchmark(target.model, drafters, encoded, cfg, peer_names,
-                               progress=bar.step, total=bar.start)
+                               progress=bar.step, total=bar.start, before_prompt=threads_again(bar.say))
     finally:
         bar.close()
 
@@ -196,6 +196,25 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def threads_again(say, choose=for_run):
+    """Before each prompt: torch's thread count again, from what the machine is doing then.
+    A neighbour that starts mid-bench turns a 2-thread run into a crawl (arms at 0.2-0.4x of
+    their quiet speed here); re-choosing between prompts keeps every arm of one prompt on one
+    count, so a prompt's ratios stay fair, and each run's count is in the JSON. Says so when
+    the count changes."""
+    import torch
+
+    current = torch.get_num_threads()
+
+    def before(prompt) -> None:
+        nonlocal current
+        line = choose("batch")
+        if torch.get_num_threads() != current:
+            current = torch.get_num_threads()
+            say(f"bench: from prompt {prompt.id} on, {line}")
+    return before
+
+
 class _Progress:
     """Progress on stderr: a tqdm bar on a terminal; elsewhere (a log file, CI, a Space's logs)
     a plain line at most every `every` seconds and at the end, so a long run is never silent.
@@ -225,6 +244,10 @@ class _Progress:
         if self.lines and (now - self.last >= self.every or self.done == self.total):
             self.last = now
             print(progress_line(self.done, self.total, now - self.t0, label), file=sys.stderr, flush=True)
+
+    def say(self, line: str) -> None:
+        """A line on stderr that does not break the bar."""
+        self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()

@@ -37,7 +37,7 @@ SUMMARY_FIELDS = (
     "predicted_closed_form", "efficiency", "identical", "agree_on_common_prefix",
 )
 RUN_FIELDS = ("prompt_id", "category", "arm", "repeat", "tokens", "elapsed", "prefill", "steps", "drafted",
-              "accepted", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason")
+              "accepted", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason", "threads")
 
 
 def environment(device, dtype, load_before: float | None = None) -> dict:

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import torch
+
 from ..core.errors import SpecvizError
 from ..core.events import RunEnd, StepEvent
 from ..core.sampling import Sampling
@@ -93,6 +95,7 @@ class RunRecord:
     draft_lengths: dict[int, int] = field(default_factory=dict)  # {n drafted (tree: nodes): steps}
     step_outcomes: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per step
     stop_reason: str = ""
+    threads: int = 0  # torch's thread count for this run (the bench may change it between prompts)
 
     @property
     def tokens(self) -> int:
@@ -181,7 +184,7 @@ class Runner:
                 key = (arm.label, repeat, prompt.memory_scope)
                 suffix.memory = self.memories.setdefault(key, SuffixMemory()) if remember else SuffixMemory()
             events = speculative_generate(self.target, drafter.drafter, ids, cfg, remember=remember)
-        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, [], 0.0)
+        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, [], 0.0, threads=torch.get_num_threads())
         lengths = Counter()
         with self.target_clock, (draft_clock or contextlib.nullcontext()):
             self.target_clock.reset()
@@ -219,7 +222,8 @@ class Runner:
                 draft_clock.reset()
             token_ids, seconds = peers.run_peer(self.target, ids, kwargs, self.cfg.sampling.seed + repeat)
         # generate()'s first target forward is its prefill; its set-up counts as decoding.
-        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, token_ids, seconds, prefill=clock.first)
+        rec = RunRecord(prompt.id, prompt.category, arm.label, repeat, token_ids, seconds, prefill=clock.first,
+                        threads=torch.get_num_threads())
         rec.target_forward = clock.seconds - clock.first
         if draft_clock:  # the assistant's prefill is inside its first call too
             rec.draft_forward = draft_clock.seconds - draft_clock.first
@@ -231,8 +235,10 @@ class Runner:
 def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[BenchPrompt, list[int]]],
                   config: BenchConfig, peer_names: list[str] = (),
                   progress: Callable[[str], None] | None = None, total: Callable[[int], None] | None = None,
-                  ) -> BenchResult:
-    """Run every arm on every prompt; `progress(label)` is called after each unit of work."""
+                  before_prompt: Callable[[BenchPrompt], None] | None = None) -> BenchResult:
+    """Run every arm on every prompt; `progress(label)` is called after each unit of work and
+    `before_prompt(prompt)` before each prompt's runs (the command re-chooses torch's thread
+    count there: every arm of a prompt then runs with the same count, so its ratios stay fair)."""
     if not prompts:
         raise SpecvizError("no prompts to run")
     arms = plan_arms(drafters, config, list(peer_names))
@@ -250,6 +256,8 @@ def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[Benc
 
     forward_seconds, records = {}, []
     for prompt, ids in prompts:
+        if before_prompt:
+            before_prompt(prompt)
         mine = []
         for repeat, arm in order:
             mine.append(runner.run(prompt, ids, arm, repeat))
