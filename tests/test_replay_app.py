@@ -140,6 +140,35 @@ def test_next_step_in_phases_draws_drafts_pending_then_checked_then_judged(sampl
     assert f'data-kind="{first.token_kind}" data-step="{first.step}"' not in panels[2]
 
 
+def test_an_uploaded_trace_is_re_timed_with_the_costs_of_the_machine_that_recorded_it(sampled, tmp_path):  # noqa: F811
+    """A run recorded on a GPU, replayed on this CPU: the hardware block draws the file's flat
+    curve and says whose it is, not this machine's; this session's own run says 'measured'."""
+    from dataclasses import replace
+
+    from specviz.ui import hardware
+    from test_trace_file import H200
+
+    rec, _ = sampled
+    path = tmp_path / "h200.json"
+    trace_file.save(path, replace(rec, curve=H200, info=replace(rec.info, device="cuda: NVIDIA H200")))
+    session = Session()
+    *_, r, _, _, _ = open_trace(str(path), session, Policy())
+    step(r, session, +3)
+    figure, caption, line, _ = hardware.show(session, hardware.THIS, 0.1, 0.05)
+    assert 'data-curve="recorded"' in caption and "the machine that recorded this run (cuda: NVIDIA H200)" in caption
+    assert [t.name for t in figure.data][2] == "measured on cuda: NVIDIA H200"
+    assert list(figure.data[2].y) == pytest.approx(list(H200.relative))  # the file's curve, not one measured here
+    assert "the machine that recorded this run's verify curve" in line
+
+    session = Session()  # a run made here, stepped through: its curve is this machine's
+    session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True,
+                                       curve=H200)
+    session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
+    *_, r = step_through(session)
+    step(r, session, +3)
+    assert 'data-curve="measured"' in hardware.show(session, hardware.THIS, 0.1, 0.05)[1]
+
+
 # ---- in a browser ----------------------------------------------------------------------------
 
 def no_models():

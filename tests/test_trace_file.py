@@ -2,6 +2,7 @@
 in one sentence, and the CLI's `--trace` / `replay` pair printing the same run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -14,6 +15,7 @@ from specviz.core.sampling import Sampling
 from specviz.drafters.choose import draft_model, make_drafter
 from specviz.engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from specviz.engine.interleave import interleave
+from specviz.engine.verify_cost import VerifyCurve
 from specviz.modeling import models
 from specviz.render.trace import Trace
 from specviz.traces import replay, trace_file
@@ -112,6 +114,37 @@ def test_a_bad_file_is_refused_in_one_sentence(sampled, make, words):
     assert "sys." not in str(info.value) and "got float" not in str(info.value)  # Python's words, not ours
 
 
+H200 = VerifyCurve(sizes=(1, 2, 4, 8, 16, 32), seconds=(0.004, 0.004, 0.0041, 0.0042, 0.0044, 0.006),
+                   weight_bytes=16_000_000_000, device="cuda:0", dtype="bfloat16")
+
+
+def test_the_verify_cost_curve_travels_with_the_run_and_older_files_still_load(sampled):
+    rec, _ = sampled
+    back = trace_file.loads(trace_file.dumps(dataclasses.replace(rec, curve=H200)))
+    assert back.curve == H200 and back.curve.cost(5) == pytest.approx(H200.cost(5))
+    doc = good_doc(sampled)  # a file written before curves were kept
+    assert "verify_cost" not in doc and trace_file.loads(json.dumps(doc)).curve is None
+
+
+def with_curve(doc, **change):
+    return json.dumps({**doc, "verify_cost": {**dataclasses.asdict(H200), **change}})
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(sizes=[2, 4, 8], seconds=[1.0, 1.0, 1.0]), "do not start at one token"),
+    (dict(sizes=[1, 4, 2, 8, 16, 32]), "do not ascend"),
+    (dict(seconds=[0.004, 0.0]), "disagree in length"),
+    (dict(seconds=[0.004, 0.004, 0.0, 0.004, 0.004, 0.004]), "a time is not positive"),
+    (dict(sizes=list(range(1, 200)), seconds=[1.0] * 199), "199 sizes"),
+    (dict(sizes=[]), "has no sizes"),
+    (dict(weight_bytes="lots"), "should be int"),
+])
+def test_a_damaged_curve_is_refused_in_one_sentence(sampled, change, words):
+    with pytest.raises(TraceFileError) as info:
+        trace_file.loads(with_curve(good_doc(sampled), **change))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
 def test_a_file_over_the_size_limit_is_not_read(sampled, tmp_path):
     path = tmp_path / "big.json"
     path.write_text(" " * 2_000_000 + trace_file.dumps(sampled[0]))
@@ -125,6 +158,8 @@ def test_cli_replay_prints_what_generate_printed_with_no_model(app_models, tmp_p
             "--max-new-tokens", "20"]
     assert main(["generate", *args, "--trace", str(path)]) == 0
     generated = capsys.readouterr().out
+    curve = trace_file.load(path).curve  # the target's verify cost on the machine that ran it
+    assert curve is not None and curve.sizes[0] == 1 and curve.weight_bytes > 0
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("replay loaded a model"))
     assert main(["replay", str(path)]) == 0
     assert capsys.readouterr().out == generated  # the same coloured text and the same summary

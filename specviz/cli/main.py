@@ -135,7 +135,7 @@ def generate(args) -> int:
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
     warm_up(target.model, drafter, prompt, cfg)
     # Why checking is cheap (or not) here: timed after warm-up and before the runs, never inside them.
-    curve = verify_cost.curve(target.model) if args.json else None
+    curve = verify_cost.curve(target.model) if args.json or args.trace else None  # a trace keeps it too
 
     spec = speculative_generate(target.model, drafter, prompt, cfg)
     runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
@@ -148,7 +148,7 @@ def generate(args) -> int:
     if memory is not None:
         memory.save(args.suffix_memory)
     if args.trace:
-        trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"])
+        trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"], curve)
 
     result = {
         "text": "".join(models.token_strings(target, _without_eos(target, end.token_ids))),  # whole characters

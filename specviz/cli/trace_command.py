@@ -30,11 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="one line per speculative step: its drafts, kept or rejected, then the target's token")
 
 
-def save(args, target, cfg, spec, base) -> None:
-    """Write `generate`'s run (spec and base Traces, labelled) to args.trace."""
+def save(args, target, cfg, spec, base, curve=None) -> None:
+    """Write `generate`'s run (spec and base Traces, labelled, and the target's verify-cost
+    curve on this machine) to args.trace."""
     info = RunInfo(target=args.target, drafter=args.drafter, prompt=args.prompt, greedy=cfg.sampling.greedy,
                    config=asdict(cfg), source="cli", device=trace_file.describe_device(target.model))
-    trace_file.save(args.trace, Recording(info, spec, base))
+    trace_file.save(args.trace, Recording(info, spec, base, curve))
     print(f"specviz: trace saved to {args.trace}", file=sys.stderr)
 
 

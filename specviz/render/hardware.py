@@ -29,9 +29,10 @@ def _size(n: float) -> str:
     return f"{n:.0f} bytes"
 
 
-def curve_figure(curve, verified: float | None = None) -> go.Figure:
+def curve_figure(curve, verified: float | None = None, recorded_on: str | None = None) -> go.Figure:
     """T(m) / T(1) for m = 1..32 on a log axis, beside the ideal (flat at 1) and a pass whose
-    every token costs a full step (m); `verified` marks this run's tokens per pass."""
+    every token costs a full step (m); `verified` marks this run's tokens per pass;
+    `recorded_on`: the curve came with a replayed trace from that machine."""
     fig = styled(go.Figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
                  "time / one-token pass", height=320)
     if curve is None:
@@ -41,7 +42,8 @@ def curve_figure(curve, verified: float | None = None) -> go.Figure:
                     line=dict(color=COLORS["rejected"], dash="dot", width=2), hoverinfo="skip")
     fig.add_scatter(x=sizes, y=[1.0] * len(sizes), name="ideal: memory-bound, extra tokens free", mode="lines",
                     line=dict(color=COLORS["accepted"], dash="dash", width=2), hoverinfo="skip")
-    fig.add_scatter(x=sizes, y=rel, name="measured on this machine", mode="lines+markers",
+    fig.add_scatter(x=sizes, y=rel, name=f"measured on {recorded_on}" if recorded_on else "measured on this machine",
+                    mode="lines+markers",
                     line=dict(color=COLORS["corrected"], width=3), marker=dict(size=8),
                     customdata=[[1e3 * t] for t in curve.seconds],
                     hovertemplate="%{x} tokens: %{y:.2f}× one token (%{customdata[0]:.1f} ms)<extra></extra>")
@@ -57,24 +59,28 @@ def curve_figure(curve, verified: float | None = None) -> go.Figure:
     return fig
 
 
-def curve_caption(curve, verified: float | None = None) -> str:
-    """One plain sentence of what the curve means, for the run's pass size (k + 1 = 5 when none)."""
+def curve_caption(curve, verified: float | None = None, recorded_on: str | None = None) -> str:
+    """One plain sentence of what the curve means, for the run's pass size (k + 1 = 5 when none).
+    recorded_on: the curve came with a replayed trace, measured on that machine, not this one."""
     if curve is None:
         return f'<div class="sv-cost-caption" data-curve="none">{escape(NO_CURVE)}.</div>'
     m = verified if verified is not None and verified > 1 else 5
     v, weights = curve.cost(m), _size(curve.weight_bytes)
     n = f"{m:.0f}" if float(m).is_integer() else f"{m:.1f}"
-    head = f"Checking {n} tokens in one pass costs {v:.2f}× one token here, not {n}×: every pass must read all {weights} of weights"
+    here, that = (f"on the machine that recorded this run ({recorded_on})", "that") if recorded_on else ("here", "this")
+    head = (f"Checking {n} tokens in one pass costs {v:.2f}× one token {here}, not {n}×: every pass must read "
+            f"all {weights} of weights")
     if v <= 1 + 0.04 * (m - 1):
         text = f"{head}, and the extra tokens ride along almost free, which is what speculative decoding counts on."
     else:
         each = 100 * (v - 1) / (m - 1)
-        text = (f"{head}, but this machine's arithmetic is slow enough that each extra token still adds "
+        text = (f"{head}, but {that} machine's arithmetic is slow enough that each extra token still adds "
                 f"{each:.0f}% of a step; on a GPU the curve stays flat to ~16 tokens, which is why speedups "
                 "are larger there.")
     fact = (f"One-token pass: {1e3 * curve.seconds[0]:.1f} ms on {curve.device} ({curve.dtype}), "
             f"about {_size(curve.bandwidth)}/s if it reads the weights once.")
-    return (f'<div class="sv-cost-caption" data-curve="measured" data-v="{v:.3f}"><p>{escape(text)}</p>'
+    source = "recorded" if recorded_on else "measured"
+    return (f'<div class="sv-cost-caption" data-curve="{source}" data-v="{v:.3f}"><p>{escape(text)}</p>'
             f'<p class="sv-cost-fact">{escape(fact)}</p></div>')
 
 

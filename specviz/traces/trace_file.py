@@ -9,13 +9,16 @@ model would be needed to recompute:
      "info": {"target", "drafter", "prompt", "greedy", "config", "source", "device", "created"},
      "runs": [{"role": "speculative" | "baseline", "label", "k", "error",
                "events": [{"type": "step" | "token", ...the event's fields..., "text": {...}}],
-               "end": {"type": "end", "token_ids", "stats"} | null}]}
+               "end": {"type": "end", "token_ids", "stats"} | null}],
+     "verify_cost": {"sizes", "seconds", "weight_bytes", "device", "dtype"}}   (optional)
 
 Each event is core/events.py's dataclass as a dict (event_to_dict), so a step carries its draft,
 p and q, min(1, p/q), the draws u, and the target's and drafter's top (token, prob) at every
 position (p_top, q_top), a baseline token its top; "text" is its render.Labels (the tokens'
 display text as the run showed them), so no tokenizer is needed either. Times are the
-engine's own, which is what replay.py paces a race by.
+engine's own, which is what replay.py paces a race by. "verify_cost" is the target's
+verify-cost curve on the machine that recorded the run (engine/verify_cost.py), so a replay
+elsewhere re-times the run with the costs it really had; older files without it still load.
 
 `load` checks everything it reads and refuses a wrong, damaged, oversized or newer file in
 one sentence (TraceFileError), so a replay never meets a half-valid event. JSON only: a
@@ -35,10 +38,12 @@ from dataclasses import dataclass, field
 from ..core.errors import SpecvizError
 from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
 from ..core.tree import check_parents
+from ..engine.verify_cost import VerifyCurve
 from ..render.trace import Labels, Trace
 
 FORMAT, VERSION = "specviz-trace", 1
 MAX_TOKEN_ID = 2**31 - 1  # tokenizers index ids with 32-bit integers
+MAX_CURVE_SIZES = 64  # a measured curve has a handful of sizes (1, 2, 4, ..., 32)
 ROLES = ("speculative", "baseline")
 
 
@@ -67,6 +72,7 @@ class Recording:
     info: RunInfo
     spec: Trace
     base: Trace | None = None
+    curve: VerifyCurve | None = None  # the target's verify-cost curve where the run was recorded
 
 
 # Writing ------------------------------------------------------------------------------------
@@ -97,8 +103,10 @@ def dumps(recording: Recording) -> str:
     runs = [_run_dict("speculative", recording.spec)]
     if recording.base is not None:
         runs.append(_run_dict("baseline", recording.base))
-    return json.dumps({"format": FORMAT, "version": VERSION, "info": dataclasses.asdict(info), "runs": runs},
-                      ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    doc = {"format": FORMAT, "version": VERSION, "info": dataclasses.asdict(info), "runs": runs}
+    if recording.curve is not None:
+        doc["verify_cost"] = dataclasses.asdict(recording.curve)  # what was measured; the rest is derived
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def save(path, recording: Recording) -> None:
@@ -160,7 +168,25 @@ def loads(data: str | bytes) -> Recording:
         traces[role] = _trace(run, role)
     if "speculative" not in traces:
         raise TraceFileError("the trace has no speculative run")
-    return Recording(info, traces["speculative"], traces.get("baseline"))
+    curve = _curve(doc["verify_cost"]) if doc.get("verify_cost") is not None else None
+    return Recording(info, traces["speculative"], traces.get("baseline"), curve)
+
+
+def _curve(d) -> VerifyCurve:
+    """The recorded verify-cost curve, checked as the hardware view relies on it: sizes
+    ascending from 1, one positive time each."""
+    curve = _build(VerifyCurve, d, "the trace's verify-cost curve")
+    sizes, seconds = curve.sizes, curve.seconds
+    problem = (not sizes and "it has no sizes" or
+               len(sizes) > MAX_CURVE_SIZES and f"it has {len(sizes)} sizes, where a curve has a handful" or
+               len(seconds) != len(sizes) and "its sizes and times disagree in length" or
+               sizes[0] != 1 and "its sizes do not start at one token" or
+               any(b <= a for a, b in zip(sizes, sizes[1:])) and "its sizes do not ascend" or
+               any(t <= 0 for t in seconds) and "a time is not positive" or
+               curve.weight_bytes < 0 and "its weight size is negative")
+    if problem:
+        raise TraceFileError(f"the trace's verify-cost curve is damaged: {problem}")
+    return curve
 
 
 def _no_constant(name: str):

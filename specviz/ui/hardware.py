@@ -93,8 +93,10 @@ def show(session, profile, slope, cost) -> list:
     """The curve, its caption, the re-timing's line and its bars for the run on screen."""
     frame = getattr(session, "last", None)
     curve = None if frame is None else _curve(session)
+    where = getattr(frame, "recorded_on", None) if curve is not None and curve is getattr(frame, "curve", None) else None
+    machine = "the machine that recorded this run" if where else "this machine"
     if frame is None or not frame.spec.steps:
-        return [curve_figure(curve), curve_caption(curve),
+        return [curve_figure(curve, recorded_on=where), curve_caption(curve, recorded_on=where),
                 '<div class="sv-retime">Generate a run (or replay a trace) to re-time it.</div>', retime_figure(None)]
     h = headline(frame.spec, frame.base, curve)
     verified = h.verified if h.verified > 1 else None
@@ -104,16 +106,16 @@ def show(session, profile, slope, cost) -> list:
     try:
         r = retime(spec, base, chosen)
     except SpecvizError as e:
-        return [curve_figure(curve, verified), curve_caption(curve, verified),
+        return [curve_figure(curve, verified, where), curve_caption(curve, verified, where),
                 f'<div class="sv-retime">{escape(str(e))}</div>', retime_figure(None)]
     line = retime_html(r, h.speedup)
     if curve is not None and profile == THIS:
         model = retime(spec, base, from_curve(curve.cost, c))
-        line += (f'<div class="sv-retime-note">The cost model alone (this machine\'s verify curve and c = {c:.3f}) '
+        line += (f'<div class="sv-retime-note">The cost model alone ({machine}\'s verify curve and c = {c:.3f}) '
                  f"gives {model.speedup:.2f}×; the difference is what it leaves out (the engine's bookkeeping, "
                  "the run's timing noise).</div>")
     elif curve is not None and verified is not None:
         line += (f'<div class="sv-retime-note">Why: a pass over this run\'s {verified:.1f} tokens costs '
-                 f"{curve.cost(verified):.2f} steps on this machine and {chosen.verify(verified):.2f} on this "
+                 f"{curve.cost(verified):.2f} steps on {machine} and {chosen.verify(verified):.2f} on this "
                  "profile; drafting costs the same share of a step on both.</div>")
-    return [curve_figure(curve, verified), curve_caption(curve, verified), line, retime_figure(r)]
+    return [curve_figure(curve, verified, where), curve_caption(curve, verified, where), line, retime_figure(r)]

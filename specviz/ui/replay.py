@@ -40,8 +40,9 @@ SPEEDS = (0.1, 10.0)  # the speed slider's range: x true speed
 class Replay:
     """One visitor's loaded trace and how far it has been played. Plain attributes: gr.State."""
 
-    def __init__(self, recording: Recording, name: str):
+    def __init__(self, recording: Recording, name: str, from_file: bool = False):
         self.recording, self.name = recording, name
+        self.from_file = from_file  # an uploaded trace (maybe another machine's), not this session's run
         self.position = 0  # speculative steps shown
         self.playing = False
         self.stop = False  # Pause was pressed during a race
@@ -155,7 +156,7 @@ def recording(session) -> Recording | None:
         config["eos_token_ids"] = [end.token_ids[-1]]  # the token that ended it: the run's EOS
     info = RunInfo(target=settings.target, drafter=settings.drafter, prompt=settings.prompt,
                    greedy=settings.greedy, config=config, source="app", device=describe_device())
-    return Recording(info, frame.spec, frame.base)
+    return Recording(info, frame.spec, frame.base, frame.curve)
 
 
 def offer_download(session):
@@ -183,7 +184,9 @@ def _new_file() -> Path:
 def _frame(r: Replay, spec, base, state: str, message: str, fraction: float | None = None) -> Frame:
     info = r.recording.info
     return Frame(base=base, runs=[spec], message=message, state=state, fraction=fraction, greedy=info.greedy,
-                 final=state != "running", target=info.target, steps=playback.step_count(r.recording))
+                 final=state != "running", target=info.target, steps=playback.step_count(r.recording),
+                 curve=r.recording.curve,  # the recording machine's costs, when the file has them
+                 recorded_on=(info.device or "unknown") if r.from_file and r.recording.curve else None)
 
 
 def _values(frame: Frame, session, r: Replay | None) -> list:
@@ -232,7 +235,7 @@ def open_trace(path, session, policy: Policy):
         if Path(path).suffix.lower() != ".json":
             raise SpecvizError(f"{Path(path).name} is not a trace: a trace is the .json file that "
                                "'Download trace' saves")
-        r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name)
+        r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name, from_file=True)
     except SpecvizError as e:
         return [*_values(error_frame(str(e)), session, None), "", gr.skip(), None]
     spec, base = playback.fresh(r.recording)

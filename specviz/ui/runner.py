@@ -53,6 +53,7 @@ class Frame:
     charts: bool = True  # redraw the charts and the step inspector with this frame (see throttle)
     playing: tuple | None = None  # a step played in phases, (StepEvent, Labels, phase), after spec's text
     curve: object = None  # the target's verify_cost.VerifyCurve on this machine, once measured
+    recorded_on: str | None = None  # a replay whose curve came with its file: the machine that recorded it
     steps: int | None = None  # the whole run's steps, when spec holds only the first ones (a replay)
 
     @property
