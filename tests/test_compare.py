@@ -87,10 +87,15 @@ def test_drafter_none_measures_about_the_baseline_warm_start_and_turns(app_model
     forward.observe(target.model, ColdStart(0.5))
     try:
         s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=32)
-        *_, frame = compare_drafters(s, Policy(), real_models, never, drafters=["none"], rounds=3)
+        said = []
+        for frame in compare_drafters(s, Policy(), real_models, never, drafters=["none"], rounds=3):
+            said.append(frame.message)
     finally:
         forward.observe(target.model, None)
     assert frame.state == "done" and len(frame.rounds) == 3
+    n = len(real_models.encode_prompt(target, PROMPT))
+    assert f"Round 1 of 3: 2 runs taking turns, each reading the prompt first (prefill of {n} tokens)" in said
+    assert f"on a prompt of {n} tokens" in said[-1]
     base, none = compare_rows(frame.base, frame.runs, frame.rounds)
     assert base["speedup"] == 1.0 and none["rounds"] == 3
     assert none["speedup_min"] <= none["speedup"] <= none["speedup_max"]

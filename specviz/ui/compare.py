@@ -72,7 +72,8 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         for r in range(rounds):
             if should_stop() or not arms:
                 break
-            frame.message = f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns"
+            frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
+                             f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
             frame.fraction = r / rounds
             yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0)
             if all(t.done for t in _timed(frame, arms)):
@@ -80,8 +81,8 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         _finish(frame, should_stop)
         n = len(frame.rounds)
         if frame.state == "done":
-            frame.message = (f"Done: {count(n, 'round')} of every run taking turns after a warm-up; "
-                             "speedups are the median (range) over the rounds.")
+            frame.message = (f"Done: {count(n, 'round')} of every run taking turns after a warm-up, on a prompt "
+                             f"of {count(len(ids), 'token')}; speedups are the median (range) over the rounds.")
         if any(t.error for t in frame.runs) and frame.state == "done":
             frame.message += " Some drafters could not run: see their panels."
     except Exception as e:
