@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, residual
 from ..core.events import StepEvent
-from .charts import COLORS, FONT, waiting_for, distinct
+from .charts import COLORS, FONT, distinct, figure as new_figure, waiting_for
 from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from .trace import Trace
 
@@ -81,9 +81,9 @@ def _name(pos: Position, t: int) -> str:
 
 
 def figure(pos: Position | None) -> go.Figure:
-    fig = go.Figure()
+    fig = new_figure()
     # Room above 1 for the "drafted" arrow, and the legend under the bars: on top it covered the arrow.
-    fig.update_layout(template="plotly_white", font=FONT, height=340, margin=dict(l=50, r=10, t=40, b=60),
+    fig.update_layout(font=FONT, height=340, margin=dict(l=50, r=10, t=40, b=60),
                       barmode="group", legend=dict(orientation="h", yanchor="top", y=-0.28, x=0),
                       yaxis=dict(range=[0, 1.25], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     if pos is None:

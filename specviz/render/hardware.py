@@ -11,7 +11,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from .charts import COLORS, styled, waiting_for
+from .charts import COLORS, figure, styled, waiting_for
 
 NO_CURVE = "Generate a run: this machine's verify cost is measured once per model"
 PARTS = (  # (retime part, legend, colour)
@@ -33,7 +33,7 @@ def curve_figure(curve, verified: float | None = None, recorded_on: str | None =
     """T(m) / T(1) for m = 1..32 on a log axis, beside the ideal (flat at 1) and a pass whose
     every token costs a full step (m); `verified` marks this run's tokens per pass;
     `recorded_on`: the curve came with a replayed trace from that machine."""
-    fig = styled(go.Figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
+    fig = styled(figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
                  "time / one-token pass", height=320)
     if curve is None:
         return waiting_for(fig, NO_CURVE)
@@ -86,7 +86,7 @@ def curve_caption(curve, verified: float | None = None, recorded_on: str | None 
 
 def retime_figure(r) -> go.Figure:
     """Where each run's time goes on the profile, in plain decode steps: one stacked bar per run."""
-    fig = styled(go.Figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
+    fig = styled(figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
                  height=300)
     fig.update_layout(legend=dict(y=-0.42, traceorder="normal"), margin_b=40)
     if r is None:

@@ -11,7 +11,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..render.charts import COLORS, styled, waiting_for, acceptance_bars, position_bars, speed_lines
+from ..render.charts import COLORS, acceptance_bars, figure, position_bars, speed_lines, styled, waiting_for
 from ..render.numbers import MIN_TOKENS, _card
 from ..render.status import count
 from .records import ServerRun, SpecStats
@@ -128,7 +128,7 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
 
 def step_figure(s: SpecStats | None) -> go.Figure:
     """Per verify step: kept / drafted (bars) and the cumulative acceptance rate alpha (line)."""
-    fig = styled(go.Figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
+    fig = styled(figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
     if s is None:
         return waiting_for(fig, "no speculation fields from this server yet")
     if s.per_step_accepted is None or s.per_step_drafted is None:
@@ -142,7 +142,7 @@ def step_figure(s: SpecStats | None) -> go.Figure:
 
 def position_figure(s: SpecStats | None) -> go.Figure:
     """P(draft i kept | the step drafted at least i), from the per-step arrays."""
-    fig = styled(go.Figure(), "Acceptance by draft position", "draft position", "kept / offered")
+    fig = styled(figure(), "Acceptance by draft position", "draft position", "kept / offered")
     counts = s.per_position_counts if s else []
     if not counts:
         return waiting_for(fig, f"needs per-step counts ({DETAILED})" if s else "no speculation fields yet")
@@ -165,7 +165,7 @@ def _speed_points(run: ServerRun) -> tuple[list[float], list[float]]:
 
 
 def speed_figure(spec: ServerRun | None, base: ServerRun | None) -> go.Figure:
-    fig = styled(go.Figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
+    fig = styled(figure(), "Tokens per second over time", "seconds since the request", "tokens / s")
     runs = [(name, COLORS[key], *_speed_points(r))
             for r, name, key in ((spec, "speculative", "speculative"), (base, "plain", "baseline")) if r is not None]
     if not any(xs for _, _, xs, _ in runs):

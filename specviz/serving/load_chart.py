@@ -7,9 +7,8 @@ log10 coordinates and a trace is easy to find by name.
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from ..render.charts import COLORS, FONT
+from ..render.charts import COLORS, FONT, subplots
 from .load import ARMS
 
 TITLES = ("Total tokens/s", "Time to first token (s): p50 solid, p95 dotted",
@@ -27,7 +26,7 @@ def _series(doc: dict, arm: str, key: str, scale: float = 1.0) -> tuple[list, li
 
 
 def build(doc: dict) -> go.Figure:
-    fig = make_subplots(rows=2, cols=2, subplot_titles=TITLES, horizontal_spacing=0.1, vertical_spacing=0.16)
+    fig = subplots(rows=2, cols=2, subplot_titles=TITLES, horizontal_spacing=0.1, vertical_spacing=0.16)
     for arm in ARMS:
         colour = COLORS[arm]
         x, y = _series(doc, arm, "tokens_per_s")
@@ -55,7 +54,7 @@ def build(doc: dict) -> go.Figure:
                      showline=True, linecolor="#bbb")
     fig.update_yaxes(rangemode="tozero", showline=True, linecolor="#bbb")
     fig.update_yaxes(range=[0, 1.05], row=2, col=2)
-    fig.update_layout(template="plotly_white", font=FONT, height=640, margin=dict(l=56, r=16, t=60, b=48),
+    fig.update_layout(font=FONT, height=640, margin=dict(l=56, r=16, t=60, b=48),
                       title=dict(text="Speculation on and off under load", x=0.01, xanchor="left"),
                       legend=dict(orientation="h", yanchor="top", y=-0.1, x=0.0), uirevision="keep")
     return fig

@@ -18,7 +18,7 @@ from ..core.errors import SpecvizError
 from ..core.events import StepEvent, TokenEvent
 from ..core.exactness import chi_square
 from ..engine.generate import baseline_generate, speculative_generate
-from ..render.charts import COLORS, FONT, distinct
+from ..render.charts import COLORS, FONT, distinct, figure as new_figure
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
@@ -69,10 +69,10 @@ def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
     x = distinct(x)
     ys = [[c[t] for t in shown] + ([sum(c[t] for t in rest)] if rest else []) for c in (spec, base)]
     x += ["other tokens"] if rest else []
-    fig = go.Figure()
+    fig = new_figure()
     fig.add_bar(x=x, y=ys[0], name="speculative", marker_color=COLORS["speculative"])
     fig.add_bar(x=x, y=ys[1], name="plain sampling", marker_color=COLORS["baseline"])
-    fig.update_layout(template="plotly_white", font=FONT, height=300, barmode="group",
+    fig.update_layout(font=FONT, height=300, barmode="group",
                       margin=dict(l=50, r=10, t=40, b=70), legend=dict(orientation="h", y=1.12, x=0),
                       title=dict(text="first token, counts", font=dict(size=14)), yaxis_title="draws")
     return fig
