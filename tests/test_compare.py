@@ -112,3 +112,28 @@ def test_rows_give_the_median_speedup_of_the_rounds_and_their_range(rounds):
     rows = compare_rows(base, [run], rounds)
     assert rows[1]["speedup"] == 2.0 and rows[1]["speedup_min"] == 1.0 and rows[1]["speedup_max"] == 3.0
     assert rows[1]["tokens_per_s"] == 15.0 and rows[0]["tokens_per_s"] == 10.0
+
+
+def test_every_runs_model_work_is_on_one_worker_thread_not_the_pages(app_models):  # noqa: F811
+    """As in the Playground: the warm-up and every round's steps on the comparison's one worker
+    (the page's thread stays free to say how long a slow step is taking)."""
+    import threading
+
+    seen = set()
+
+    class Threads:
+        def start(self, model):
+            seen.add(threading.get_ident())
+
+        def stop(self, model):
+            pass
+
+    target = real_models.load(app_models["target"])
+    forward.observe(target.model, Threads())
+    try:
+        s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=12)
+        *_, frame = compare_drafters(s, Policy(), real_models, never, drafters=["prompt lookup", "none"], rounds=2)
+    finally:
+        forward.observe(target.model, None)
+    assert frame.state == "done" and len(frame.rounds) == 2
+    assert len(seen) == 1 and threading.get_ident() not in seen

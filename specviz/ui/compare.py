@@ -25,7 +25,7 @@ from ..render.status import count
 from ..traces.labels import Labeler
 from .limits import Deadline
 from .policy import Policy
-from .runner import Frame, _end, _finish, _prepare, make_drafter, readable, run_label
+from .runner import Frame, Worker, _end, _finish, _prepare, make_drafter, readable, run_label, waiting
 from .settings import NO_DRAFTER, Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
@@ -67,17 +67,18 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         frame.state, frame.message, frame.fraction = "running", "Warming up every run (untimed)…", 0.0
         yield frame
         warm = replace(cfg, max_new_tokens=min(WARM_UP_TOKENS, cfg.max_new_tokens))
-        for _ in interleave_all(_streams(target, arms, ids, warm, should_stop)):
-            pass
-        for r in range(rounds):
-            if should_stop() or not arms:
-                break
-            frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
-                             f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
-            frame.fraction = r / rounds
-            yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0)
-            if all(t.done for t in _timed(frame, arms)):
-                frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
+        with Worker() as worker:  # the model's work on one thread; this one keeps the page told
+            yield from waiting(lambda: _drain(interleave_all(_streams(target, arms, ids, warm, should_stop))),
+                               frame, lambda t: f"Warming up every run (untimed)… {t} s", worker=worker)
+            for r in range(rounds):
+                if should_stop() or not arms:
+                    break
+                frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
+                                 f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
+                frame.fraction = r / rounds
+                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker)
+                if all(t.done for t in _timed(frame, arms)):
+                    frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
         _finish(frame, should_stop)
         n = len(frame.rounds)
         if frame.state == "done":
@@ -102,13 +103,22 @@ def _timed(frame: CompareFrame, arms: dict) -> list[Trace]:
     return [frame.base, *(frame.runs[i] for i in arms)]
 
 
-def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool):
-    """One timed round, every arm's panel growing as its events come."""
+def _drain(events) -> None:
+    for _ in events:
+        pass
+
+
+def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker):
+    """One timed round, every arm's panel growing as its events come (each made on `worker`; a
+    step that takes seconds, such as a long prompt's prefill, is counted in the status)."""
     if again:  # fresh traces: the panels show the round under way
         frame.base = Trace(frame.base.label, speculative=False)
         frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
     traces = {"base": frame.base, **{i: frame.runs[i] for i in arms}}
     labelers = {name: Labeler(models, target, ids) for name in traces}
-    for name, event in interleave_all(_streams(target, arms, ids, cfg, should_stop)):
+    events, said = interleave_all(_streams(target, arms, ids, cfg, should_stop)), frame.message
+    while (item := (yield from waiting(lambda: next(events, None), frame, lambda t: f"{said} · {t} s",
+                                       worker=worker))) is not None:
+        name, event = item
         traces[name].add(event, None if isinstance(event, RunEnd) else labelers[name].label(event))
         yield frame
