@@ -93,7 +93,8 @@ def show(session, profile, slope, cost) -> list:
     """The curve, its caption, the re-timing's line and its bars for the run on screen."""
     frame = getattr(session, "last", None)
     curve = None if frame is None else _curve(session)
-    where = getattr(frame, "recorded_on", None) if curve is not None and curve is getattr(frame, "curve", None) else None
+    recorded = frame is not None and curve is not None and curve is frame.curve  # not borrowed from this session
+    where = frame.recorded_on if recorded else None
     machine = "the machine that recorded this run" if where else "this machine"
     if frame is None or not frame.spec.steps:
         return [curve_figure(curve, recorded_on=where), curve_caption(curve, recorded_on=where),
