@@ -212,12 +212,18 @@ def _ended(trace: Trace, **stats) -> Trace:
     return trace
 
 
-def test_headline_uses_the_engines_numbers():
+def _measured_pair() -> tuple[Trace, Trace]:
+    """A finished speculative run (16 tokens in 4 steps, 12 of 16 drafts kept) and its baseline."""
     spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
                   tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
                   elapsed=0.5)
     base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
                   elapsed=1.0)
+    return spec, base
+
+
+def test_headline_uses_the_engines_numbers():
+    spec, base = _measured_pair()
     h = headline(spec, base)
     assert h.speedup == pytest.approx(32 / 16) and h.timing == "measured"
     assert h.alpha == pytest.approx(0.75) and h.tau == pytest.approx(4.0) and h.k == pytest.approx(4.0)
@@ -231,11 +237,7 @@ def test_predicted_speedup_charges_the_verify_cost_this_machine_measured():
     step; with the measured curve, v = T(k+1)/T(1) enters the denominator."""
     from specviz.engine.verify_cost import VerifyCurve
 
-    spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
-                  tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
-                  elapsed=0.5)
-    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
-                  elapsed=1.0)
+    spec, base = _measured_pair()
     curve = VerifyCurve(sizes=(1, 2, 4, 8), seconds=(0.1, 0.11, 0.13, 0.17), weight_bytes=1)  # v(5) = 1.4
     h = headline(spec, base, curve)
     assert h.v == pytest.approx(1.4) and h.verified == pytest.approx(5.0)
