@@ -1,11 +1,20 @@
 """The only place that calls a model: one forward over new tokens, and KV-cache rollback.
 
 Llama-layout models run through llama_fast.py over a position-indexed cache (a rejection
-is a length reset); everything else through transformers' forward and DynamicCache (a
+is a length reset); everything else through transformers' forward and a RollbackCache (a
 rejection crops the cache). Either way no position is ever recomputed.
+
+Sliding-window and chunked layers (Mistral, Gemma 2/3, Cohere 2, GPT-OSS, ...) normally drop
+what leaves their window as soon as it is written, which would make a rejected draft
+impossible to take back. transformers lets such a layer keep everything written since the
+last crop (`activate_past_recording`); RollbackCache turns that on after the prefill, and
+every rollback crops (a crop of nothing trims the layer back to its window), so a sliding
+layer holds at most its window plus one step's draft, as transformers' own assisted
+generation does. The prefill itself runs without recording: it is never taken back.
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -51,23 +60,89 @@ def _observed(model):
         observer.stop(model)
 
 
+class RollbackCache(DynamicCache):
+    """transformers' DynamicCache (full, sliding and chunked layers as the model's config says)
+    that the engine can always roll back: past recording starts at the first forward after
+    the prefill, and `rollback` crops after every step (module docstring)."""
+
+    recording = False
+    # Sliding layers keep the window before the last rollback (or the prefill) plus what came since:
+    # a rollback can undo a step, never reach behind the one before (the engine never asks it to).
+    floor = 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        # Layers a forward never wrote (those a layer-skip view skips) have nothing to crop;
+        # transformers' sliding layer would fail on its empty state.
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.crop(tokens_to_remove)
+
+    def before_forward(self, prefill: bool) -> None:
+        if not self.recording and not (prefill and self.get_seq_length() == 0):
+            self.activate_past_recording()
+            self.recording, self.floor = True, self.get_seq_length()
+
+
+def rollback_problem(cache) -> str | None:
+    """Why the engine could not roll `cache` back after a rejected draft, or None if it can.
+
+    Linear-attention and recurrent layers (Mamba's, Qwen3-Next's) call themselves croppable
+    since transformers 5.25, but only with a history of their states kept per token, which
+    their forward fills in for a few model families only; they are refused rather than trusted."""
+    from transformers import cache_utils
+
+    linear = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
+    layers = getattr(cache, "layers", [])
+    if any(isinstance(layer, linear) for layer in layers):
+        return "it has linear-attention or recurrent layers, whose state cannot be rolled back to an earlier token"
+    if not cache.is_croppable:
+        kinds = sorted({type(layer).__name__ for layer in layers if not layer.is_croppable})
+        return f"its cache ({', '.join(kinds) or type(cache).__name__}) cannot be cropped to an earlier token"
+    return None
+
+
 def new_cache(model):
     if llama_fast.supports(model):
         return llama_fast.new_cache(model)
-    cache = DynamicCache(config=model.config)
-    if not cache.is_croppable:
-        raise SpecvizError(
-            f"{type(model).__name__} uses a cache that cannot be rolled back "
-            "(sliding-window or recurrent layers); speculative decoding needs rollback"
-        )
+    cache = RollbackCache(config=model.config)
+    problem = rollback_problem(cache)
+    if problem:
+        raise SpecvizError(f"{type(model).__name__} cannot be used for speculative decoding: {problem}")
     return cache
+
+
+# The transformers path reads the final hidden states (the LM head's input) with a hook on the
+# decoder stack, so the logits come from the model's own forward, with whatever it applies after
+# its LM head (Gemma's soft-capping, Cohere's logit scale, Granite's scaling). A model is shared
+# by every thread of the app: the hook fills the slot of the thread that armed it, and no other.
+_grabbed = threading.local()
+
+
+def _grab(module, args, output) -> None:
+    if getattr(_grabbed, "armed", False):
+        _grabbed.h = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+
+def _decoder_states(model, ids: torch.Tensor, cache, logits_to_keep: int, layers: tuple[int, ...]):
+    decoder = model.get_decoder()
+    if not any(hook is _grab for hook in decoder._forward_hooks.values()):
+        decoder.register_forward_hook(_grab)
+    _grabbed.armed, _grabbed.h = True, None
+    try:
+        out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
+                    output_hidden_states=bool(layers))
+        h = _grabbed.h
+    finally:
+        _grabbed.armed, _grabbed.h = False, None
+    return out.logits[0].float(), h[0], [out.hidden_states[i][0] for i in layers]
 
 
 def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bool | tuple[int, ...] = False,
             mask: torch.Tensor | None = None, positions: torch.Tensor | None = None):
     """Run `ids` (1-D) after what `cache` holds; return logits (rows, vocab) in float32.
 
-    logits_to_keep=0 keeps a row per input token; 1 keeps only the last (prefill).
+    logits_to_keep=0 keeps a row per input token; 1 keeps only the last (prefill). A forward
+    with logits_to_keep=1 into an empty cache is a prefill: it is never rolled back.
     hidden=True also returns the final hidden states (the LM head's input), every row, as
     (logits, hidden): drafters such as Medusa and EAGLE read the target's features.
     hidden=(i, j, ...) returns instead the inputs of those decoder layers (transformers'
@@ -82,14 +157,13 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
         with _observed(model):
             h, found = llama_fast.states(model, ids, cache, mask=mask, positions=positions, layers=inner)
             logits = llama_fast.head(model, h[-logits_to_keep:] if logits_to_keep else h).float()
-    elif hidden:
-        out = model.get_decoder()(input_ids=ids.view(1, -1), cache=cache, use_cache=True,
-                                  output_hidden_states=bool(inner))
-        h, found = out.last_hidden_state[0], [out.hidden_states[i][0] for i in inner]
-        logits = model.get_output_embeddings()(h[-logits_to_keep:] if logits_to_keep else h).float()
     else:
-        out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
-        return out.logits[0].float()
+        if isinstance(cache, RollbackCache):
+            cache.before_forward(prefill=logits_to_keep == 1)
+        if not hidden:
+            out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
+            return out.logits[0].float()
+        logits, h, found = _decoder_states(model, ids, cache, logits_to_keep, inner)
     if not hidden:
         return logits
     if not layers:
@@ -100,13 +174,20 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
 
 
 def rollback(cache, length: int) -> None:
-    """Drop cached positions past `length`."""
+    """Drop cached positions past `length` (never behind the previous rollback's length, nor the
+    prefill's: a sliding-window layer no longer holds what lay before its window then)."""
     if isinstance(cache, llama_fast.KVCache):
         cache.crop(length)
         return
     extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)  # transformers 5 takes a negative count: tokens to drop
+    if isinstance(cache, RollbackCache):
+        if length < cache.floor and any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+            raise SpecvizError(f"cannot roll a sliding-window cache back to {length} tokens: it was last rolled back "
+                               f"to {cache.floor}, and what lay before left the window then")
+        cache.floor = length
+    if extra > 0 or getattr(cache, "recording", False):
+        # transformers 5 takes a negative count (tokens to drop); crop(0) trims recorded layers
+        cache.crop(-extra)
 
 
 def to_host(*tensors: torch.Tensor) -> list[list[float]]:

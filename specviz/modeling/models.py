@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from ..core.errors import SpecvizError
-from . import llama_fast
+from . import llama_fast, probe
 from .text import check_same_vocab, decode, encode_chat, encode_prompt, token_strings  # noqa: F401 (the face)
 
 if TYPE_CHECKING:
@@ -247,6 +247,7 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
     model.requires_grad_(False)
     if model_class is None:
         _check_rollback(name, type(model), model.config)
+    probe.check(model, repr(name))  # the first run would fail, or not be exact: say so now
     if device_map:  # accelerate placed the layers; inputs go where the embeddings are
         device = model.get_input_embeddings().weight.device
     if progress is not None:
@@ -275,6 +276,10 @@ def _hub_reachable() -> bool:
 def _load_failure(name: str, local: bool, error: Exception) -> str:
     """A readable sentence for why from_pretrained failed."""
     first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if "trust_remote_code" in str(error):
+        return (f"{name!r} needs code from its own repository to run (its config names classes transformers does not "
+                "ship), and specviz runs such code only when you allow it: pass --trust-remote-code to the command "
+                "line if you trust that repository (the app never runs it)")
     if isinstance(error, ValueError) and "Validation" not in type(error).__name__:
         # transformers' word for "no causal-LM class for this config" (and the like)
         return f"{name!r} is not a causal language model transformers can load: {first_line}"
@@ -286,7 +291,7 @@ def _load_failure(name: str, local: bool, error: Exception) -> str:
 
 def _check_rollback(name: str, model_class, config) -> None:
     """Refuse models whose KV cache the engine could not roll back after a rejection."""
-    from transformers import DynamicCache
+    from .forward import RollbackCache, rollback_problem
 
     problem = None
     if getattr(model_class, "_is_stateful", False):
@@ -294,20 +299,7 @@ def _check_rollback(name: str, model_class, config) -> None:
     elif model_class is not None and hasattr(model_class, "_supports_default_dynamic_cache") \
             and not model_class._supports_default_dynamic_cache():
         problem = "it needs its own cache type, which cannot be cropped"
-    elif not _croppable(DynamicCache(config=config)):
-        problem = "its cache (recurrent or linear-attention layers) cannot be cropped"
+    else:
+        problem = rollback_problem(RollbackCache(config=config))
     if problem:
         raise SpecvizError(f"{name!r} cannot be used for speculative decoding: {problem}")
-
-
-def _croppable(cache) -> bool:
-    """Can the engine's crop (keep the first n tokens) roll this cache back?
-
-    Since transformers 5.25 recurrent and linear-attention layers (Mamba's, Qwen3-Next's) call
-    themselves croppable, but only after activate_past_recording() and only by a count of tokens to
-    drop: the engine's crop, which keeps a length and records nothing, would leave them wrong."""
-    from transformers import cache_utils
-
-    linear = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
-    layers = getattr(cache, "layers", [])
-    return cache.is_croppable and not any(isinstance(layer, linear) for layer in layers)
