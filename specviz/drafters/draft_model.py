@@ -25,6 +25,7 @@ class DraftModel(Drafter):
         self.cache = new_cache(self.model)
         self.cached = 0  # tokens of the context held in the cache
         self.base = 0  # context length at the last propose
+        self.drafted = False  # did this step's propose feed drafts the cache must drop again?
         # Prefill all but the last prompt token; propose feeds the rest.
         if len(prompt_ids) > 1:
             self._feed(prompt_ids[:-1])
@@ -38,12 +39,16 @@ class DraftModel(Drafter):
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         if k < 1:
             return empty_draft(self.device)
-        self.base = len(ids)
+        self.base, self.drafted = len(ids), True
         logits = self._feed(ids[self.cached:])
         return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence, self._feed)
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
-        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
+        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid. A step
+        # this drafter sat out (dynamic k chose 0, the last token) fed nothing to take back.
+        if not self.drafted:
+            return
+        self.drafted = False
         keep = min(self.cached, self.base + accepted)
         rollback(self.cache, keep)
         self.cached = keep
