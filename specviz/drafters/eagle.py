@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.errors import SpecvizError
 from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from ..modeling.packing import draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
@@ -39,17 +40,26 @@ from .medusa import TargetHead
 
 
 def eagle_config(target, subset: int = 0) -> dict:
-    """The head's shape, taken from the target's: its layer is a target layer's twin."""
+    """The head's shape, taken from the target's: its layer is a target layer's twin (a
+    Llama-style one, whatever the target's family: GPT-2's, Falcon's and OPT's config names
+    are read too)."""
     cfg = target.config.get_text_config()
+    hidden = target.get_output_embeddings().weight.shape[1]  # the features the LM head reads
+    embed = target.get_input_embeddings().weight.shape[1]
+    if embed != hidden:
+        raise SpecvizError(f"an EAGLE head reads the target's features ({hidden} wide) beside its token embeddings "
+                           f"({embed} wide); this target's differ, so it cannot have one: use another drafter")
     heads = cfg.num_attention_heads
     rope = getattr(cfg, "rope_parameters", None) or {}
+    mlp = next((v for v in (getattr(cfg, n, None) for n in ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"))
+                if isinstance(v, int) and v > 0), 4 * hidden)
     return {
-        "hidden_size": cfg.hidden_size,
+        "hidden_size": hidden,
         "heads": heads,
         "kv_heads": getattr(cfg, "num_key_value_heads", None) or heads,
-        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
-        "intermediate_size": cfg.intermediate_size,
-        "rms_norm_eps": float(getattr(cfg, "rms_norm_eps", 1e-6)),
+        "head_dim": getattr(cfg, "head_dim", None) or hidden // heads,
+        "intermediate_size": mlp,
+        "rms_norm_eps": float(getattr(cfg, "rms_norm_eps", None) or 1e-6),
         "rope_theta": float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))),
         "subset": subset,
     }

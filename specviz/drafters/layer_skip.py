@@ -22,7 +22,8 @@ def decoder_layers(model) -> nn.ModuleList:
     base = getattr(model, model.base_model_prefix, None)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList):
-        raise SpecvizError(f"{type(model).__name__} has no `{model.base_model_prefix}.layers`: layer skipping is not supported")
+        raise SpecvizError(f"{type(model).__name__} has no `{model.base_model_prefix}.layers` stack of decoder layers, "
+                           "which layer skipping drops from: use prompt lookup, suffix decoding or a draft model")
     return layers
 
 
