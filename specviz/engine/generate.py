@@ -16,6 +16,7 @@ from ..core.errors import SpecvizError
 from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent
 from ..core.sampling import Processor, Sampling, sample
 from ..drafters.base import Drafter, empty_draft, features_read
+from ..modeling import probe
 from ..modeling.forward import context_length, forward, model_device, new_cache, output_vocab_size, synchronize, to_host
 from .draft_length import DraftLength
 from .verify_step import trees_verifiable, verify_chain, verify_tree
@@ -71,6 +72,7 @@ class _Run:
             raise SpecvizError(
                 f"the prompt is {len(self.ids)} tokens, but the model's context is {self.limit}: shorten it"
             )
+        probe.check(target)  # a model the engine cannot verify exactly is refused now, in a sentence
         self.device = model_device(target)
         self.vocab = output_vocab_size(target)
         if max(self.ids) >= self.vocab or min(self.ids) < 0:

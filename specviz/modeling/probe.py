@@ -1,0 +1,89 @@
+"""Before the first run: can the engine verify this model exactly? A few tiny forwards say.
+
+Speculative decoding assumes three things of a model, and an architecture can break any of them
+without its config saying so: its cache rolls back to an earlier token; one forward over several
+new tokens gives a row of logits per token; and row i depends on tokens up to i only (a causal
+model), so verifying k drafts at once scores each as decoding it alone would. A six-token probe
+checks all three on the real model, in its real precision, once per model: a model that fails is
+refused before any run, in one sentence that says what is missing, instead of a library's
+traceback mid-run or, worse, a run that is silently not exact.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..core.errors import SpecvizError
+from .forward import forward, model_device, new_cache, output_vocab_size, rollback
+
+# Largest change of any probability between two computations that must agree, per precision. A
+# broken cache, a look-ahead or a wrong position moves probabilities by far more; rounding in a
+# batched forward by far less.
+AGREE = {torch.float32: 1e-3, torch.float64: 1e-6}
+AGREE_HALF = 0.05
+
+_checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> problem (None: fine)
+
+
+def problem(model) -> str | None:
+    """Why the engine cannot verify `model` exactly, or None. Cached per model object."""
+    try:
+        return _checked[model]
+    except (KeyError, TypeError):
+        pass
+    found = _probe(model)
+    try:
+        _checked[model] = found
+    except TypeError:  # not weak-referenceable: probe again next time
+        pass
+    return found
+
+
+def check(model, name: str | None = None) -> None:
+    """Raise SpecvizError naming what is missing when the engine cannot verify `model` exactly."""
+    found = problem(model)
+    if found:
+        raise SpecvizError(f"{name or type(model).__name__} cannot be used for speculative decoding: {found}")
+
+
+def _probe(model) -> str | None:
+    vocab = output_vocab_size(model)
+    device = model_device(model)
+    dtype = next(model.parameters()).dtype
+    tol = AGREE.get(dtype, AGREE_HALF)
+    ids = torch.tensor([(7 * i + 3) % vocab for i in range(6)], device=device)
+    other = ids.clone()
+    other[-1] = (int(ids[-1]) + 1) % vocab
+    try:
+        cache = new_cache(model)
+    except SpecvizError as e:
+        return str(e).split(": ", 1)[-1]
+    try:
+        with torch.inference_mode():
+            whole = forward(model, ids, cache)
+            if whole.dim() != 2 or whole.shape[0] != len(ids):
+                return (f"one forward over {len(ids)} tokens gave logits of shape {tuple(whole.shape)}, not a row per "
+                        "token, so drafts cannot be verified in one pass")
+            p = torch.softmax(whole, -1)
+            changed = torch.softmax(forward(model, other, new_cache(model)), -1)
+            if (changed[:-1] - p[:-1]).abs().max() > tol:
+                return ("changing the last token changed the logits of earlier ones: its attention looks ahead "
+                        "(not a causal decoder), so a draft would be scored with tokens after it")
+            # The same tokens in two forwards, then a rollback and the last two again: the cache's way.
+            split = new_cache(model)
+            first = forward(model, ids[:4], split)
+            second = forward(model, ids[4:], split)
+            if (torch.softmax(torch.cat([first, second]), -1) - p).abs().max() > tol:
+                return ("its cache does not reproduce one forward's logits when the same tokens come in two parts, "
+                        "so verifying after a cached context would not be exact")
+            rollback(split, 4)
+            again = forward(model, ids[4:], split)
+            if (torch.softmax(again, -1) - p[4:]).abs().max() > tol:
+                return "after a rollback its cache gave other logits for the same tokens, so rejected drafts would linger"
+    except SpecvizError as e:
+        return str(e).split(": ", 1)[-1]
+    except Exception as e:  # noqa: BLE001 - any library error becomes the sentence a user reads
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return f"its forward failed on a 6-token probe ({type(e).__name__}: {first})"
+    return None
