@@ -17,11 +17,20 @@ import torch
 from ..core.errors import SpecvizError
 from .forward import forward, model_device, new_cache, output_vocab_size, rollback
 
-# Largest change of any probability between two computations that must agree, per precision. A
-# broken cache, a look-ahead or a wrong position moves probabilities by far more; rounding in a
-# batched forward by far less.
-AGREE = {torch.float32: 1e-3, torch.float64: 1e-6}
-AGREE_HALF = 0.05
+# Largest change of a log-probability (nats) between two computations that must agree, per
+# precision, over the tokens of probability 1e-3 or more. A broken cache, a look-ahead or a wrong
+# position moves them by far more; rounding in a batched forward by far less (a random model's
+# near-uniform rows hide a look-ahead's change in probability, not in log-probability).
+AGREE = {torch.float32: 2e-3, torch.float64: 1e-6}
+AGREE_HALF = 0.5
+SEEN = 1e-3
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor) -> float:
+    """How far rows of logits `a` move from `b` in log-probability, where `b` gives mass >= SEEN."""
+    la, lb = torch.log_softmax(a.float(), -1), torch.log_softmax(b.float(), -1)
+    seen = lb.exp() >= SEEN
+    return float((la - lb).abs()[seen].max()) if bool(seen.any()) else 0.0
 
 _checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> problem (None: fine)
 
@@ -65,21 +74,20 @@ def _probe(model) -> str | None:
             if whole.dim() != 2 or whole.shape[0] != len(ids):
                 return (f"one forward over {len(ids)} tokens gave logits of shape {tuple(whole.shape)}, not a row per "
                         "token, so drafts cannot be verified in one pass")
-            p = torch.softmax(whole, -1)
-            changed = torch.softmax(forward(model, other, new_cache(model)), -1)
-            if (changed[:-1] - p[:-1]).abs().max() > tol:
+            changed = forward(model, other, new_cache(model))
+            if _apart(changed[:-1], whole[:-1]) > tol:
                 return ("changing the last token changed the logits of earlier ones: its attention looks ahead "
                         "(not a causal decoder), so a draft would be scored with tokens after it")
             # The same tokens in two forwards, then a rollback and the last two again: the cache's way.
             split = new_cache(model)
             first = forward(model, ids[:4], split)
             second = forward(model, ids[4:], split)
-            if (torch.softmax(torch.cat([first, second]), -1) - p).abs().max() > tol:
+            if _apart(torch.cat([first, second]), whole) > tol:
                 return ("its cache does not reproduce one forward's logits when the same tokens come in two parts, "
                         "so verifying after a cached context would not be exact")
             rollback(split, 4)
             again = forward(model, ids[4:], split)
-            if (torch.softmax(again, -1) - p[4:]).abs().max() > tol:
+            if _apart(again, whole[4:]) > tol:
                 return "after a rollback its cache gave other logits for the same tokens, so rejected drafts would linger"
     except SpecvizError as e:
         return str(e).split(": ", 1)[-1]
