@@ -97,8 +97,27 @@ def test_saved_file_is_fp16_with_metadata_and_loads_back_fp32(tiny, trained):
 
 
 def test_a_drafter_refuses_another_target(other, trained):
-    with pytest.raises(SpecvizError, match="trained for target"):
+    with pytest.raises(SpecvizError, match="cannot draft for this target: it was trained for") as e:
         load_drafter(trained[0], other)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_drafter_loads_on_its_target_in_half_precision(tiny, trained, dtype):
+    """fp32 -> fp16 -> bf16 is not fp32 -> bf16, so the fp16 copy's fingerprint differs; the weights
+    the file keeps say it is the same model, and the drafter drafts for it."""
+    from dataclasses import replace
+
+    half = replace(tiny, model=LlamaForCausalLM(tiny.model.config).eval(), dtype=dtype)
+    half.model.load_state_dict(tiny.model.state_dict())
+    half.model.to(dtype)
+    if dtype is torch.float16:
+        assert fingerprint(half.model) != fingerprint(tiny.model)  # the case the probe is for
+    assert isinstance(load_drafter(trained[0], half), DistilledDrafter)
+    with torch.no_grad():  # the same name with other weights: refused, saying so, not naming one model twice
+        half.model.model.layers[0].mlp.down_proj.weight.add_(0.05)
+    with pytest.raises(SpecvizError, match=f"the {tiny.name!r} loaded here .* has other weights"):
+        load_drafter(trained[0], half)
 
 
 def test_unreadable_files_are_readable_errors(tiny, tmp_path):
@@ -171,7 +190,7 @@ def test_choose_names_trained_drafters(tiny, other, trained, tmp_path, monkeypat
     assert isinstance(choose.make_drafter(f"draft:{path}", tiny), DistilledDrafter)
     with pytest.raises(SpecvizError, match="not a 'medusa' one"):
         choose.make_drafter(f"medusa:{path}", tiny)
-    with pytest.raises(SpecvizError, match="trained for target"):
+    with pytest.raises(SpecvizError, match="cannot draft for this target"):
         choose.make_drafter(f"draft:{path}", other)
 
     monkeypatch.setattr(choose, "SHIPPED", tmp_path)

@@ -174,10 +174,14 @@ def trained_drafter(spec: str, target) -> Drafter:
                            f"train one with `python -m specviz train {kind}` and pass '{kind}:PATH'")
     from .trained import check_target
 
+    from ..modeling.models import is_embedded
+
     meta, _ = read_drafter(shipped)
     try:
         check_target(meta, target, shipped)
     except SpecvizError:
+        if is_embedded(target.name):  # the embedded model itself: say what differs, not that it is another model
+            raise
         raise SpecvizError(
             f"the shipped {kind!r} drafter is trained for the embedded SmolLM2-135M-Instruct "
             f"('default'), not for {target.name!r}; train one for it with "

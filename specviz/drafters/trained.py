@@ -3,6 +3,12 @@
 A file is safetensors (weights stored fp16, loaded fp32) with metadata: the drafter kind,
 its config as JSON, and the fingerprint of the target it was trained for. Loading checks
 the fingerprint, so a drafter never silently attaches to a different target.
+
+The fingerprint hashes weights rounded to bfloat16, so fp32, bf16 and any device agree; fp16
+does not (fp32 -> fp16 -> bf16 rounds twice and lands elsewhere at ties). A file therefore also
+keeps a few hundred of the target's weights as numbers (`target_probe`): a target whose hash
+differs but whose weights match those within half precision's rounding is the same model in
+another precision, and the drafter loads.
 """
 from __future__ import annotations
 
@@ -38,6 +44,31 @@ def fingerprint(model) -> str:
     return digest.hexdigest()
 
 
+PROBE_TENSORS, PROBE_VALUES = 8, 32
+# Half precision's rounding is 2^-11 (fp16) or 2^-8 (bf16) of a value, and fp16 flushes values
+# below ~6e-5 toward zero; weights of another model differ from these by far more than this.
+PROBE_RTOL, PROBE_ATOL = 2.0 ** -7, 1e-4
+
+
+def weight_probe(model) -> list[float]:
+    """PROBE_VALUES evenly spaced weights from each of the first PROBE_TENSORS floating-point
+    tensors (by name) with enough values, in float32: the same numbers in any precision, up to its rounding."""
+    out = []
+    tensors = [t for _, t in sorted(model.state_dict().items()) if t.is_floating_point() and t.numel() >= PROBE_VALUES]
+    for tensor in tensors[:PROBE_TENSORS]:
+        flat = tensor.detach().reshape(-1)
+        step = flat.numel() // PROBE_VALUES
+        out += [float(f"{v:.7g}") for v in flat[::step][:PROBE_VALUES].float().cpu().tolist()]
+    return out
+
+
+def same_weights(probe: list[float], model) -> bool:
+    """Are `model`'s weights the probed ones, up to half precision's rounding?"""
+    mine = weight_probe(model)
+    return len(mine) == len(probe) > 0 and all(abs(a - b) <= PROBE_RTOL * abs(a) + PROBE_ATOL
+                                               for a, b in zip(probe, mine))
+
+
 def save_drafter(path, kind: str, module, config: dict, target_loaded, card: dict | None = None) -> pathlib.Path:
     """Write `module`'s own weights (fp16) and what is needed to rebuild and check it.
 
@@ -52,7 +83,7 @@ def save_drafter(path, kind: str, module, config: dict, target_loaded, card: dic
                for name, t in module.state_dict().items()}
     meta = {"format": "specviz-drafter", "version": str(FORMAT), "kind": kind,
             "config": json.dumps(config), "target_fingerprint": fingerprint(target_loaded.model),
-            "target_name": target_loaded.name}
+            "target_probe": json.dumps(weight_probe(target_loaded.model)), "target_name": target_loaded.name}
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata=meta)
     tmp.replace(path)
@@ -119,15 +150,33 @@ def load_drafter(path, target_loaded, kind: str | None = None):
 
 
 def check_target(meta: dict, target_loaded, path) -> None:
-    mine = fingerprint(target_loaded.model)
+    """Refuse a drafter trained for another model; the same weights in another precision pass."""
+    model = target_loaded.model
+    mine = fingerprint(model)
     theirs = meta.get("target_fingerprint", "")
-    if theirs != mine:
-        raise SpecvizError(
-            f"{pathlib.Path(path).name} was trained for target {meta.get('target_name', '?')!r} "
-            f"(fingerprint {theirs[:12]}), but the target here is {target_loaded.name!r} "
-            f"(fingerprint {mine[:12]}): a drafter only works with the target it was trained for; "
-            f"train one with `python -m specviz train {meta.get('kind', 'draft')} --target {target_loaded.name}`"
-        )
+    if theirs == mine:
+        return
+    try:
+        probe = json.loads(meta.get("target_probe") or "[]")
+    except json.JSONDecodeError:
+        probe = []
+    if probe and same_weights(probe, model):
+        return
+    name, trained_for = target_loaded.name, meta.get("target_name", "?")
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if not probe and dtype == "float16":
+        why = (f"its fingerprint ({theirs[:12]}) was taken in float32 and this file keeps no weights to compare a "
+               f"float16 copy with: load {name!r} in float32 or bfloat16 (--dtype bf16), or train it again")
+    elif trained_for == name:
+        why = (f"the {name!r} loaded here ({dtype}) has other weights than the one it was trained on "
+               f"(fingerprint {mine[:12]}, not {theirs[:12]})")
+    else:
+        why = (f"it was trained for {trained_for!r} (fingerprint {theirs[:12]}), and {name!r} here has other weights "
+               f"(fingerprint {mine[:12]})")
+    raise SpecvizError(
+        f"{pathlib.Path(path).name} cannot draft for this target: {why}; a drafter only works with the weights it "
+        f"was trained for: train one with `python -m specviz train {meta.get('kind', 'draft')} --target {name}`"
+    )
 
 
 def model_card(kind: str, card: dict) -> str:
