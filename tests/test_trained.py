@@ -200,24 +200,3 @@ def test_choose_names_trained_drafters(tiny, other, trained, tmp_path, monkeypat
     assert isinstance(choose.make_drafter("draft", tiny), DistilledDrafter)
     with pytest.raises(SpecvizError, match="embedded SmolLM2"):
         choose.make_drafter("draft", other)
-
-
-def test_export_to_transformers_computes_the_distilled_logits(target):
-    """The same pair for transformers' assisted generation: the export's logits on the
-    subset are the distilled model's (minus its subset bias), with and without a cache."""
-    from specviz.drafters.distilled import DistilledConfig, DistilledDrafter, DistilledLM
-    from specviz.drafters.export import to_transformers
-
-    torch.manual_seed(0)
-    vocab, width = target.lm_head.weight.shape
-    keep = torch.arange(0, vocab, 2)
-    lm = DistilledLM(DistilledConfig(vocab=vocab, target_hidden=width, subset=keep.numel(), hidden=32, layers=2,
-                                     heads=4, ffn=48), keep).eval().attach(target)
-    ids = torch.randint(0, vocab, (1, 12))
-    with torch.no_grad():
-        ref = lm(ids)[0] - lm.bias
-        hf = to_transformers(DistilledDrafter(lm), target)
-        got = hf(input_ids=ids).logits[0][:, keep]
-        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
-        stepped = lm.step(ids[0], lm.new_cache("cpu")) - lm.bias
-        torch.testing.assert_close(stepped, ref, rtol=1e-4, atol=1e-4)

@@ -9,9 +9,9 @@ benchmark adds one of its own:
                  drafting with a model costs (specviz's and transformers' assisted loop)
                  rather than any gain. Nothing is downloaded.
     draft-hf     the distilled draft model ("draft", or "draft-hf:PATH" for a trained file)
-                 exported as a transformers LlamaForCausalLM (drafters/export.py), run by
-                 specviz as a draft model, so `--peers hf-assisted` compares both libraries
-                 on the same pair.
+                 exported as a transformers LlamaForCausalLM with the same logits
+                 (drafters/export.py), run by specviz as a draft model, so `--peers
+                 hf-assisted` compares both libraries on the same pair.
     NAME@chain   a tree drafter (medusa, eagle) drafting chains only (its `tree_width` set
                  to 0), to measure what trees buy.
 """
@@ -70,7 +70,8 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
 
             _, _, path = name.partition(":")
             distilled = make_drafter(f"draft:{path}" if path else "draft", target)
-            model = to_transformers(distilled, target.model).to(dtype=next(target.model.parameters()).dtype)
+            # float32, as the distilled drafter itself always runs (and float16 could not hold the export)
+            model = to_transformers(distilled, target.model)
             out.append(BenchDrafter(name, DraftModel(model, name=name), model))
             continue
         spec = name.removesuffix(CHAIN)
