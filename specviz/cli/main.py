@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 
 from .. import bench
+from ..bench import matrix_command
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, GenerationConfig
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
     trace_command.add_arguments(sub.add_parser("replay", help="replay a saved trace (--trace FILE) with no model"))
     load_command.add_arguments(sub.add_parser("load", help="sweep concurrency on two servers, speculation on and off"))
+    matrix_command.add_arguments(sub.add_parser("matrix", help="every model family x precision x drafter on tiny "
+                                                "random models, against plain decoding"))
     docs_tables.add_arguments(sub.add_parser("docs", help="redraw the measured tables in README.md and docs/ from "
                                              "their committed results files"))
     return parser
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return load_command.main(args)
         if args.command == "docs":
             return docs_tables.main(args)
+        if args.command == "matrix":
+            return matrix_command.main(args)
         return bench.main(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -112,6 +117,7 @@ def _progress(message: str, fraction: float) -> None:
 
 
 def generate(args) -> int:
+    from ..core.divergence import first_divergence, tie_tolerance
     from ..core.events import RunEnd, event_to_dict
     from ..drafters.choose import make_drafter
     from ..engine import verify_cost
@@ -170,6 +176,9 @@ def generate(args) -> int:
         result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
         if sampling.greedy:
             result["identical_to_baseline"] = end.token_ids == base.token_ids
+            parted = first_divergence(steps, traces["base"].events, tie_tolerance(target.dtype))
+            if parted is not None:
+                result["divergence"] = {**parted.to_dict(), "sentence": parted.sentence()}
     if args.json:
         print(json.dumps(result))
     else:

@@ -58,8 +58,9 @@ def print_summary(r, out) -> None:
         out.write(f"baseline: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "
                   f"speedup {r['speedup']:.2f}x\n")
         if "identical_to_baseline" in r:
-            out.write("greedy output identical to baseline: "
-                      f"{'yes' if r['identical_to_baseline'] else 'NO - numerics differ (see docs/exactness.md)'}\n")
+            out.write(f"greedy output identical to baseline: {'yes' if r['identical_to_baseline'] else 'no'}\n")
+            if r.get("divergence"):
+                out.write(f"{r['divergence']['sentence']} (docs/exactness.md)\n")
         else:
             out.write("sampling: texts differ run to run, but both follow the target's distribution\n")
     if not use_colour(out):

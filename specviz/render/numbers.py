@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from ..core.divergence import Divergence, first_divergence, tie_tolerance
 from ..core.theory import predicted_speedup
 from .status import count
 from .trace import Trace
@@ -136,8 +137,14 @@ def agreement(spec: Trace, base: Trace) -> tuple[bool | None, int | None]:
     return (True, None) if n or (spec.done and base.done) else (None, None)
 
 
-def agreement_html(spec: Trace, base: Trace, greedy: bool) -> str:
-    """The greedy check (identical to baseline?) or, for sampling, why the texts differ."""
+def divergence(spec: Trace, base: Trace, dtype: str | None = None) -> Divergence | None:
+    """Where the greedy runs first differ, with both targets' margins there (core/divergence.py)."""
+    return first_divergence(spec.events, base.events, tie_tolerance(dtype))
+
+
+def agreement_html(spec: Trace, base: Trace, greedy: bool, dtype: str | None = None) -> str:
+    """The greedy check (identical to baseline?) or, for sampling, why the texts differ. dtype: the
+    target's precision, which says how large a margin its rounding explains at a difference."""
     if not greedy:
         return (
             '<div class="sv-check sv-check-sampling" data-identical="sampling">Sampling: the two runs '
@@ -159,8 +166,10 @@ def agreement_html(spec: Trace, base: Trace, greedy: bool) -> str:
             f'<div class="sv-check sv-check-ok" data-identical="true" data-compared="{n}">Greedy output '
             f"identical to baseline {scope}: speculative decoding changed the speed, not the text.</div>"
         )
+    d = divergence(spec, base, dtype)
+    tie = d is not None and d.near_tie
+    why = d.sentence() if d is not None else f"The texts part at token {at}."
     return (
-        f'<div class="sv-check sv-check-bad" data-identical="false" data-compared="{n}">Differs from baseline '
-        f"at token {at}: the batched verify pass rounds differently from one-token decoding; a near-tie "
-        "flipped.</div>"
+        f'<div class="sv-check {"sv-check-tie" if tie else "sv-check-bad"}" data-identical="false" '
+        f'data-near-tie="{str(tie).lower()}" data-compared="{n}">Differs from baseline: {escape(why)}</div>'
     )

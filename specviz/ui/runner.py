@@ -55,6 +55,7 @@ class Frame:
     curve: object = None  # the target's verify_cost.VerifyCurve on this machine, once measured
     recorded_on: str | None = None  # a replay whose curve came with its file: the machine that recorded it
     steps: int | None = None  # the whole run's steps, when spec holds only the first ones (a replay)
+    dtype: str = ""  # the target's precision ("torch.float16"): how large a margin its rounding explains
 
     @property
     def spec(self) -> Trace:
@@ -309,6 +310,7 @@ def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should
 def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline, clock,
                worker: Worker):
     name, n = model_name(target.name), count(len(ids), "token")
+    frame.dtype = str(target.dtype)
     frame.state, frame.message, frame.fraction = "running", f"Warming up {name} (untimed)…", None
     yield frame
     yield from waiting(lambda: warm_up(target.model, drafter, ids, cfg), frame,  # untimed, as the CLI does

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..render import (agreement, agreement_html, compare_figures, compare_rows, headline, headline_html,
+from ..render import (agreement, agreement_html, compare_figures, divergence, compare_rows, headline, headline_html,
                       panel_html, playground_figures, side_by_side_html, status_html, step_html, table_values)
 from ..render.compare import HEADERS
 from ..render.status import count
@@ -23,6 +23,12 @@ def _run_dict(trace: Trace) -> dict:
             "error": trace.error, **trace.stats().to_dict()}
 
 
+def _divergence(frame: Frame) -> dict | None:
+    """Greedy runs that part: where, by what margins, and whether rounding explains it."""
+    d = divergence(frame.spec, frame.base, frame.dtype) if frame.greedy else None
+    return None if d is None else {**d.to_dict(), "sentence": d.sentence()}
+
+
 def playground_summary(frame: Frame) -> dict:
     """The machine-readable result: what a script calling the API usually wants."""
     spec, base = frame.spec, frame.base
@@ -32,6 +38,7 @@ def playground_summary(frame: Frame) -> dict:
         "greedy": frame.greedy,
         # Greedy: identical over the tokens both runs produced (compared_tokens); Stop ends them apart.
         "identical": same if frame.greedy else None, "first_difference": first_difference,
+        "divergence": _divergence(frame),
         "compared_tokens": min(len(spec.token_ids), len(base.token_ids)),
         "headline": headline(spec, base, frame.curve).to_dict(),
         "verify_cost": None if frame.curve is None else frame.curve.to_dict(),
@@ -66,7 +73,7 @@ def playground_values(frame: Frame, pinned: int | None = None) -> list:
     started = bool(spec.events or base.events)
     return [
         status_html(frame.message, frame.state, frame.fraction),
-        agreement_html(spec, base, frame.greedy) if started else "",
+        agreement_html(spec, base, frame.greedy, frame.dtype) if started else "",
         headline_html(headline(spec, base, frame.curve)) if started else "",
         panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
         panel_html(base, "Baseline · plain decoding", _run_note(base)),
