@@ -164,12 +164,51 @@ def load_caption(doc: dict, path: str) -> str:
             f"Results: [`{path}`](/{path}).")
 
 
+# --- the model matrix (schema specviz-matrix/1) -----------------------------------------------
+
+MARKS = {"identical": "=", "near-tie": "≈", "differs": "✗", "refused": "-"}
+
+
+def matrix_table(doc: dict) -> str:
+    """Family x drafter; each cell one mark per precision (fp32 / bf16 / fp16), refusals' reasons below."""
+    cells = {(c["family"], c["drafter"], c["dtype"]): c for c in doc["cells"]}
+    reasons: list[str] = []
+    rows = []
+    for family in doc["families"]:
+        row = [family]
+        for drafter in doc["drafters"]:
+            found = [cells.get((family, drafter, d)) for d in doc["dtypes"]]
+            marks = " ".join(MARKS[c["outcome"]] if c else "?" for c in found)
+            refused = [c["detail"] for c in found if c and c["outcome"] == "refused"]
+            if refused:
+                why = refused[0].split(":")[0]
+                reasons += [why] if why not in reasons else []
+                marks += f" ({reasons.index(why) + 1})"
+            row.append(marks)
+        rows.append(row)
+    legend = (f"Each cell: {' / '.join(doc['dtypes'])}. `=` identical to plain decoding; `≈` parted at a near-tie "
+              "within the precision's rounding (docs/exactness.md); `✗` differs beyond it (a bug); `-` refused "
+              "before the run:")
+    notes = [f"({i}) {r}." for i, r in enumerate(reasons, 1)]
+    return "\n".join([_md(["family", *doc["drafters"]], rows), "", legend, *notes])
+
+
+def matrix_caption(doc: dict, path: str) -> str:
+    env, s = doc["environment"], doc["settings"]
+    how = f"`{doc['config']['command']}`" if doc["config"].get("command") else "the command is not recorded"
+    return (f"Measured {doc['created'][:10]} on {env['processor']}, {env['cpus']} CPUs, {env['device']}, "
+            f"torch {env['torch']}, transformers {env['transformers']}: greedy, a {s['prompt_tokens']}-token prompt, "
+            f"{s['max_new_tokens']} new tokens, k = {s['k']}, in {doc['seconds']:.0f} s; {how}. "
+            f"Results: [`{path}`](/{path}).")
+
+
 KINDS = {
     "bench-headline": (bench_headline, bench_caption),
     "bench-arms": (bench_arms, bench_caption),
     "bench-categories": (bench_categories, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
     "load": (load_table, load_caption),
+    "matrix": (matrix_table, matrix_caption),
 }
 
 
