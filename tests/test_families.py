@@ -201,3 +201,33 @@ def test_a_greedy_run_that_parts_says_where_and_whether_rounding_explains_it(noi
               "divergence": {**d.to_dict(), "sentence": d.sentence()}}
     print_summary(result, out)
     assert d.sentence() in out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory):
+    """Each family saved as a local folder with a real (tiny) tokenizer, made on first use."""
+    from tiny_folder import make_family_dir
+
+    root, made = tmp_path_factory.mktemp("families"), {}
+
+    def folder(family: str) -> str:
+        if family not in made:
+            made[family] = str(make_family_dir(root / family, family))
+        return made[family]
+    return folder
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_app_loads_each_family_from_a_folder_and_runs_it(family, family_dirs):
+    """What a user who brings their own model does: type its folder into the app and press Generate."""
+    from app_server import PROMPT
+    from specviz.modeling import models
+    from specviz.ui import Policy, Settings, runner
+    from specviz.ui.settings import PROMPT_LOOKUP
+    from specviz.ui.views import playground_summary
+
+    s = Settings(prompt=PROMPT, target=family_dirs(family), drafter=PROMPT_LOOKUP, max_new_tokens=8)
+    *_, frame = runner.playground(s, Policy(), models, lambda: False)
+    summary = playground_summary(frame)
+    assert frame.state == "done", frame.message
+    assert summary["identical"] is True and len(frame.spec.token_ids) == len(frame.base.token_ids) > 0

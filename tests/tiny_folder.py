@@ -111,3 +111,23 @@ def _make_tokenizer(words: list[str], style: str):
         tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
         unk_token=unk, pad_token="<|im_end|>", chat_template=CHAT_TEMPLATE,
     )
+
+
+def make_family_dir(path, family: str, seed: int = 0) -> pathlib.Path:
+    """A tiny random model of `family` (specviz/bench/families.py: Mistral, Gemma 3, GPT-OSS, ...)
+    with the same tokenizer as make_tiny_model_dir, saved as an ordinary transformers folder."""
+    from transformers import GenerationConfig
+
+    from specviz.bench.families import tiny_model
+
+    path = pathlib.Path(path)
+    tokenizer = _make_tokenizer(list(WORDS), "bytelevel")
+    model = tiny_model(family, vocab=len(tokenizer), seed=seed)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": eos, "pad_token_id": eos}
+    for name, value in ids.items():
+        setattr(model.config, name, value)
+    model.generation_config = GenerationConfig(**ids)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
