@@ -231,3 +231,34 @@ def test_the_app_loads_each_family_from_a_folder_and_runs_it(family, family_dirs
     summary = playground_summary(frame)
     assert frame.state == "done", frame.message
     assert summary["identical"] is True and len(frame.spec.token_ids) == len(frame.base.token_ids) > 0
+
+
+@pytest.mark.parametrize("kind", ["recurrent", "look-ahead"])
+def test_a_model_the_engine_cannot_verify_is_refused_on_the_page_and_the_command_line(kind, tmp_path, capsys):
+    """Mamba's state cannot return to an earlier token; an ELECTRA-style model attends to tokens
+    after each one. Both are refused before any run: one sentence, on the page and on stderr."""
+    import transformers
+    from tiny_folder import _make_tokenizer, WORDS
+
+    from specviz.cli.main import main as cli_main
+    from specviz.modeling import models
+    from specviz.ui import Policy, Settings, runner
+
+    tokenizer = _make_tokenizer(list(WORDS), "bytelevel")
+    v = len(tokenizer)
+    if kind == "recurrent":
+        config, why = transformers.MambaConfig(vocab_size=v, hidden_size=32, num_hidden_layers=2), "rolled back"
+    else:
+        config = transformers.ElectraConfig(vocab_size=v, hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                                            num_attention_heads=2, intermediate_size=64)
+        why = "looks ahead"
+    folder = tmp_path / kind
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    *_, frame = runner.playground(Settings(prompt="the cat sat", target=str(folder)), Policy(), models, lambda: False)
+    assert frame.state == "error" and "cannot be used for speculative decoding" in frame.message
+    assert why in frame.message and "\n" not in frame.message and "Traceback" not in frame.message
+    assert cli_main(["generate", "--prompt", "the cat sat", "--target", str(folder)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and why in errors[0], errors

@@ -21,16 +21,27 @@ from .forward import forward, model_device, new_cache, output_vocab_size, rollba
 # precision, over the tokens of probability 1e-3 or more. A broken cache, a look-ahead or a wrong
 # position moves them by far more; rounding in a batched forward by far less (a random model's
 # near-uniform rows hide a look-ahead's change in probability, not in log-probability).
+# A change is also counted relative to the row's spread of logits (max - min), which catches it in a
+# random model whose logits are all nearly equal: rounding moves a logit by a small fraction of
+# that spread (2^-23 of it in fp32, a few hundredths in a deep bf16 model), a look-ahead by much more.
 AGREE = {torch.float32: 2e-3, torch.float64: 1e-6}
 AGREE_HALF = 0.5
+SPREAD = {torch.float32: 1e-3, torch.float64: 1e-6}
+SPREAD_HALF = 0.1
 SEEN = 1e-3
 
 
-def _apart(a: torch.Tensor, b: torch.Tensor) -> float:
-    """How far rows of logits `a` move from `b` in log-probability, where `b` gives mass >= SEEN."""
-    la, lb = torch.log_softmax(a.float(), -1), torch.log_softmax(b.float(), -1)
+def _apart(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Do rows of logits `a` differ from `b` by more than rounding: in log-probability where `b` gives
+    mass >= SEEN, or relative to each row's spread of logits?"""
+    a, b = a.float(), b.float()
+    la, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
     seen = lb.exp() >= SEEN
-    return float((la - lb).abs()[seen].max()) if bool(seen.any()) else 0.0
+    nats = float((la - lb).abs()[seen].max()) if bool(seen.any()) else 0.0
+    spread = (b.max(-1).values - b.min(-1).values).clamp_min(1e-12)
+    shift = a - b - (a - b).mean(-1, keepdim=True)  # a constant shift of a row changes nothing
+    relative = float((shift.abs().max(-1).values / spread).max())
+    return nats > AGREE.get(dtype, AGREE_HALF) or relative > SPREAD.get(dtype, SPREAD_HALF)
 
 _checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> problem (None: fine)
 
@@ -60,7 +71,6 @@ def _probe(model) -> str | None:
     vocab = output_vocab_size(model)
     device = model_device(model)
     dtype = next(model.parameters()).dtype
-    tol = AGREE.get(dtype, AGREE_HALF)
     ids = torch.tensor([(7 * i + 3) % vocab for i in range(6)], device=device)
     other = ids.clone()
     other[-1] = (int(ids[-1]) + 1) % vocab
@@ -75,19 +85,19 @@ def _probe(model) -> str | None:
                 return (f"one forward over {len(ids)} tokens gave logits of shape {tuple(whole.shape)}, not a row per "
                         "token, so drafts cannot be verified in one pass")
             changed = forward(model, other, new_cache(model))
-            if _apart(changed[:-1], whole[:-1]) > tol:
+            if _apart(changed[:-1], whole[:-1], dtype):
                 return ("changing the last token changed the logits of earlier ones: its attention looks ahead "
                         "(not a causal decoder), so a draft would be scored with tokens after it")
             # The same tokens in two forwards, then a rollback and the last two again: the cache's way.
             split = new_cache(model)
             first = forward(model, ids[:4], split)
             second = forward(model, ids[4:], split)
-            if _apart(torch.cat([first, second]), whole) > tol:
+            if _apart(torch.cat([first, second]), whole, dtype):
                 return ("its cache does not reproduce one forward's logits when the same tokens come in two parts, "
                         "so verifying after a cached context would not be exact")
             rollback(split, 4)
             again = forward(model, ids[4:], split)
-            if _apart(again, whole[4:]) > tol:
+            if _apart(again, whole[4:], dtype):
                 return "after a rollback its cache gave other logits for the same tokens, so rejected drafts would linger"
     except SpecvizError as e:
         return str(e).split(": ", 1)[-1]
