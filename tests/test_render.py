@@ -1,6 +1,8 @@
 """The renderer, as a specification: events in, HTML and figures out, no model anywhere."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import html
 import re
 
@@ -11,6 +13,7 @@ from specviz.render import (Labels, Trace, agreement, agreement_html, compare_fi
                             headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
                             step_html, tokens_html)
 from specviz.render.charts import position_rates
+from specviz.render.numbers import gap_html
 
 
 def step(n, draft, accepted, token, *, emitted=None, greedy=True, q=None, top=None, elapsed=None, **kw):
@@ -218,7 +221,7 @@ def _measured_pair() -> tuple[Trace, Trace]:
                   tokens=16, steps=4, target_calls=5, drafted=16, accepted=12, draft_time=0.08, verify_time=0.4,
                   elapsed=0.5)
     base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
-                  elapsed=1.0)
+                  elapsed=1.0, prefill_time=0.0)  # no prompt to read: the decode formula alone
     return spec, base
 
 
@@ -265,22 +268,47 @@ def test_headline_says_measuring_early_and_never_saves_negative_calls():
     assert headline(short, _ended(base, tokens=1, steps=1, target_calls=2, elapsed=0.4)).timing == "too short"
 
 
-def test_tree_runs_count_alpha_along_the_branch_and_predict_nothing():
+def test_tree_runs_count_alpha_along_the_branch_and_are_predicted_step_by_step():
     """A tree step's chain view is the branch the target followed plus the first refused node;
-    the engine's count is every node (here 9), which would put alpha at 2/9."""
-    tree = TreeDraft(tokens=tuple(range(1, 10)), parents=(-1, -1, -1, 0, 0, 1, 3, 3, 6), path=(0, 3), p=(0.5,) * 9)
-    e = step(0, [1, 4, 7], 2, 8, tree=tree)
-    spec = _ended(spec_trace((e, Labels(draft=("a", "d", "g"), token="h", tree=tuple("abcdefghi")))),
-                  tokens=3, steps=1, target_calls=2, drafted=9, accepted=2)
-    h = headline(spec, Trace("baseline", speculative=False))
-    assert h.alpha == pytest.approx(2 / 3) and h.trees and h.predicted is None
-    assert "n/a for trees" in headline_html(h)
+    the engine's count is every node (here 9), which would put alpha at 2/9. One k cannot describe
+    a tree, so the prediction is tokens per step over cost per step, from the steps themselves."""
     from specviz.engine.verify_cost import VerifyCurve
 
+    tree = TreeDraft(tokens=tuple(range(1, 10)), parents=(-1, -1, -1, 0, 0, 1, 3, 3, 6), path=(0, 3), p=(0.5,) * 9)
+    e = step(0, [1, 4, 7], 2, 8, tree=tree)
+    labels = Labels(draft=("a", "d", "g"), token="h", tree=tuple("abcdefghi"))
+    spec = _ended(spec_trace(*[(e, labels)] * 6), tokens=18, steps=6, target_calls=7, drafted=54, accepted=12,
+                  draft_time=0.06, verify_time=0.6, elapsed=0.7)
+    base = _ended(Trace("baseline", speculative=False), tokens=18, steps=18, target_calls=19, verify_time=1.8,
+                  elapsed=1.9, prefill_time=0.0)
+    h = headline(spec, base)
+    assert h.alpha == pytest.approx(2 / 3) and h.trees and h.varied
+    # tau = 3 tokens a step; drafting 0.01 s a step = 0.1 of a 0.1 s target step; verifying assumed 1 step.
+    assert h.predicted == pytest.approx(3 / (0.1 + 1.0))
+    assert "n/a" not in headline_html(h) and "step by step" in html.unescape(headline_html(h))
     # A tree is verified whole: its 9 nodes and the pending token ride in one pass of 10.
-    curved = headline(spec, Trace("baseline", speculative=False), VerifyCurve((1, 2, 4, 8, 16), (1, 1, 1, 1, 2), 1))
-    assert curved.verified == 10 and curved.v == pytest.approx(1.25) and curved.predicted is None
-    assert "a tree of 10.0 tokens costs v = 1.25" in html.unescape(headline_html(curved))
+    curved = headline(spec, base, VerifyCurve((1, 2, 4, 8, 16), (1, 1, 1, 1, 2), 1))
+    assert curved.verified == 10 and curved.v == pytest.approx(1.25)
+    assert curved.predicted == pytest.approx(3 / (0.1 + 1.25))
+
+
+def test_dynamic_k_is_predicted_from_each_steps_own_length():
+    """Steps of 1 and 7 drafts: the mean k of 4 with the mean alpha would mispredict; each step's
+    own verify cost and kept drafts do not."""
+    from specviz.engine.verify_cost import VerifyCurve
+
+    short, long = step(0, [1], 1, 2), step(1, [1, 2, 3, 4, 5, 6, 7], 7, 9)
+    spec = _ended(spec_trace((short, Labels(draft=("a",), token="b")), (long, Labels(draft=tuple("abcdefg"), token="i"))),
+                  tokens=10, steps=2, target_calls=3, drafted=8, accepted=8, draft_time=0.08, verify_time=0.2,
+                  elapsed=0.3)
+    spec.end = replace(spec.end, stats=replace(spec.end.stats, tokens=16))  # past MIN_TOKENS
+    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=1.6,
+                  elapsed=1.7, prefill_time=0.0)
+    curve = VerifyCurve((1, 2, 8), (1.0, 1.2, 1.6), 1)
+    h = headline(spec, base, curve)
+    assert h.varied and not h.trees
+    # (1 + mean kept 4) / (drafting 0.04 s = 0.4 steps + mean of v(2) = 1.2 and v(8) = 1.6)
+    assert h.predicted == pytest.approx(5 / (0.4 + 1.4))
 
 
 def test_greedy_check_and_sampling_explanation():
@@ -380,3 +408,32 @@ def test_compare_and_the_playground_count_target_passes_by_one_rule():
     assert (h.base_calls, h.base_calls - h.calls_saved) == (48, 20)  # the same 48 and 20 in the playground
     values = dict(re.findall(r'data-metric="([\w-]+)"[^>]*><div class="sv-card-value">([^<]*)<', headline_html(h)))
     assert values["calls"] == "28 of 48" and "target passes saved" in headline_html(h)
+
+
+def test_a_prediction_far_from_the_measurement_says_why_in_a_visible_line():
+    """The steps took 0.1 s of verify each where the curve prices a pass at 1.25 target steps of 0.05 s:
+    the 37.5 ms a step the prediction does not count is said beside the cards, not in a tooltip."""
+    from specviz.engine.verify_cost import VerifyCurve
+
+    short, long = step(0, [1], 1, 2), step(1, [1, 2, 3, 4, 5, 6, 7], 7, 9)
+    spec = _ended(spec_trace((short, Labels(draft=("a",), token="b")), (long, Labels(draft=tuple("abcdefg"), token="i"))),
+                  tokens=16, steps=2, target_calls=3, drafted=8, accepted=8, draft_time=0.0, verify_time=0.2,
+                  elapsed=0.3)
+    base = _ended(Trace("baseline", speculative=False), tokens=16, steps=16, target_calls=17, verify_time=0.8,
+                  elapsed=0.9, prefill_time=0.0)
+    h = headline(spec, base, VerifyCurve((1, 2, 8), (1.0, 1.0, 1.5), 1))
+    assert h.unmodelled == pytest.approx(0.1 - 1.25 * 0.05)
+    line = html.unescape(headline_html(h))
+    assert 'class="sv-prediction-gap"' in line and "37.5 ms" in line and f"measured {h.speedup:.2f}" in line
+    assert gap_html(replace(h, predicted=h.speedup * 1.05)) == ""  # close enough: nothing to explain
+
+
+def test_the_prediction_counts_the_prompt_both_runs_read_as_the_measurement_does():
+    """Measured speedups are over engine time, prefill included; a long prompt dilutes them. A 1.6 s
+    prefill is 16 target steps: (16 + 16 tokens) / (16 + 16 / decode speedup)."""
+    spec, base = _measured_pair()
+    decode = headline(spec, base).predicted
+    base.end = replace(base.end, stats=replace(base.end.stats, prefill_time=1.6))
+    h = headline(spec, base)
+    assert h.prefill == pytest.approx(16) and h.predicted == pytest.approx(32 / (16 + 16 / decode))
+    assert "both runs first read the prompt (16.0 target steps)" in html.unescape(headline_html(h))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..core.divergence import Divergence, first_divergence, tie_tolerance
-from ..core.theory import predicted_speedup
+from ..core.theory import predicted_from_steps, predicted_speedup
 from .status import count
 from .trace import Trace
 
@@ -32,11 +32,16 @@ class Headline:
     tau: float  # mean tokens per step
     k: float  # mean drafted tokens per step (the configured k for a model drafter)
     c: float | None  # draft cost per token / baseline cost per token
-    predicted: float | None  # Leviathan's speedup from alpha, k and c (None for tree drafts)
+    predicted: float | None  # Leviathan's speedup from alpha, k and c; step by step for trees and dynamic k
     calls_saved: int  # target passes the speculative run's tokens would have cost plain decoding, minus its own
     base_calls: int  # target passes plain decoding needs for the speculative run's tokens (one per token)
     timing: str = "measured"  # measured | measuring (too few tokens yet) | too short (done with too few)
-    trees: bool = False  # the drafter proposed trees: the chain formula does not predict them
+    trees: bool = False  # the drafter proposed trees: predicted step by step (core/theory.py)
+    varied: bool = False  # draft lengths differ between steps (dynamic k, trees): predicted step by step
+    # Seconds a speculative step took beyond what the prediction counts (drafting, plus each verify
+    # pass at the verify-cost curve's price): picking tokens, host copies, what the views record.
+    unmodelled: float | None = None
+    prefill: float = 0.0  # the prompt's pass, in target decode steps: both runs pay it, so the prediction counts it
     v: float | None = None  # verify cost of k + 1 tokens / one token, from the measured curve (None: assumed 1)
     verified: float = 1.0  # mean tokens in one verify pass: k + 1, or a tree's nodes + 1
 
@@ -61,14 +66,28 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     # A tree is verified whole: every node rides in the one pass, so its size sets the cost.
     verified = 1 + (sum(len(e.tree.tokens) if e.tree else len(e.draft) for e in steps) / len(steps) if trees else k)
     v = curve.cost(verified) if curve is not None and steps else None
+    sizes = [1 + (len(e.tree.tokens) if e.tree else len(e.draft)) for e in steps]
+    varied = trees or len(set(sizes)) > 1
     predicted = None
-    if c is not None and timing == "measured" and not trees:
+    if c is not None and timing == "measured" and not varied:
         predicted = predicted_speedup(s.acceptance_rate, k, c, 1.0 if v is None else v)
+    elif c is not None and timing == "measured":  # one k no longer describes the run: step by step
+        costs = [curve.cost(m) for m in sizes] if curve is not None else [1.0] * len(sizes)
+        predicted = predicted_from_steps([e.accepted for e in steps], c * k, costs)
+    prefill = b.prefill_time / base_step if base_step > 0 else 0.0  # target steps both runs spend on the prompt
+    if predicted is not None and predicted > 0 and s.tokens:
+        # The measured speedup counts the prefill both runs share (engine time, prefill included):
+        # so does the prediction, or a long prompt would look like a miss.
+        predicted = (prefill + s.tokens) / (prefill + s.tokens / predicted)
+    unmodelled = None
+    if predicted is not None and s.steps:
+        verify_steps = (1.0 if v is None else v) if not varied else sum(costs) / len(costs)
+        unmodelled = s.verify_time / s.steps - verify_steps * base_step
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
         alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,
         calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
-        v=v, verified=verified,
+        v=v, verified=verified, varied=varied, unmodelled=unmodelled, prefill=prefill,
     )
 
 
@@ -90,6 +109,8 @@ def _x(value: float | None, h: Headline) -> str:
 
 def headline_html(h: Headline) -> str:
     c = "—" if h.c is None else f"{h.c:.2f}"
+    prefill = (f"; both runs first read the prompt ({h.prefill:.1f} target steps), which the prediction counts as the "
+               "measurement does" if h.prefill >= 0.5 else "")
     wait = f"; shown once both runs have {MIN_TOKENS} tokens" if h.timing != "measured" else ""
     if h.v is None:
         v = "v = 1 (assumed: verifying k + 1 tokens costs one step; no verify-cost curve measured)"
@@ -97,16 +118,20 @@ def headline_html(h: Headline) -> str:
         v = (f"v = {h.v:.2f} (verifying {h.verified:.1f} tokens in one pass, from this machine's measured "
              "verify-cost curve)")
     formula = (f"(1 − α^(k+1)) / ((1 − α)(c·k + v)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
-               f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{wait}")
-    if h.trees:
-        formula = ("tree drafts: the chain formula (1 − α^(k+1)) / ((1 − α)(c·k + v)) does not describe them"
-                   + ("" if h.v is None else f"; verifying a tree of {h.verified:.1f} tokens costs "
-                      f"v = {h.v:.2f} steps here (re-time the run below to see what that does)"))
+               f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{prefill}{wait}")
+    if h.varied:
+        what = "tree drafts" if h.trees else "draft lengths that change from step to step (dynamic k)"
+        formula = (f"{what}: one k does not describe the run, so the prediction is taken step by step: "
+                   f"(1 + mean drafts kept per step) / (drafting cost per step + mean verify cost per step) with "
+                   f"τ = {h.tau:.2f}, drafting {'—' if h.c is None else f'{h.c * h.k:.2f}'} target steps a step, "
+                   + ("verifying assumed to cost one step (no verify-cost curve measured)" if h.v is None else
+                      f"verifying {h.verified:.1f} tokens a pass on average at this machine's measured costs")
+                   + prefill + wait)
     cards = [
         _card("measured speedup", _x(h.speedup, h),
               f"speculative tokens/s divided by baseline tokens/s (engine time, prefill included){wait}", "speedup"),
         _card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
-              "n/a for trees" if h.trees else _x(h.predicted, h), formula, "predicted"),
+              _x(h.predicted, h), formula, "predicted"),
         _card("α acceptance rate", f"{h.alpha:.2f}",
               "accepted draft tokens / drafted tokens" + (" along the branch the target followed" if h.trees else ""),
               "alpha"),
@@ -120,7 +145,26 @@ def headline_html(h: Headline) -> str:
         _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
         _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]
-    return f'<div class="sv-cards">{"".join(cards)}</div>'
+    return f'<div class="sv-cards">{"".join(cards)}</div>{gap_html(h)}'
+
+
+GAP = 0.10  # predicted and measured further apart than this: the page says why, in a visible line
+
+
+def gap_html(h: Headline) -> str:
+    """One visible line when the prediction misses the measurement by more than GAP: by how much,
+    and the per-step time the prediction does not count, which is where the difference went."""
+    if h.predicted is None or h.speedup is None or abs(h.predicted / h.speedup - 1) <= GAP:
+        return ""
+    where = ""
+    if h.unmodelled is not None and h.unmodelled > 0:
+        where = (f": each speculative step spent {1e3 * h.unmodelled:.1f} ms beyond its drafting and its verify pass "
+                 "at the curve's price (picking tokens, copies to the host, what the views record), which the "
+                 "prediction does not count")
+    elif h.v is None:
+        where = ": no verify-cost curve was measured, so verifying is assumed to cost one step"
+    return (f'<div class="sv-prediction-gap" data-gap="{h.predicted / h.speedup:.2f}">Predicted {h.predicted:.2f}×, '
+            f"measured {h.speedup:.2f}×{escape(where)}.</div>")
 
 
 def agreement(spec: Trace, base: Trace) -> tuple[bool | None, int | None]:
