@@ -31,6 +31,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DRAFTERS = ("pld", "suffix", "draft-model", "layerskip", "eagle", "medusa")
 VOCAB = 128
 PROMPT_LEN, NEW_TOKENS, K = 40, 24, 4
+LR = 6e-3  # the heads' AdamW rate: high, for a few dozen steps on a few hundred tokens
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def draft_family(family: str) -> str:
     return "qwen3" if family == "llama" else "llama"
 
 
-def train_heads(target, steps: int = 60) -> dict:
+def train_heads(target, steps: int = 30) -> dict:
     """{"eagle": (config, state), "medusa": (config, state)} trained on the fp32 target's own
     greedy continuations of the matrix's prompt and a few random ones (self-distillation in
     miniature: a random tiny model's text cannot be predicted beyond what was seen, so the
@@ -85,7 +86,7 @@ def train_heads(target, steps: int = 60) -> dict:
     for recipe in (EagleRecipe(subset=0, unroll=2), MedusaRecipe(heads=2, subset=0)):
         torch.manual_seed(0)
         module = recipe.build(loaded, corpus)
-        opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
+        opt = torch.optim.AdamW(module.parameters(), lr=LR)
         for _ in range(steps):
             loss, _ = recipe.loss(module, loaded, corpus.sequences)
             opt.zero_grad()
