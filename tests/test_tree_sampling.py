@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 import torch
 
-from specviz import Sampling
+from conftest import tiny_llama
+from specviz import GenerationConfig, Sampling, collect, speculative_generate
 from specviz.core.sampling import Processor
 from specviz.core.tree_sampling import sample_tree, walk_order
 
@@ -414,3 +415,110 @@ def test_the_check_rejects_rules_that_are_not_exact(rule):
             assert_same_law(step_law(implemented, tokens, parents, rows, q), want)
             gaps.append(law_gap(step_law(rule, tokens, parents, rows, q), want))
     assert max(gaps) > 1e-3
+
+
+# ------------------------------------------------------------------ the whole loop
+
+@pytest.fixture(scope="module")
+def small():
+    model = tiny_llama(vocab=4, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.3)  # soften: every continuation has real mass
+    return model
+
+
+def test_a_sampled_run_drafts_trees_and_records_each_walk(small):
+    from test_heads import make
+
+    cfg = GenerationConfig(max_new_tokens=24, k=4, tree_nodes=8,
+                           sampling=Sampling(temperature=1.0, top_k=3, repetition_penalty=1.2, seed=1))
+    steps, end = collect(speculative_generate(small, make("eagle", small, tree=3), [0, 1, 2, 3, 0, 1], cfg))
+    assert end.stats.tokens == 24
+    trees = [s for s in steps if s.tree is not None]
+    assert len(trees) >= len(steps) - 1
+    for s in trees:
+        t = s.tree
+        assert len(t.walk) == len(t.accept_prob) == len(t.draws) == len(t.residual_mass) >= 1
+        assert set(t.path) <= set(t.walk) and [i for i in t.walk if i in t.path] == list(t.path)
+        for i, a, u in zip(t.walk, t.accept_prob, t.draws):
+            assert (u < a) == (i in t.path)  # kept exactly when its coin fell below p'(x)
+        # the chain view: the path, then the last node's first child (judged first, rejected)
+        shown = [*t.path, *[i for i, parent in enumerate(t.parents) if parent == (t.path or [-1])[-1]][:1]]
+        assert s.draft == tuple(t.tokens[i] for i in shown) and s.accepted == len(t.path)
+        assert s.draws == tuple(t.draws[t.walk.index(i)] for i in shown)
+        assert s.accept_prob == tuple(t.accept_prob[t.walk.index(i)] for i in shown)
+    assert any(len(s.tree.walk) > len(s.tree.path) + 1 for s in trees)  # siblings rejected along the way
+    assert any(s.accepted >= 2 for s in trees)
+
+
+def test_a_sampled_tree_step_survives_a_trace_file(small):
+    from test_heads import make
+
+    from specviz.render.trace import Labels, Trace
+    from specviz.traces import trace_file
+
+    cfg = GenerationConfig(max_new_tokens=8, k=4, tree_nodes=6, sampling=Sampling(temperature=1.0, seed=2))
+    steps, end = collect(speculative_generate(small, make("medusa", small, tree=3), [0, 1, 2, 3, 0, 1], cfg))
+    assert any(s.tree is not None and s.tree.walk for s in steps)
+    trace = Trace("medusa", k=4)
+    for s in steps:
+        trace.add(s, Labels(draft=tuple(map(str, s.draft)), tree=tuple(map(str, s.tree.tokens)) if s.tree else ()))
+    trace.add(end)
+    text = trace_file.dumps(trace_file.Recording(trace_file.RunInfo("t", "medusa"), trace))
+    assert trace_file.loads(text).spec.events == steps
+    # a trace written before walks were recorded still loads, its trees without one
+    doc = json.loads(text)
+    for e in doc["runs"][0]["events"]:
+        for key in ("walk", "accept_prob", "draws", "residual_mass"):
+            (e["tree"] or {}).pop(key, None)
+    old = trace_file.loads(json.dumps(doc)).spec.events
+    assert [e.tree.path for e in old if e.tree] == [s.tree.path for s in steps if s.tree]
+    assert all(e.tree.walk == () for e in old if e.tree)
+    # and a damaged walk is refused in one sentence
+    tree = next(e["tree"] for e in json.loads(text)["runs"][0]["events"] if e["tree"])
+    bad = text.replace(json.dumps(tree, separators=(",", ":")),
+                       json.dumps({**tree, "draws": tree["draws"][1:]}, separators=(",", ":")), 1)
+    with pytest.raises(trace_file.TraceFileError, match="sibling walk"):
+        trace_file.loads(bad)
+
+
+def exact_joint(model, sampling, prompt):
+    """The target's exact joint law of the first three tokens after `prompt`."""
+    import itertools
+
+    joint = {}
+    with torch.inference_mode():
+        for seq in itertools.product(range(4), repeat=3):
+            prob = 1.0
+            for i in range(3):
+                ctx = prompt + list(seq[:i])
+                logits = model(torch.tensor([ctx])).logits[0, -1:]
+                prob *= Processor(sampling, 4, ctx, "cpu").probs(logits)[0, seq[i]].item()
+            joint[seq] = prob
+    return joint
+
+
+@pytest.mark.slow  # a few hundred sampled runs for a chi-square test
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_sampled_tree_runs_follow_the_target(small, kind):
+    from test_heads import make
+    from test_sampling_distribution import assert_matches
+
+    import test_sampling_distribution as sd
+
+    prompt, sampling = sd.PROMPT, sd.SAMPLING  # temperature 1.3, top-k 3, repetition penalty 1.2
+    joint = exact_joint(small, sampling, prompt)
+    drafter = make(kind, small, tree=3)
+    counts, siblings, runs = Counter(), 0, 600  # enough: without the residual update p < 1e-12
+    for seed in range(runs):
+        # Six tokens, so that the first step's tree may have five nodes (a step drafts no more
+        # than the run can still emit); the first three are compared.
+        cfg = GenerationConfig(max_new_tokens=6, k=3, tree_nodes=6, top=0, raw_top=0,
+                               sampling=Sampling(**{**sampling.__dict__, "seed": seed}))
+        steps, end = collect(speculative_generate(small, drafter, prompt, cfg))
+        counts[tuple(end.token_ids[:3])] += 1
+        # a step whose walk judged a second sibling somewhere: the residual was used
+        siblings += any(s.tree is not None and len(s.tree.walk) - len({s.tree.parents[i] for i in s.tree.walk}) > 0
+                        for s in steps)
+    assert siblings > runs // 2, "the trees were used and siblings judged after a rejection"
+    assert_matches(counts, joint)
