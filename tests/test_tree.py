@@ -157,15 +157,35 @@ class Listener(Drafter):
         return empty_draft(self.device)
 
 
-@pytest.mark.parametrize("sampling, trees", [
-    (Sampling(), True),
-    (Sampling(temperature=1.0), False),  # trees are verified greedily only
-    (Sampling(repetition_penalty=1.3), False),  # the penalty would differ from branch to branch
+@pytest.mark.parametrize("sampling", [
+    Sampling(),
+    Sampling(temperature=1.0),  # the sibling walk (core/tree_sampling.py)
+    Sampling(repetition_penalty=1.3),  # each row penalised for its own branch
+    Sampling(temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.3),
 ])
-def test_trees_are_allowed_only_for_greedy_decoding_without_a_penalty(target, sampling, trees):
+def test_trees_are_allowed_greedy_or_sampled(target, sampling):
     drafter = Listener()
     collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=2, sampling=sampling)))
-    assert drafter.trees is trees
+    assert drafter.trees is True
+
+
+def test_trees_need_a_position_indexed_cache():
+    from transformers import DynamicCache
+
+    from specviz.engine.verify_step import trees_verifiable
+
+    assert trees_verifiable(new_cache(tiny_llama())) and not trees_verifiable(DynamicCache())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_tree_drafts_with_a_repetition_penalty_are_greedy_decoding(target, prompts, seed):
+    cfg = GenerationConfig(max_new_tokens=30, k=4, sampling=Sampling(repetition_penalty=1.5))
+    for prompt in prompts[1:]:
+        _, base = collect(baseline_generate(target, prompt, cfg))
+        steps, end = collect(speculative_generate(target, OracleTree(list(base.token_ids), len(prompt), seed),
+                                                  prompt, cfg))
+        assert end.token_ids == base.token_ids
+        assert max(s.accepted for s in steps) >= 2 and all(s.tree is not None for s in steps[:-1])
 
 
 def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():

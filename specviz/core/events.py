@@ -68,6 +68,16 @@ class TreeDraft:
     parents: tuple[int, ...]
     path: tuple[int, ...]  # accepted node indices, root to leaf
     p: tuple[float, ...]  # target prob of each node's token after its ancestors
+    # A sampled step's sibling walk (core/tree_sampling.py; empty when greedy, and in older
+    # traces): the nodes judged, in order (at each depth the accepted path node's earlier
+    # siblings, then it), and for each: p'(x), the target's probability of its token with the
+    # siblings rejected before it removed and the rest renormalised; the uniform draw u it was
+    # judged by (kept when u < p'(x)); and the mass of p left after it, had it been rejected
+    # (p' after that rejection is p without it and its earlier siblings, divided by this).
+    walk: tuple[int, ...] = ()
+    accept_prob: tuple[float, ...] = ()
+    draws: tuple[float, ...] = ()
+    residual_mass: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -78,21 +78,44 @@ class Processor:
                 if n:
                     extra[r, draft[:n]] = 1
             seen = seen | extra.bool()
-        pen = self.s.repetition_penalty
-        scored = torch.where(logits > 0, logits / pen, logits * pen)
-        return torch.where(seen, scored, logits)
+        return torch.where(seen, self._scored(logits), logits)
 
-    def probs(self, logits: torch.Tensor, draft: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+    def _scored(self, logits: torch.Tensor) -> torch.Tensor:
+        pen = self.s.repetition_penalty
+        return torch.where(logits > 0, logits / pen, logits * pen)
+
+    def _tree_penalty(self, logits: torch.Tensor, tokens: torch.Tensor, parents) -> torch.Tensor:
+        # Row 0 (the root) sees the committed context; row i + 1 also node i and its ancestors,
+        # its own branch and nothing of its cousins'. Only those (row, token) cells change.
+        out = self._penalty(logits, None, 0)
+        rows, nodes = [], []
+        for i in range(len(parents)):
+            a = i
+            while a >= 0:
+                rows.append(i + 1)
+                nodes.append(a)
+                a = parents[a]
+        if rows:
+            r = torch.tensor(rows, device=logits.device)
+            t = tokens[torch.tensor(nodes, device=logits.device)]
+            out[r, t] = self._scored(logits[r, t])  # a token twice on a branch: the same value twice
+        return out
+
+    def probs(self, logits: torch.Tensor, draft: torch.Tensor | None = None, start: int = 0,
+              parents=None) -> torch.Tensor:
         """Processed probabilities, one row per logits row.
 
-        Greedy runs get the temperature-1 softmax (for display only: greedy decisions
+        A chain's row r follows draft[:start + r]. With `parents` (core/tree.py's) the draft is
+        a tree's tokens and the rows are its root's and then each node's, each following its own
+        branch. Greedy runs get the temperature-1 softmax (for display only: greedy decisions
         use `argmax` of the same processed logits).
         """
         logits = logits.float()
         if logits.shape[-1] != self.vocab_size:
             logits = fit_vocab(logits, self.vocab_size)
         if self.penalise:
-            logits = self._penalty(logits, draft, start)
+            logits = (self._penalty(logits, draft, start) if parents is None
+                      else self._tree_penalty(logits, draft, parents))
         if self.s.greedy:
             return torch.softmax(logits, dim=-1)
         logits = logits / self.s.temperature

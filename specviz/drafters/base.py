@@ -48,8 +48,9 @@ class Drafter:
         hidden (None unless needs_hidden): (len(prompt_ids) - 1, hidden_size); row i is the
         target's state after prompt_ids[i], the one its LM head turns into the next token's logits
         (with hidden_layers: those layers' inputs at token i, hidden_size each, side by side).
-        trees: the engine can verify tree drafts this run (greedy decoding without a repetition
-        penalty, over the fast path's cache); otherwise every draft must be a chain.
+        trees: the engine can verify tree drafts this run (over the fast path's cache, greedy or
+        sampled: a tree's children must then be chosen from the context, never drawn, since the
+        sibling walk treats each as a one-hot guess); otherwise every draft must be a chain.
         """
 
     def plan(self, ids: list[int]) -> int | None:

@@ -269,7 +269,7 @@ class Eagle(Drafter):
         """embed, lm: the token embeddings and LM head the head reads (default: the target's,
         the LM head restricted to the head's subset); hidden_layers: see Drafter (EAGLE-3)."""
         self.target, self.head = target, head.eval()
-        self.tree_width = tree_width  # greedy trees: expand the w likeliest nodes per depth, w children each
+        self.tree_width = tree_width  # trees: expand the w likeliest nodes per depth, w children each
         self.embed = embed if embed is not None else target.get_input_embeddings()
         self.lm = lm if lm is not None else TargetHead(target, head.subset)
         self.hidden_layers = hidden_layers or tuple(head.config.get("hidden_layers") or ())
@@ -321,13 +321,14 @@ class Eagle(Drafter):
                                     min_confidence, advance)
 
     def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
-        """Greedy only (EAGLE-2-like): grow the tree one depth per head forward, expanding the
+        """EAGLE-2-like: grow the tree one depth per head forward, expanding the
         `tree_width` nodes with the likeliest paths (those that may still be kept); then keep
         the `budget` likeliest nodes, and with `min_confidence` only those whose path
         probability reaches it (the likeliest always): the tree is as big as the head is sure.
 
         A node's pair is (its parent's predicted feature, its token), at the position its
-        depth gives it, attending to the context and its own ancestors only."""
+        depth gives it, attending to the context and its own ancestors only. Nothing is drawn,
+        greedy or sampled: the target judges each child as a one-hot guess (core/tree_sampling.py)."""
         w, dev = self.tree_width, self.last.device
         base = self.cache.length
         # Per node: token, parent, path probability, depth, feature that predicts its children.

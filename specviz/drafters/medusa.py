@@ -88,7 +88,7 @@ class Medusa(Drafter):
                  lm: TargetHead | None = None):
         """lm: what turns head j's hidden into logits (default: the target's LM head, shared)."""
         self.target, self.heads = target, heads.eval()
-        self.tree_width = tree_width  # greedy trees: each head's top candidates, best paths first
+        self.tree_width = tree_width  # trees: each head's top candidates, best paths first
         self.head = lm if lm is not None else TargetHead(target, heads.subset)
         if name:
             self.name = name
@@ -115,9 +115,10 @@ class Medusa(Drafter):
                                     lambda t: next(later)[None])
 
     def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
-        """Greedy only: every head's top candidates, combined into the `budget` likeliest
-        paths (heads are treated as independent, as Medusa's own trees do); with
-        `min_confidence`, only paths at least that likely (the likeliest always)."""
+        """Every head's top candidates, combined into the `budget` likeliest paths (heads are
+        treated as independent, as Medusa's own trees do); with `min_confidence`, only paths at
+        least that likely (the likeliest always). Nothing is drawn, greedy or sampled: the
+        target judges each candidate as a one-hot guess (core/tree_sampling.py)."""
         logits = self.head.logits(self.heads(self.last)[:, 0])  # (heads, subset)
         top_p, top_i = torch.softmax(logits.float(), -1).topk(self.tree_width, dim=-1)
         ids = self.head.subset[top_i] if self.head.subset is not None else top_i

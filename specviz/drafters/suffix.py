@@ -79,7 +79,8 @@ class Suffix(Drafter):
 
     @property
     def _width(self) -> int:
-        return self.tree_width if self.trees and self.tree_width > 1 else 1
+        # Sampled runs draw a chain from the counts (propose), so plan scores a chain there too.
+        return self.tree_width if self.trees and self.greedy and self.tree_width > 1 else 1
 
     def _best(self, ids, budget: int, min_prob: float) -> tuple[int, Continuation]:
         """The better of this request's and the memory's drafts; on equal scores the longer

@@ -152,7 +152,7 @@ def speculative_generate(
 
     start = time.perf_counter()
     features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
-    trees = trees_verifiable(run.cache, cfg.sampling)  # may the drafter propose trees?
+    trees = trees_verifiable(run.cache)  # may the drafter propose trees?
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None:
@@ -186,7 +186,8 @@ def speculative_generate(
                 v = verify_chain(run.target, run.cache, len(run.ids), run.pending, draft, run.processor,
                                  run.generator, greedy=greedy, top=cfg.top, raw_top=cfg.raw_top, hidden=features)
             else:
-                v = verify_tree(run.target, run.cache, run.pending, draft, top=cfg.top, hidden=features)
+                v = verify_tree(run.target, run.cache, run.pending, draft, run.processor, run.generator,
+                                greedy=greedy, top=cfg.top, hidden=features)
             run.calls += 1
             # 3. Tell the drafter what was kept, so it rolls its own state back to match.
             if drafter is not None:

@@ -2,9 +2,10 @@
 acceptance decision, the target's cache cut back to what was kept, and everything the
 step reports brought to the host in one transfer.
 
-Chains follow core/verify.py's rule (greedy, or rejection sampling against q); trees are
-verified greedily (core/tree.py). Neither asks which drafter drafted: a draft is tokens, maybe
-q, maybe parents. The engine owns the run; this module is told all it uses.
+Chains follow core/verify.py's rule (greedy, or rejection sampling against q); trees follow
+the target's argmax (core/tree.py) or, sampled, the sibling walk (core/tree_sampling.py).
+Neither asks which drafter drafted: a draft is tokens, maybe q, maybe parents. The engine
+owns the run; this module is told all it uses.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from ..core.events import StepEvent, TreeDraft
-from ..core.sampling import Processor, Sampling, fit_vocab, sample
+from ..core.sampling import Processor, fit_vocab, sample
 from ..core.tree import check_parents, depths, greedy_walk, tree_mask
+from ..core.tree_sampling import sample_tree, walk_order
 from ..core.verify import one_hot_q, verify_greedy, verify_sampled
 from ..drafters.base import Draft
 from ..modeling.forward import forward, rollback, to_host
@@ -81,10 +83,11 @@ def _raw_top(logits: torch.Tensor, processor: Processor, q: torch.Tensor | None,
     return p_v.clamp_min(FLOOR), p_i, q_v.clamp_min(FLOOR), q_i
 
 
-def trees_verifiable(cache, sampling: Sampling) -> bool:
-    """Tree drafts are verified greedily, without a repetition penalty (it would differ from
-    branch to branch), over a position-indexed cache (only it keeps scattered rows)."""
-    return sampling.greedy and sampling.repetition_penalty == 1.0 and isinstance(cache, KVCache)
+def trees_verifiable(cache) -> bool:
+    """Tree drafts need a position-indexed cache (only it keeps scattered rows). Greedy or
+    sampled, with or without a repetition penalty: each tree row is processed with its own
+    branch, as a chain's row is with its own prefix."""
+    return isinstance(cache, KVCache)
 
 
 def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draft, processor: Processor,
@@ -134,14 +137,16 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
     )
 
 
-def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, top: int,
-                hidden: bool | tuple = False) -> Verdict:
-    """Verify a tree draft greedily: one forward over the root and every node with the tree
-    mask, a walk down the target's argmax; the cache keeps the root and the accepted path
-    only (entries moved, nothing recomputed).
+def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, processor: Processor,
+                generator: torch.Generator, *, greedy: bool, top: int, hidden: bool | tuple = False) -> Verdict:
+    """Verify a tree draft: one forward over the root and every node with the tree mask, then
+    greedily a walk down the target's argmax, or sampled the sibling walk of
+    core/tree_sampling.py; the cache keeps the root and the accepted path only (entries moved,
+    nothing recomputed).
 
     The verdict's chain view is the winning branch plus the first child that missed, so
-    chain renderers show a tree step like any other."""
+    chain renderers show a tree step like any other; a sampled step's TreeDraft also holds
+    every judged node's p'(x), coin and residual mass (the sibling walk)."""
     parents = tuple(draft.parents)
     check_parents(parents)
     device = pending.device
@@ -150,16 +155,30 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, 
     mask = torch.cat([torch.ones(m + 1, start, dtype=torch.bool, device=device), tree_mask(parents, device)], 1)
     logits, h = forward(target, torch.cat([pending, draft.tokens]), cache, hidden=hidden or True, mask=mask,
                         positions=positions)
-    p = torch.softmax(logits, -1)
-    best, g = p.max(-1)
+    # Each row processed as plain decoding would after its own branch (the penalty sees that
+    # branch's tokens only); greedy: the temperature-1 softmax, decided by its argmax.
+    p = processor.probs(logits, draft.tokens, parents=parents)
     parent_rows = torch.tensor([q + 1 for q in parents], device=device, dtype=torch.long)
     node_p = p[parent_rows, draft.tokens]
     width = min(top, p.shape[-1])
-    top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), g.new_zeros(m + 1, 0))
-    # the one host transfer of the step
-    argmax, best_p, tokens, node_p, top_v, top_i = to_host(g, best, draft.tokens, node_p, top_v, top_i)
+    top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), parent_rows.new_zeros(m + 1, 0))
+    walk = a = u = left = ()
+    if greedy:
+        best, g = p.max(-1)
+        # the one host transfer of the step
+        argmax, best_p, tokens, node_p, top_v, top_i = to_host(g, best, draft.tokens, node_p, top_v, top_i)
+        path, token = greedy_walk([int(x) for x in tokens], parents, [int(x) for x in argmax])
+        token_p = best_p[path[-1] + 1 if path else 0]
+    else:
+        draws = torch.rand(m, generator=generator, device=device)
+        s = sample_tree(draft.tokens, parents, p, draws)
+        token = sample(s.dist, generator)
+        (token, token_p, tokens, node_p, top_v, top_i, on_path, tried, a, left, u) = to_host(
+            token, p[s.row, token], draft.tokens, node_p, top_v, top_i, s.on_path, s.tried, s.accept_prob,
+            s.residual_mass, draws)
+        path, walk = walk_order(parents, on_path, tried)
+        token, token_p = int(token[0]), token_p[0]
     tokens = [int(x) for x in tokens]
-    path, token = greedy_walk(tokens, parents, [int(x) for x in argmax])
     row = path[-1] + 1 if path else 0
     keep = [0] + [i + 1 for i in path]
     cache.keep_rows(start, keep)
@@ -169,10 +188,13 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, *, 
     shown = [*path, *([missed] if missed is not None else [])]
     n = len(path)
     rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
+    walked = TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
+                       accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
+                       residual_mass=tuple(left[i] for i in walk))
     return Verdict(
         draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
-        accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n), draws=None, accepted=n, token=token,
-        token_p=best_p[row], top=rows[row] if width else (),
-        tree=TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p)), hidden=h[keep].float() if hidden else None,
+        accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n) if greedy else tuple(a[i] for i in shown),
+        draws=None if greedy else tuple(u[i] for i in shown), accepted=n, token=token,
+        token_p=token_p, top=rows[row] if width else (), tree=walked, hidden=h[keep].float() if hidden else None,
         p_top=tuple(rows[r] for r in [0, *(i + 1 for i in shown)]) if width else (),
     )

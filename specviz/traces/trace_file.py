@@ -310,8 +310,10 @@ def _check(e, labels: Labels, where: str) -> None:
 
 def _tree_problem(tree) -> str | None:
     m = len(tree.tokens)
-    if len(tree.parents) != m or len(tree.p) != m or any(not 0 <= i < m for i in tree.path):
+    if len(tree.parents) != m or len(tree.p) != m or any(not 0 <= i < m for i in (*tree.path, *tree.walk)):
         return "its tree's nodes disagree"
+    if not len(tree.walk) == len(tree.accept_prob) == len(tree.draws) == len(tree.residual_mass):
+        return "its tree's sibling walk disagrees in length"
     try:
         check_parents(tree.parents)
     except ValueError as e:  # check_parents says what is wrong with the tree's shape

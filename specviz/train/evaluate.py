@@ -129,12 +129,11 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
 
 
 def _trees_here(target_loaded) -> bool:
-    """Whether the engine verifies tree drafts for this target (greedy, fast-path cache)."""
-    from ..core.sampling import Sampling
+    """Whether the engine verifies tree drafts for this target (a fast-path cache)."""
     from ..engine.verify_step import trees_verifiable
     from ..modeling.forward import new_cache
 
-    return trees_verifiable(new_cache(target_loaded.model), Sampling())
+    return trees_verifiable(new_cache(target_loaded.model))
 
 
 def _join(xs: list[float]) -> str:
