@@ -69,6 +69,22 @@ def test_model_text_is_escaped_in_text_and_in_hover_card():
     assert "<img" not in step_html(t, 0) and "<script" not in panel_html(t, "x</b><i>")
 
 
+def test_every_headline_number_is_explained_in_words_a_keyboard_and_a_screen_reader_reach():
+    """alpha, tau, passes saved, "verify 1.40x" and "n/a" were explained only in hover titles."""
+    from specviz.engine.verify_cost import VerifyCurve
+
+    spec, base = _measured_pair()
+    out = headline_html(headline(spec, base, VerifyCurve((1, 2, 4, 8), (0.1, 0.11, 0.13, 0.17), 1)))
+    described = re.findall(r'data-metric="([\w-]+)"[^>]*aria-describedby="([\w-]+)"', out)
+    assert [key for key, _ in described] == ["speedup", "predicted", "alpha", "tau", "calls", "spec-tps", "base-tps"]
+    details = out[out.index("<details"):]  # one disclosure: a tap, a click or Enter opens it
+    for _, why in described:
+        assert re.search(f'<dd id="{why}">[^<]{{10,}}</dd>', details), why
+    words = html.unescape(details)
+    assert "“verify 1.40×” on the card is that v" in words and "share of drafted tokens the target accepted" in words
+    assert "forward passes of the target that speculation avoided" in words
+
+
 def test_whitespace_and_code_layout_survive_but_rejected_newlines_do_not_move_text():
     t = spec_trace((step(0, [1, 2, 3], 2, 4), Labels(draft=("def f():\n", "    return 1", "\n\t"), token="\n")))
     out = tokens_html(t)

@@ -12,7 +12,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from ..render.charts import COLORS, acceptance_bars, figure, position_bars, speed_lines, styled, waiting_for
-from ..render.numbers import MIN_TOKENS, _card
+from ..render.numbers import MIN_TOKENS, _card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
 
@@ -123,7 +123,7 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
               "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
                                                       else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),
     ]
-    return f'<div class="sv-cards">{"".join(cards)}</div>'
+    return cards_html(cards, "sv-server")
 
 
 def step_figure(s: SpecStats | None) -> go.Figure:
