@@ -69,6 +69,26 @@ def test_model_text_is_escaped_in_text_and_in_hover_card():
     assert "<img" not in step_html(t, 0) and "<script" not in panel_html(t, "x</b><i>")
 
 
+def test_a_token_is_named_for_a_screen_reader_by_its_verdict_text_and_numbers_escaped():
+    """A screen reader heard "Paris", never "accepted, p 0.91"; the name comes from the same event
+    as the hover card, and model text in it stays text."""
+    e = step(2, [1, 2, 3], 1, 7, q=(0.8, 0.5, 0.2), p=(0.91, 0.02, 0.3), greedy=False, token_p=0.6)
+    out = tokens_html(spec_trace((e, Labels(draft=(" <b>Paris</b>", "", "  "), token="\n"))))
+    names = [html.unescape(n) for n in re.findall(r'aria-label="([^"]*)"', out)]
+    assert names[0] == ("accepted draft token ' <b>Paris</b>', target p 0.91, drafter q 0.80, "
+                        "acceptance probability 1.00, draw u 0.25, step 3")
+    assert names[1].startswith("rejected draft token with no text of its own")
+    assert names[2].startswith("unchecked draft token (2 spaces)") and "after the first rejection" in names[2]
+    assert names[3] == "target's corrected token (line break), target p 0.60, step 3"
+    assert "<b>" not in out and "&lt;b&gt;Paris" in out  # never markup, in the text or in the name
+    # the empty token (the first bytes of a character) takes no Tab stop; the others each take one
+    spans = re.findall(r"<span class=\"tok[^>]*>", out)
+    assert ['tabindex="0"' in s for s in spans] == [True, False, True, True]
+    base = Trace("baseline", speculative=False)
+    base.add(TokenEvent(step=4, token=1, p=0.4, time=0.05, elapsed=0.1), Labels(token="Paris"))
+    assert "aria-label=\"baseline token &#x27;Paris&#x27;, target p 0.40, token 5\"" in tokens_html(base)
+
+
 def test_every_headline_number_is_explained_in_words_a_keyboard_and_a_screen_reader_reach():
     """alpha, tau, passes saved, "verify 1.40x" and "n/a" were explained only in hover titles."""
     from specviz.engine.verify_cost import VerifyCurve
