@@ -4,6 +4,7 @@ back and an uploaded trace fills the Playground's panels, charts and inspector i
 that cannot load any model. Screenshots go to test-output/ (look at them)."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -78,10 +79,13 @@ def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
 
 def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811
     big = tmp_path / "big.json"
-    big.write_text(" " * (9 << 20) + trace_file.dumps(sampled[0]))
+    big.write_text(" " * 9_000_000 + trace_file.dumps(sampled[0]))
     *values, _, r, card, prompt, _ = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
-    assert r is None and 'data-state="error"' in values[0] and "up to 8.4 MB" in values[0]
-    assert launch_options()["max_file_size"] >= 8 << 20  # Gradio refuses bigger uploads before they land
+    # one size unit on the page, in the docs and in the limits: "8 MB" (it said 8.4 MB for 8 MiB)
+    assert r is None and 'data-state="error"' in values[0]
+    assert re.search(r"big.json is 9\.\d MB: this app replays trace files of up to 8 MB<", values[0])
+    assert "up to 8 MB" in card  # under the file box too, where the reader dropped it
+    assert launch_options()["max_file_size"] >= 8_000_000  # Gradio's own limit, a backstop behind the app's
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
     *values, _, r, card, prompt, _ = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))

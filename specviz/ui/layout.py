@@ -188,7 +188,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                         drafter, run, stop, step, inspector, outputs, steps = _playground_tab(policy)
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
-                        replay_controls = replay.controls(steps)
+                        replay_controls = replay.controls(steps, policy)
                         hardware_controls = hardware.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)

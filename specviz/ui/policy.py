@@ -26,6 +26,7 @@ from typing import Mapping
 
 from ..core.errors import SpecvizError
 from ..drafters.suffix_memory import DEFAULT_TOKENS
+from ..render.status import MB
 from ..serving.urls import check_url, is_loopback
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 
@@ -60,7 +61,8 @@ RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded m
 # copies (packing.py, ~0.55x), libraries, activations and KV caches
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
-MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
+MAX_TRACE_BYTES = 32 * MB  # the largest trace file any deployment replays (and Gradio's upload limit)
+HOSTED_TRACE_BYTES = 8 * MB  # docs/hosting.md says "8 MB": the page says the same (render.status.megabytes)
 HOSTED_MEMORY_TOKENS = 8192  # a hosted visitor's suffix memory: 32 answers of 256 tokens
 
 
@@ -185,7 +187,7 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
                     if name == "default" or (weights_bytes(name) or 0) <= budget)
     policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
                     max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget,
-                    max_trace_bytes=8 << 20, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
+                    max_trace_bytes=HOSTED_TRACE_BYTES, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
     return replace(policy, **overrides)
 
 
