@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import copy
+import html
 import sys
 import threading
 import time
@@ -347,7 +348,9 @@ def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_i
     assert 'data-curve="measured"' in hardware.show(session, hardware.GPU, 0, 0)[1]  # no step shown yet
     replay.step(r, session, +3)
     assert session.last is not frame and len(session.last.spec.steps) == 3
-    assert "Re-timed, not measured" in hardware.show(session, hardware.GPU, 0, 0)[2]
+    retimed = html.unescape(hardware.show(session, hardware.GPU, 0, 0)[2])
+    assert "Re-timed, not measured" in retimed and "this run's accept/reject decisions" not in retimed
+    assert re.search(r"the first 3 of this run's \d+ steps \(those on screen so far\)", retimed)  # not the run's
 
 
 def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():

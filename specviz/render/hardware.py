@@ -102,8 +102,13 @@ def retime_figure(r) -> go.Figure:
     return fig
 
 
-def retime_html(r, measured: float | None) -> str:
-    """The re-timing's one line: labelled as a calculation, beside what was measured."""
+def retime_html(r, measured: float | None, shown: tuple[int, int] | None = None) -> str:
+    """The re-timing's one line: labelled as a calculation, beside what was measured. shown: (steps
+    on screen, the run's steps) while stepping through a run: then it is those steps' decisions,
+    not the run's (3 steps were called "this run's decisions")."""
+    whose = "this run's"
+    if shown is not None and shown[0] < shown[1]:
+        whose = f"the first {shown[0]} of this run's {shown[1]} steps (those on screen so far): their"
     here = "" if measured is None else f" (measured here: {measured:.2f}×)"
-    return (f'<div class="sv-retime" data-speedup="{r.speedup:.4f}"><b>Re-timed, not measured:</b> this run\'s '
+    return (f'<div class="sv-retime" data-speedup="{r.speedup:.4f}"><b>Re-timed, not measured:</b> {whose} '
             f"accept/reject decisions on {escape(r.profile.name)} would give <b>{r.speedup:.2f}×</b>{here}.</div>")
