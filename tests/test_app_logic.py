@@ -389,3 +389,24 @@ def test_two_visitors_never_share_a_memory():
     collect(speculative_generate(tiny_llama(), Suffix(a.memory), [5, 6, 7, 5, 6], GenerationConfig(max_new_tokens=8)))
     assert len(a.memory) > 0 and len(b.memory) == 0 and len(first.memory) == 0
     assert a.memory.max_tokens == 1000
+
+
+# ---- names and sentences the page shows ------------------------------------------------------
+
+def test_every_drafter_has_one_human_name_in_the_menu_compare_and_the_panel_titles():
+    """The menu showed a picked example's raw "pld"; Compare said "draft model layerskip" and
+    "eagle + suffix decoding"."""
+    from specviz.ui.layout import menu_value
+    from specviz.ui.policy import DRAFTERS
+
+    for label, value in DRAFTERS:  # the menu's label starts with the name the table and titles use
+        assert label == runner.run_label(value) or label.startswith(runner.run_label(value) + " ("), (label, value)
+    names = {v: runner.run_label(v) for v in ("pld", "layerskip", "layerskip:0-9", "eagle", "eagle+pld", "suffix",
+                                              "suffix+eagle", "medusa", "draft", "none", "default")}
+    assert names == {"pld": "prompt lookup", "layerskip": "layer skip", "layerskip:0-9": "layer skip (layers 0-9)",
+                     "eagle": "EAGLE", "eagle+pld": "EAGLE + prompt lookup", "suffix": "suffix decoding",
+                     "suffix+eagle": "suffix decoding + EAGLE", "medusa": "Medusa", "draft": "distilled draft model",
+                     "none": "none", "default": "draft model: SmolLM2-135M (embedded)"}
+    # an example measured with "pld" picks the menu's own entry, which shows its label
+    assert menu_value("pld", Policy()) == "prompt lookup" and menu_value("eagle+pld", Policy()) == "eagle+pld"
+    assert menu_value("medusa", Policy(drafters=DRAFTERS[:2])) is None  # not offered: the menu stays

@@ -6,6 +6,7 @@ import pathlib
 
 import gradio as gr
 
+from ..drafters.choose import drafter_label
 from ..engine.generate import K_MAX
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS, WIDTHS
@@ -86,7 +87,7 @@ def _prompt(examples: list[Example]):
     return prompt, picker, note
 
 
-def _wire_examples(examples: list[Example], picker, prompt, drafter, note) -> None:
+def _wire_examples(examples: list[Example], picker, prompt, drafter, note, policy: Policy) -> None:
     """A picked example also picks the drafter it was measured with and says what it teaches."""
     if picker is None:
         return
@@ -94,9 +95,19 @@ def _wire_examples(examples: list[Example], picker, prompt, drafter, note) -> No
 
     def pick(text):
         e = by_prompt.get(text)
-        return (gr.Dropdown(value=e.drafter), note_html(e)) if e else (gr.Dropdown(), "")
+        if e is None:
+            return gr.Dropdown(), ""
+        value = menu_value(e.drafter, policy)
+        return (gr.Dropdown() if value is None else gr.Dropdown(value=value)), note_html(e)
 
     picker.load_input_event.then(pick, prompt, [drafter, note], queue=False, api_visibility="private")
+
+
+def menu_value(drafter: str, policy: Policy) -> str | None:
+    """The drafter menu's own entry for `drafter` ("pld" is the entry "prompt lookup"): a value the
+    menu does not list showed raw, as "pld". None when the menu offers no such drafter."""
+    name = drafter_label(drafter)
+    return next((value for _, value in policy.drafters if drafter_label(value) == name), None)
 
 
 def _playground_tab(policy: Policy):
@@ -194,7 +205,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
                         server_controls = serving.controls(policy, server_runs)
-        _wire_examples(examples, picker, prompt, drafter, note)
+        _wire_examples(examples, picker, prompt, drafter, note, policy)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..core.errors import SpecvizError
+from ..drafters.choose import drafter_label
 from ..drafters.suffix_memory import DEFAULT_TOKENS
 from ..render.status import MB
 from ..serving.urls import check_url, is_loopback
@@ -44,18 +45,19 @@ TARGETS = (
 )
 PARAMETERS = {"default": 134.5e6, "HuggingFaceTB/SmolLM2-360M-Instruct": 362e6,
               "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.71e9}  # to judge fit before downloading
-DRAFTERS = (
-    ("none (plain steps)", NO_DRAFTER),
-    ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
-    ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
-    ("EAGLE head (trained for the embedded model)", "eagle"),
-    ("EAGLE head + prompt lookup (copy where the text repeats)", "eagle+pld"),
-    ("suffix decoding (copy from this prompt and your earlier answers)", "suffix"),
-    ("suffix decoding + EAGLE head (EAGLE where no match is sure)", "suffix+eagle"),
-    ("Medusa heads (trained for the embedded model)", "medusa"),
-    ("distilled draft model (trained for the embedded model)", "draft"),
-    ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
-)
+# Each drafter's menu label starts with the name Compare's table and the panel titles give it
+# (runner.run_label: drafter_label, or "draft model: NAME"), then says in brackets what it does.
+DRAFTERS = tuple((f"{drafter_label(value)} ({what})", value) for value, what in (
+    (NO_DRAFTER, "plain steps"),
+    (PROMPT_LOOKUP, "copy n-grams from the context"),
+    (LAYER_SKIP, "the target drafts with ~70% of its layers"),
+    ("eagle", "a head trained for the embedded model"),
+    ("eagle+pld", "copy where the text repeats"),
+    ("suffix", "copy from this prompt and your earlier answers"),
+    ("suffix+eagle", "EAGLE where no match is sure"),
+    ("medusa", "heads trained for the embedded model"),
+    ("draft", "trained for the embedded model"),
+)) + (("draft model: SmolLM2-135M (embedded)", "default"),)
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
 RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
 # copies (packing.py, ~0.55x), libraries, activations and KV caches

@@ -29,7 +29,7 @@ from ..render.status import count
 from ..traces.labels import Labeler
 from .limits import Deadline
 from .policy import Policy
-from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -64,13 +64,12 @@ class Frame:
 
 def run_label(drafter: str) -> str:
     """A short name for a run: tables, chart axes and panel titles have little room."""
-    if drafter in (NO_DRAFTER, PROMPT_LOOKUP):
-        return drafter
     if not choose.needs_model(drafter):
-        return choose.drafter_label(drafter)
+        return choose.drafter_label(drafter)  # "prompt lookup", "layer skip", "suffix decoding + EAGLE"
     model, copier = choose.split_hybrid(drafter)
     short = SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"draft model: {short}" + ({"pld": " + prompt lookup", "suffix": " + suffix decoding"}.get(copier) or "")
+    name = f"draft model: {short}"
+    return {"pld": f"{name} + prompt lookup", "suffix": f"suffix decoding + {name}"}.get(copier, name)
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
