@@ -261,11 +261,17 @@ def test_the_api_summary_text_ends_before_the_end_of_turn_token(app_models, monk
         assert not summary[run]["text"].endswith(said)
 
 
-def test_a_one_token_run_says_one_token():
+def test_the_status_says_whose_token_count_is_whose():
+    """A sampled run's status gave the larger count ("Done: 48 tokens.") without saying whose."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
     frame.base.add(TokenEventFor(1))
     runner._finish(frame, Deadline(never, None))
-    assert frame.message == "Done: 1 token."
+    assert frame.message == "Done: speculative 0 tokens, baseline 1."
+    frame.spec.add(TokenEventFor(1))
+    runner._finish(frame, Deadline(never, None))
+    assert frame.message == "Done: 1 token each."
+    frame.runs.append(Trace("EAGLE"))  # Compare: every run by its name
+    assert runner.tokens_made(frame) == "x 1 token, EAGLE 0, baseline 1"
 
 
 def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):

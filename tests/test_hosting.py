@@ -130,7 +130,8 @@ def test_a_run_past_the_time_limit_stops_with_a_message_and_keeps_its_tokens(app
     frame = final(runner.playground(s, Policy(max_run_seconds=0.05), real_models, never))
     tokens = max(len(frame.spec.token_ids), len(frame.base.token_ids))
     assert frame.state == "stopped" and tokens < 450
-    assert frame.message == f"Stopped at this app's time limit (0.05 s a run) after {tokens} tokens."
+    assert frame.message == f"Stopped at this app's time limit (0.05 s a run) after {runner.tokens_made(frame)}."
+    assert f"speculative {len(frame.spec.token_ids)} token" in frame.message or " tokens each" in frame.message
 
 
 # ---- the line runs wait in -----------------------------------------------------------------

@@ -218,12 +218,23 @@ def readable(error: BaseException, hosted: bool = False) -> str:
     return f"unexpected error ({type(error).__name__}): {error}"
 
 
+def tokens_made(frame: Frame) -> str:
+    """How many tokens each run made: "24 tokens each", or whose is whose ("speculative 48 tokens,
+    baseline 40": a sampled run may end sooner, and the larger count alone did not say whose)."""
+    runs = [("speculative" if len(frame.runs) == 1 else t.label, t) for t in frame.runs] + [("baseline", frame.base)]
+    counts = [len(t.token_ids) for _, t in runs]
+    if len(set(counts)) == 1:
+        return count(counts[0], "token") + (" each" if len(counts) > 1 else "")
+    first, *rest = runs
+    return ", ".join([f"{first[0]} {count(len(first[1].token_ids), 'token')}"]
+                     + [f"{name} {len(t.token_ids)}" for name, t in rest])
+
+
 def _finish(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
-    tokens = max(len(t.token_ids) for t in traces)
     frame.state = "stopped" if stopped else "done"
-    made = count(tokens, "token")
+    made = tokens_made(frame)
     frame.message = f"Stopped after {made}." if stopped else f"Done: {made}."
     if stopped and deadline.passed:
         frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {made}."
