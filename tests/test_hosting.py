@@ -10,7 +10,7 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 
 from specviz.core.errors import SpecvizError
 from specviz.modeling import models as real_models
-from specviz.ui import Policy, Settings, hosted_policy, policy_from_env, runner
+from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env, runner
 from specviz.ui.limits import Busy, Line
 from specviz.ui.policy import TARGETS, exposed
 
@@ -86,6 +86,20 @@ def test_hosted_targets_are_those_that_fit_the_machines_memory():
     assert names(hosted_policy(memory=64 * GIB)) == [v for _, v in TARGETS]
     assert names(hosted_policy(memory=2 * GIB)) == ["default"]  # the embedded model is always offered
     assert hosted_policy(memory=16 * GIB).model_bytes < 8 * GIB
+
+
+def test_a_target_left_out_for_memory_is_refused_in_words_that_say_so():
+    """The hosted app refused the 1.7B model as if it were an unknown name."""
+    policy = hosted_policy(memory=16 * GIB)
+    with pytest.raises(SpecvizError, match=r"SmolLM2-1.7B \(Hub\) is not offered here for lack of memory: its "
+                                           r"weights take \d+\.\d GB and this machine keeps \d+\.\d GB"):
+        policy.check(Settings(prompt="hi", target="HuggingFaceTB/SmolLM2-1.7B-Instruct"))
+    with pytest.raises(SpecvizError, match="only runs these targets"):  # a name never on the list
+        policy.check(Settings(prompt="hi", target="gpt2"))
+    assert hosted_policy(memory=64 * GIB).too_big == ()
+    demo = build_app(policy, examples=[])
+    menu = {c["props"].get("elem_id"): c["props"] for c in demo.config["components"]}["sv-target"]
+    assert "SmolLM2-1.7B (Hub) needs more memory than this machine has" in menu["info"]
 
 
 def test_hosted_errors_do_not_tell_whether_a_path_exists(app_models, tmp_path):

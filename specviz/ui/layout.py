@@ -48,10 +48,12 @@ def _settings(policy: Policy) -> dict:
     """The target and the decoding settings (the left column), keyed by the Settings field (and
     API parameter) each fills; the ones most often changed come first, above the fold."""
     d = Settings(prompt="")  # the defaults, from the engine's
+    left_out = " and ".join(label for label, _, _ in policy.too_big)
+    info = "the model whose output we want" + ("" if policy.hosted else "; or type a Hub id or a local folder")
+    if left_out:  # say why a model the docs promise is missing: this machine's memory
+        info += f"; {left_out} needs more memory than this machine has"
     target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
-                         allow_custom_value=not policy.hosted, elem_id="sv-target",
-                         info="the model whose output we want" + ("" if policy.hosted else
-                                                                 "; or type a Hub id or a local folder"))
+                         allow_custom_value=not policy.hosted, elem_id="sv-target", info=info)
     with gr.Accordion("Decoding settings", open=True):
         k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step", elem_id="sv-k")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")

@@ -92,6 +92,9 @@ class Policy:
     # Suffix decoding's memory of a visitor's earlier answers (handlers.Session), in tokens; the
     # oldest answers go first. Hosted: a few dozen answers, ~1 MB a visitor.
     suffix_memory_tokens: int = DEFAULT_TOKENS
+    # Allow-listed targets left out because they would not fit this machine's memory: (label, value,
+    # bytes of weights), so refusing one says it is memory, not only that it is not on the list.
+    too_big: tuple = ()
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
@@ -101,6 +104,12 @@ class Policy:
         self.check_size(s)
         if not self.hosted:
             return
+        big = {value: (label, need) for label, value, need in self.too_big}
+        if s.target in big:
+            label, need = big[s.target]
+            raise SpecvizError(f"{label} is not offered here for lack of memory: its weights take "
+                               f"{gigabytes(need)} and this machine keeps {gigabytes(self.model_bytes or 0)} of its "
+                               f"memory for model weights; choose {' or '.join(lab for lab, _ in self.targets)}")
         if not self._allowed(s.target, self.targets):
             names = ", ".join(v for _, v in self.targets)
             raise SpecvizError(f"this hosted app only runs these targets: {names} (got {s.target!r})")
@@ -153,6 +162,10 @@ class Policy:
                                f"{self.max_prompt_tokens:,} tokens, so shorten it")
 
 
+def gigabytes(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
 def memory_limit() -> int:
     """Bytes of memory this process may use: the machine's RAM, or its container's limit if lower."""
     limits = []
@@ -185,9 +198,10 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
     """
     memory = memory_limit() if memory is None else memory
     budget = int(memory * MODEL_SHARE / RESIDENT_PER_WEIGHT_BYTE)
-    targets = tuple((label, name) for label, name in TARGETS
-                    if name == "default" or (weights_bytes(name) or 0) <= budget)
-    policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
+    fits = lambda name: name == "default" or (weights_bytes(name) or 0) <= budget  # noqa: E731
+    targets = tuple((label, name) for label, name in TARGETS if fits(name))
+    too_big = tuple((label, name, int(weights_bytes(name))) for label, name in TARGETS if not fits(name))
+    policy = Policy(hosted=True, targets=targets, too_big=too_big, max_new_tokens=256, max_prompt_tokens=1024,
                     max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget,
                     max_trace_bytes=HOSTED_TRACE_BYTES, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
     return replace(policy, **overrides)
