@@ -108,6 +108,17 @@ def test_controls_become_engine_settings():
         Settings.from_controls(**dict(CONTROLS, k=2.5))
 
 
+def test_a_scripts_list_or_number_for_text_is_refused_in_a_sentence_not_run_as_its_printout():
+    """The API ran prompt=['a'] as the prompt "['a']"."""
+    with pytest.raises(SpecvizError, match=r"^prompt must be one string of text; got \['a'\] \(list\)$"):
+        Settings.from_controls(**dict(CONTROLS, prompt=["a"]))
+    with pytest.raises(SpecvizError, match=r"drafter must be one string of text; got 3 \(int\)"):
+        Settings.from_controls(**dict(CONTROLS, drafter=3))
+    with pytest.raises(SpecvizError, match=r"got \['xxxxx.*x\.\.\. \(list\)$"):  # a long one is cut short
+        Settings.from_controls(**dict(CONTROLS, prompt=["x" * 500]))
+    assert Settings.from_controls(**dict(CONTROLS, prompt=None)).prompt == ""
+
+
 def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
     radio = Settings.from_controls(**CONTROLS)  # the radio says greedy; the hidden slider says 0.8
     assert radio.greedy and radio.temperature == 0 and radio.config().sampling.greedy
