@@ -319,6 +319,24 @@ def test_tree_runs_count_alpha_along_the_branch_and_predict_nothing():
     assert "a tree of 10.0 tokens costs v = 1.25" in html.unescape(headline_html(curved))
 
 
+def test_chart_titles_and_placeholders_fit_a_phones_chart():
+    """Plotly never wraps: "Cost of one target pass, relative to one token" and "Generate a run: this
+    machine's verify cost is measured once per model" were cut off at 390 px."""
+    from specviz.render import distribution
+    from specviz.render.charts import PLACEHOLDER_CHARS, empty_figures
+    from specviz.render.hardware import curve_figure, retime_figure
+    from specviz.serving.figures import serving_figures
+
+    figures = [*empty_figures(), curve_figure(None), retime_figure(None), distribution.figure(None),
+               *serving_figures(None, None)]
+    for fig in figures:
+        for line in re.sub(r"<[^>]+>", "\n", fig.layout.title.text or "").split("\n"):
+            assert len(line) <= 36, line  # ~300 px of a phone's chart at 15 px
+        for note in fig.layout.annotations:
+            assert all(len(line) <= PLACEHOLDER_CHARS for line in note.text.split("<br>")), note.text
+    assert len(retime_figure(None).layout.xaxis.title.text) <= 20  # beside the run names: ~170 px
+
+
 def test_greedy_check_and_sampling_explanation():
     def run(ids, spec=True):
         t = Trace("r", speculative=spec)

@@ -131,7 +131,7 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
 
 def step_figure(s: SpecStats | None) -> go.Figure:
     """Per verify step: kept / drafted (bars) and the cumulative acceptance rate alpha (line)."""
-    fig = styled(figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
+    fig = styled(figure(), "The server's acceptance per step", "verify step", "kept / drafted")
     if s is None:
         return waiting_for(fig, "no speculation fields from this server yet")
     if s.per_step_accepted is None or s.per_step_drafted is None:
