@@ -192,6 +192,16 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
         page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
+        # Over Gradio's upload limit too: Gradio's red "Error" showed in the box, the status still "Ready".
+        # The page refuses it itself, before sending it (a sparse file: no 40 MB written).
+        huge = tmp_path / "huge.json"
+        with open(huge, "wb") as f:
+            f.truncate(40_000_000)
+        page.locator("#sv-replay-file input[type=file]").set_input_files(str(huge))
+        page.wait_for_selector('#sv-status:has-text("huge.json is 40 MB: this app replays trace files of up to 32 MB")',
+                               timeout=HANG)
+        assert "up to 32 MB" in page.locator("#sv-replay-about").inner_text()  # under the box too
+        assert "Error" not in page.locator("#sv-replay-file").inner_text()
         notes = tmp_path / "notes.txt"
         notes.write_text("not a trace")
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(notes))

@@ -25,6 +25,32 @@ INTRO = (
     "target decoding one token per pass. Hover or tap a token for its probabilities; step through a "
     "run, or pick a step in the inspector, to see its verdicts."
 )
+# The page's first Tab stops, before the settings column: Generate was 29 Tab presses from the top
+# and ~1,700 px down on a phone. Shown on a narrow screen; on a wide one, when focused (style.css).
+SKIP = ('<nav class="sv-skip" aria-label="Skip to">'
+        '<a href="#sv-prompt" data-focus="#sv-prompt textarea">Skip to prompt</a>'
+        '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a></nav>')
+# A skip link moves focus (an anchor alone only scrolls), opening the Playground tab if another is shown.
+SKIP_JS = """
+if (!window.svSkip) {
+  window.svSkip = true;
+  document.addEventListener('click', (e) => {
+    const link = e.target.closest && e.target.closest('.sv-skip a[data-focus]');
+    if (!link) return;
+    e.preventDefault();
+    let to = document.querySelector(link.dataset.focus);
+    if (to && !to.checkVisibility()) {
+      [...document.querySelectorAll('[role=tab]')].find(t => t.textContent.trim() === 'Playground')?.click();
+    }
+    requestAnimationFrame(() => {
+      to = document.querySelector(link.dataset.focus);
+      if (!to) return;
+      to.focus({preventScroll: true});
+      to.scrollIntoView({block: 'center'});
+    });
+  });
+}
+"""
 READY = "Ready: pick a drafter and press Generate."
 WAITING = "Press Generate: the tokens appear here as they are decoded."
 
@@ -189,7 +215,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session(policy.suffix_memory_tokens))
-        gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>')
+        gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>', js_on_load=SKIP_JS)
         with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
                 controls = _settings(policy)
