@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import copy
+import html
 import sys
 import threading
 import time
@@ -105,6 +106,17 @@ def test_controls_become_engine_settings():
     assert cfg.tree_nodes == 8  # EAGLE/Medusa trees of 2k candidates: k = 4 nodes was a straight line
     with pytest.raises(SpecvizError, match="whole number"):
         Settings.from_controls(**dict(CONTROLS, k=2.5))
+
+
+def test_a_scripts_list_or_number_for_text_is_refused_in_a_sentence_not_run_as_its_printout():
+    """The API ran prompt=['a'] as the prompt "['a']"."""
+    with pytest.raises(SpecvizError, match=r"^prompt must be one string of text; got \['a'\] \(list\)$"):
+        Settings.from_controls(**dict(CONTROLS, prompt=["a"]))
+    with pytest.raises(SpecvizError, match=r"drafter must be one string of text; got 3 \(int\)"):
+        Settings.from_controls(**dict(CONTROLS, drafter=3))
+    with pytest.raises(SpecvizError, match=r"got \['xxxxx.*x\.\.\. \(list\)$"):  # a long one is cut short
+        Settings.from_controls(**dict(CONTROLS, prompt=["x" * 500]))
+    assert Settings.from_controls(**dict(CONTROLS, prompt=None)).prompt == ""
 
 
 def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
@@ -260,11 +272,17 @@ def test_the_api_summary_text_ends_before_the_end_of_turn_token(app_models, monk
         assert not summary[run]["text"].endswith(said)
 
 
-def test_a_one_token_run_says_one_token():
+def test_the_status_says_whose_token_count_is_whose():
+    """A sampled run's status gave the larger count ("Done: 48 tokens.") without saying whose."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
     frame.base.add(TokenEventFor(1))
     runner._finish(frame, Deadline(never, None))
-    assert frame.message == "Done: 1 token."
+    assert frame.message == "Done: speculative 0 tokens, baseline 1."
+    frame.spec.add(TokenEventFor(1))
+    runner._finish(frame, Deadline(never, None))
+    assert frame.message == "Done: 1 token each."
+    frame.runs.append(Trace("EAGLE"))  # Compare: every run by its name
+    assert runner.tokens_made(frame) == "x 1 token, EAGLE 0, baseline 1"
 
 
 def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):
@@ -347,7 +365,9 @@ def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_i
     assert 'data-curve="measured"' in hardware.show(session, hardware.GPU, 0, 0)[1]  # no step shown yet
     replay.step(r, session, +3)
     assert session.last is not frame and len(session.last.spec.steps) == 3
-    assert "Re-timed, not measured" in hardware.show(session, hardware.GPU, 0, 0)[2]
+    retimed = html.unescape(hardware.show(session, hardware.GPU, 0, 0)[2])
+    assert "Re-timed, not measured" in retimed and "this run's accept/reject decisions" not in retimed
+    assert re.search(r"the first 3 of this run's \d+ steps \(those on screen so far\)", retimed)  # not the run's
 
 
 def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():
@@ -386,3 +406,24 @@ def test_two_visitors_never_share_a_memory():
     collect(speculative_generate(tiny_llama(), Suffix(a.memory), [5, 6, 7, 5, 6], GenerationConfig(max_new_tokens=8)))
     assert len(a.memory) > 0 and len(b.memory) == 0 and len(first.memory) == 0
     assert a.memory.max_tokens == 1000
+
+
+# ---- names and sentences the page shows ------------------------------------------------------
+
+def test_every_drafter_has_one_human_name_in_the_menu_compare_and_the_panel_titles():
+    """The menu showed a picked example's raw "pld"; Compare said "draft model layerskip" and
+    "eagle + suffix decoding"."""
+    from specviz.ui.layout import menu_value
+    from specviz.ui.policy import DRAFTERS
+
+    for label, value in DRAFTERS:  # the menu's label starts with the name the table and titles use
+        assert label == runner.run_label(value) or label.startswith(runner.run_label(value) + " ("), (label, value)
+    names = {v: runner.run_label(v) for v in ("pld", "layerskip", "layerskip:0-9", "eagle", "eagle+pld", "suffix",
+                                              "suffix+eagle", "medusa", "draft", "none", "default")}
+    assert names == {"pld": "prompt lookup", "layerskip": "layer skip", "layerskip:0-9": "layer skip (layers 0-9)",
+                     "eagle": "EAGLE", "eagle+pld": "EAGLE + prompt lookup", "suffix": "suffix decoding",
+                     "suffix+eagle": "suffix decoding + EAGLE", "medusa": "Medusa", "draft": "distilled draft model",
+                     "none": "none", "default": "draft model: SmolLM2-135M (embedded)"}
+    # an example measured with "pld" picks the menu's own entry, which shows its label
+    assert menu_value("pld", Policy()) == "prompt lookup" and menu_value("eagle+pld", Policy()) == "eagle+pld"
+    assert menu_value("medusa", Policy(drafters=DRAFTERS[:2])) is None  # not offered: the menu stays

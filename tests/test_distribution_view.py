@@ -124,6 +124,20 @@ def test_the_view_draws_every_position_of_a_step(target, prompts):
     assert view.position(Trace("empty"), 0, 0, 1.0, 1.0) is None
 
 
+def test_the_card_quotes_the_drafted_token_with_its_spaces():
+    """The card read "drafted by: p = ..." for the token ' by' (its space lost, unquoted)."""
+    from specviz.core.events import StepEvent
+
+    e = StepEvent(step=0, position=0, draft=(5,), q=(0.5,), p=(0.25,), accept_prob=(0.5,), draws=(0.7,), accepted=0,
+                  token=6, token_p=0.5, token_kind="corrected", emitted=(6,), top=((6, 0.5),), draft_time=0.0,
+                  verify_time=0.0, elapsed=0.0, greedy=False, p_top=(((6, 0.5), (5, 0.25)),),
+                  q_top=(((5, 0.5), (6, 0.25)),))
+    trace = Trace("draft")
+    trace.add(e, Labels(draft=(" by",), token=" of", p_top=((" of", " by"),), q_top=((" by", " of"),)))
+    card = view.card_html(view.position(trace, 0, 0, 1.0, 1.0), 1.0, 1.0)
+    assert "drafted <code class=\"sv-inspect-tok\">' by'</code>: p = 0.250, q = 0.500" in card
+
+
 def test_a_step_plays_in_the_engine_s_phases():
     from specviz.core.events import StepEvent
     from specviz.ui.stepping import phases

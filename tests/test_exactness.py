@@ -84,4 +84,17 @@ def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  #
                                   **controls))
     status, _, result = updates[-1]
     assert 'data-state="stopped"' in status and "Stopped after 3 of 100 first tokens each way" in status
-    assert "draws each way" in result  # a verdict on the three, said as such
+    # three draws judge nothing: said in words, never "consistent with one distribution"
+    assert "Too few draws to judge: 3 each way" in result and f"at least {exactness.MIN_DRAWS} each way" in result
+    assert "consistent" not in result and "p-value 1" not in result
+
+
+def test_enough_draws_get_a_p_value_and_too_few_get_a_sentence_not_consistent():
+    from collections import Counter
+
+    from specviz.ui.exactness import MIN_DRAWS, verdict_html
+
+    nine = verdict_html(Counter({1: 9}), Counter({1: 9}))  # stopped after 9: p = 1, which proves nothing
+    assert "Too few draws to judge: 9 each way" in nine and "consistent" not in nine
+    many = verdict_html(Counter({1: 12, 2: 13}), Counter({1: 13, 2: 12}))
+    assert MIN_DRAWS <= 25 and "p-value" in many and "consistent with one distribution" in many

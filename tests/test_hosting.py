@@ -10,7 +10,7 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 
 from specviz.core.errors import SpecvizError
 from specviz.modeling import models as real_models
-from specviz.ui import Policy, Settings, hosted_policy, policy_from_env, runner
+from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env, runner
 from specviz.ui.limits import Busy, Line
 from specviz.ui.policy import TARGETS, exposed
 
@@ -88,6 +88,20 @@ def test_hosted_targets_are_those_that_fit_the_machines_memory():
     assert hosted_policy(memory=16 * GIB).model_bytes < 8 * GIB
 
 
+def test_a_target_left_out_for_memory_is_refused_in_words_that_say_so():
+    """The hosted app refused the 1.7B model as if it were an unknown name."""
+    policy = hosted_policy(memory=16 * GIB)
+    with pytest.raises(SpecvizError, match=r"SmolLM2-1.7B \(Hub\) is not offered here for lack of memory: its "
+                                           r"weights take \d+\.\d GB and this machine keeps \d+\.\d GB"):
+        policy.check(Settings(prompt="hi", target="HuggingFaceTB/SmolLM2-1.7B-Instruct"))
+    with pytest.raises(SpecvizError, match="only runs these targets"):  # a name never on the list
+        policy.check(Settings(prompt="hi", target="gpt2"))
+    assert hosted_policy(memory=64 * GIB).too_big == ()
+    demo = build_app(policy, examples=[])
+    menu = {c["props"].get("elem_id"): c["props"] for c in demo.config["components"]}["sv-target"]
+    assert "SmolLM2-1.7B (Hub) needs more memory than this machine has" in menu["info"]
+
+
 def test_hosted_errors_do_not_tell_whether_a_path_exists(app_models, tmp_path):
     (tmp_path / "empty-folder").mkdir()
     (tmp_path / "weights.gguf").write_text("x")
@@ -130,7 +144,8 @@ def test_a_run_past_the_time_limit_stops_with_a_message_and_keeps_its_tokens(app
     frame = final(runner.playground(s, Policy(max_run_seconds=0.05), real_models, never))
     tokens = max(len(frame.spec.token_ids), len(frame.base.token_ids))
     assert frame.state == "stopped" and tokens < 450
-    assert frame.message == f"Stopped at this app's time limit (0.05 s a run) after {tokens} tokens."
+    assert frame.message == f"Stopped at this app's time limit (0.05 s a run) after {runner.tokens_made(frame)}."
+    assert f"speculative {len(frame.spec.token_ids)} token" in frame.message or " tokens each" in frame.message
 
 
 # ---- the line runs wait in -----------------------------------------------------------------

@@ -146,7 +146,7 @@ def test_specs_pair_a_model_drafter_with_prompt_lookup(target):
     loaded = SimpleNamespace(model=target, name="tiny")
     hybrid = make_drafter("layerskip:0+pld", loaded)
     assert isinstance(hybrid, Hybrid) and isinstance(hybrid.model, LayerSkip)
-    assert drafter_label("eagle+pld") == "eagle + prompt lookup"
+    assert drafter_label("eagle+pld") == "EAGLE + prompt lookup"
     assert needs_model("some/draft-model+pld") and not needs_model("eagle+pld")
     for bad in ("pld+pld", "none+pld"):
         with pytest.raises(SpecvizError, match="pairs prompt lookup with a model drafter"):

@@ -190,3 +190,81 @@ def test_a_phone_sees_every_tab_every_verdict_and_hover_cards_inside_their_panel
     page.wait_for_timeout(300)
     page.screenshot(path=str(OUT / "page-1280.png"), full_page=True)
     page.close()
+
+
+# The element with keyboard focus, as "tag#id.class" of itself or the nearest block with an id.
+FOCUSED = """() => { const a = document.activeElement, box = a.closest('[id]');
+  return `${a.tagName.toLowerCase()} ${a.textContent.trim().slice(0, 30)} in #${box ? box.id : ''}`; }"""
+
+
+def test_the_keyboard_a_screen_reader_and_a_phone_reach_generate_tokens_and_what_numbers_mean(browser, url):
+    """Issue 47 (3): the skip links are the first Tab stops and move focus; every token has a name
+    built from its event, escaped; a token with no text takes no Tab stop; the headline numbers are
+    explained where a keyboard, a tap and a screen reader reach them, at 1280 px and at 390 px."""
+    from specviz.core.events import StepEvent
+    from specviz.render import Labels, Trace, tokens_html
+
+    page = browser.new_page(viewport=DESKTOP, has_touch=True)
+    page.goto(url)
+    page.locator("#sv-generate").wait_for(timeout=HANG)
+    page.keyboard.press("Tab")
+    assert page.evaluate(FOCUSED).startswith("a Skip to prompt"), "the skip link is not the first Tab stop"
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.activeElement.closest('#sv-prompt') !== null", timeout=HANG)
+    page.locator(".sv-skip a").nth(1).focus()
+    page.keyboard.press("Enter")  # the second stop goes straight to Generate (it was 29 Tab presses down)
+    page.wait_for_function("document.activeElement.id === 'sv-generate'", timeout=HANG)
+    run(page, 24)
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
+
+    tokens = page.locator("#sv-spec .tok, #sv-base .tok")
+    names = tokens.evaluate_all("ts => ts.map(t => [t.dataset.kind, t.getAttribute('aria-label') || ''])")
+    assert names and all(name.startswith(("accepted draft token", "rejected draft token", "unchecked draft token",
+                                          "target's", "bonus token", "baseline token")) and " p " in name
+                         for _, name in names), names[:5]
+    assert page.locator("#sv-spec .tok:empty[tabindex], #sv-base .tok:empty[tabindex]").count() == 0
+    # Model text with markup and a token with no text (the first bytes of a character), drawn by the
+    # page's own renderer into the panel: the markup stays text in the name, the empty token is skipped
+    e = StepEvent(step=0, position=0, draft=(1, 2, 3), q=(0.8, 0.5, 0.4), p=(0.91, 0.9, 0.1), accept_prob=(1, 1, 0),
+                  draws=None, accepted=2, token=4, token_p=0.7, token_kind="corrected", emitted=(1, 2, 4), top=((4, 0.7),),
+                  draft_time=0.0, verify_time=0.0, elapsed=0.0, greedy=True)
+    trace = Trace("x")
+    trace.add(e, Labels(draft=("<b>Paris</b>", "", " x"), token="y"))
+    page.locator("#sv-spec .sv-text").evaluate("(el, html) => { el.outerHTML = html; }", tokens_html(trace))
+    made = page.locator("#sv-spec .tok")
+    assert page.locator("#sv-spec .sv-text b").count() == 0
+    assert made.first.get_attribute("aria-label") == "accepted draft token '<b>Paris</b>', target p 0.91, drafter q 0.80, step 1"
+    made.first.focus()
+    page.keyboard.press("Tab")  # over the empty token, to the next one with text
+    assert page.evaluate("document.activeElement.textContent") == " x"
+    assert "no text of its own" in made.nth(1).get_attribute("aria-label")
+
+    why = page.locator("#sv-headline details.sv-why")
+    cards = page.locator("#sv-headline .sv-card")
+    described = cards.evaluate_all("cs => cs.map(c => document.getElementById(c.getAttribute('aria-describedby'))"
+                                   "?.textContent || '')")
+    assert len(described) == 7 and all(len(d) > 10 for d in described)  # read by a screen reader, even closed
+    why.locator("summary").focus()
+    page.keyboard.press("Enter")  # a keyboard opens the explanations
+    assert why.evaluate("d => d.open")
+    assert "share of drafted tokens the target accepted" in why.inner_text()
+    page.screenshot(path=str(OUT / "page-a11y-1280.png"), full_page=True)
+
+    page.set_viewport_size(PHONE)
+    page.evaluate("window.scrollTo(0, 0)")
+    for link in page.locator(".sv-skip a").all():  # shown on the first screen of a phone, not only on focus
+        box = link.bounding_box()
+        assert box["width"] > 40 and box["y"] + box["height"] <= PHONE["height"], box
+    dd = why.locator("dd").nth(2)
+    dd.scroll_into_view_if_needed()
+    box = dd.bounding_box()
+    assert dd.is_visible() and box["x"] + box["width"] <= PHONE["width"], box  # explained on the phone too
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(OUT / "page-a11y-390.png"), full_page=True)
+    page.locator(".sv-skip a").nth(1).tap()  # a tap on the phone: Generate, ~1,700 px further down
+    page.wait_for_function("document.activeElement.id === 'sv-generate'", timeout=HANG)
+    generate = page.locator("#sv-generate").bounding_box()
+    assert 0 <= generate["y"] and generate["y"] + generate["height"] <= PHONE["height"], generate  # on screen
+    page.close()

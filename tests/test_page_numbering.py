@@ -132,7 +132,7 @@ def test_the_distribution_arrow_points_at_the_drafted_bar_and_the_empty_chart_sa
     assert fig.layout.legend.y < 0  # the legend under the bars
     assert f"Step {e.step + 1}," in fig.layout.title.text
     empty = dist.figure(None)
-    assert empty.layout.xaxis.range == (0, 1) and "pick a step" in empty.layout.annotations[0].text
+    assert empty.layout.xaxis.range == (0, 1) and "pick a step" in empty.layout.annotations[0].text.replace("<br>", " ")
 
 
 def test_charts_count_steps_from_one(sampled):  # noqa: F811

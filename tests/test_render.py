@@ -72,6 +72,42 @@ def test_model_text_is_escaped_in_text_and_in_hover_card():
     assert "<img" not in step_html(t, 0) and "<script" not in panel_html(t, "x</b><i>")
 
 
+def test_a_token_is_named_for_a_screen_reader_by_its_verdict_text_and_numbers_escaped():
+    """A screen reader heard "Paris", never "accepted, p 0.91"; the name comes from the same event
+    as the hover card, and model text in it stays text."""
+    e = step(2, [1, 2, 3], 1, 7, q=(0.8, 0.5, 0.2), p=(0.91, 0.02, 0.3), greedy=False, token_p=0.6)
+    out = tokens_html(spec_trace((e, Labels(draft=(" <b>Paris</b>", "", "  "), token="\n"))))
+    names = [html.unescape(n) for n in re.findall(r'aria-label="([^"]*)"', out)]
+    assert names[0] == ("accepted draft token ' <b>Paris</b>', target p 0.91, drafter q 0.80, "
+                        "acceptance probability 1.00, draw u 0.25, step 3")
+    assert names[1].startswith("rejected draft token with no text of its own")
+    assert names[2].startswith("unchecked draft token (2 spaces)") and "after the first rejection" in names[2]
+    assert names[3] == "target's corrected token (line break), target p 0.60, step 3"
+    assert "<b>" not in out and "&lt;b&gt;Paris" in out  # never markup, in the text or in the name
+    # the empty token (the first bytes of a character) takes no Tab stop; the others each take one
+    spans = re.findall(r"<span class=\"tok[^>]*>", out)
+    assert ['tabindex="0"' in s for s in spans] == [True, False, True, True]
+    base = Trace("baseline", speculative=False)
+    base.add(TokenEvent(step=4, token=1, p=0.4, time=0.05, elapsed=0.1), Labels(token="Paris"))
+    assert "aria-label=\"baseline token &#x27;Paris&#x27;, target p 0.40, token 5\"" in tokens_html(base)
+
+
+def test_every_headline_number_is_explained_in_words_a_keyboard_and_a_screen_reader_reach():
+    """alpha, tau, passes saved, "verify 1.40x" and "n/a" were explained only in hover titles."""
+    from specviz.engine.verify_cost import VerifyCurve
+
+    spec, base = _measured_pair()
+    out = headline_html(headline(spec, base, VerifyCurve((1, 2, 4, 8), (0.1, 0.11, 0.13, 0.17), 1)))
+    described = re.findall(r'data-metric="([\w-]+)"[^>]*aria-describedby="([\w-]+)"', out)
+    assert [key for key, _ in described] == ["speedup", "predicted", "alpha", "tau", "calls", "spec-tps", "base-tps"]
+    details = out[out.index("<details"):]  # one disclosure: a tap, a click or Enter opens it
+    for _, why in described:
+        assert re.search(f'<dd id="{why}">[^<]{{10,}}</dd>', details), why
+    words = html.unescape(details)
+    assert "“verify 1.40×” on the card is that v" in words and "share of drafted tokens the target accepted" in words
+    assert "forward passes of the target that speculation avoided" in words
+
+
 def test_whitespace_and_code_layout_survive_but_rejected_newlines_do_not_move_text():
     t = spec_trace((step(0, [1, 2, 3], 2, 4), Labels(draft=("def f():\n", "    return 1", "\n\t"), token="\n")))
     out = tokens_html(t)
@@ -309,6 +345,24 @@ def test_dynamic_k_is_predicted_from_each_steps_own_length():
     assert h.varied and not h.trees
     # (1 + mean kept 4) / (drafting 0.04 s = 0.4 steps + mean of v(2) = 1.2 and v(8) = 1.6)
     assert h.predicted == pytest.approx(5 / (0.4 + 1.4))
+
+
+def test_chart_titles_and_placeholders_fit_a_phones_chart():
+    """Plotly never wraps: "Cost of one target pass, relative to one token" and "Generate a run: this
+    machine's verify cost is measured once per model" were cut off at 390 px."""
+    from specviz.render import distribution
+    from specviz.render.charts import PLACEHOLDER_CHARS, empty_figures
+    from specviz.render.hardware import curve_figure, retime_figure
+    from specviz.serving.figures import serving_figures
+
+    figures = [*empty_figures(), curve_figure(None), retime_figure(None), distribution.figure(None),
+               *serving_figures(None, None)]
+    for fig in figures:
+        for line in re.sub(r"<[^>]+>", "\n", fig.layout.title.text or "").split("\n"):
+            assert len(line) <= 36, line  # ~300 px of a phone's chart at 15 px
+        for note in fig.layout.annotations:
+            assert all(len(line) <= PLACEHOLDER_CHARS for line in note.text.split("<br>")), note.text
+    assert len(retime_figure(None).layout.xaxis.title.text) <= 20  # beside the run names: ~170 px
 
 
 def test_greedy_check_and_sampling_explanation():

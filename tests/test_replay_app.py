@@ -4,6 +4,7 @@ back and an uploaded trace fills the Playground's panels, charts and inspector i
 that cannot load any model. Screenshots go to test-output/ (look at them)."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -78,10 +79,13 @@ def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
 
 def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811
     big = tmp_path / "big.json"
-    big.write_text(" " * (9 << 20) + trace_file.dumps(sampled[0]))
+    big.write_text(" " * 9_000_000 + trace_file.dumps(sampled[0]))
     *values, _, r, card, prompt, _ = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
-    assert r is None and 'data-state="error"' in values[0] and "up to 8.4 MB" in values[0]
-    assert launch_options()["max_file_size"] >= 8 << 20  # Gradio refuses bigger uploads before they land
+    # one size unit on the page, in the docs and in the limits: "8 MB" (it said 8.4 MB for 8 MiB)
+    assert r is None and 'data-state="error"' in values[0]
+    assert re.search(r"big.json is 9\.\d MB: this app replays trace files of up to 8 MB<", values[0])
+    assert "up to 8 MB" in card  # under the file box too, where the reader dropped it
+    assert launch_options()["max_file_size"] >= 8_000_000  # Gradio's own limit, a backstop behind the app's
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
     *values, _, r, card, prompt, _ = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
@@ -188,6 +192,16 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
         page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
+        # Over Gradio's upload limit too: Gradio's red "Error" showed in the box, the status still "Ready".
+        # The page refuses it itself, before sending it (a sparse file: no 40 MB written).
+        huge = tmp_path / "huge.json"
+        with open(huge, "wb") as f:
+            f.truncate(40_000_000)
+        page.locator("#sv-replay-file input[type=file]").set_input_files(str(huge))
+        page.wait_for_selector('#sv-status:has-text("huge.json is 40 MB: this app replays trace files of up to 32 MB")',
+                               timeout=HANG)
+        assert "up to 32 MB" in page.locator("#sv-replay-about").inner_text()  # under the box too
+        assert "Error" not in page.locator("#sv-replay-file").inner_text()
         notes = tmp_path / "notes.txt"
         notes.write_text("not a trace")
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(notes))

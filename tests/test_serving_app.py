@@ -302,16 +302,16 @@ def test_the_api_page_names_every_serving_output_and_a_hosted_app_without_a_serv
 # ---- the load sweep -------------------------------------------------------------------------
 
 def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path, monkeypatch):
-    monkeypatch.setattr("specviz.ui.serving.MAX_LOAD_BYTES", 1 << 20)
+    monkeypatch.setattr("specviz.ui.serving.MAX_LOAD_BYTES", 1_000_000)
     runs = serving(engines=fake_engines({}))
     good, bad, big = tmp_path / "load.json", tmp_path / "bad.json", tmp_path / "big.json"
     good.write_text(json.dumps({"format": "specviz-load", "version": 1}))
     bad.write_text("{not json")
-    big.write_text(" " * (2 << 20))
+    big.write_text(" " * 2_345_678)
     status, figure = runs.show_upload(str(good))
     assert 'data-state="done"' in status and figure == {"figure for": "specviz-load"}
     assert "is not a specviz-load result (JSONDecodeError" in runs.show_upload(str(bad))[0]
-    assert "load sweeps of up to 1,048,576 bytes" in runs.show_upload(str(big))[0]
+    assert "the uploaded file is 2.3 MB: this app reads load sweeps of up to 1 MB" in runs.show_upload(str(big))[0]
     (tmp_path / "other.json").write_text("{}")
     assert "its 'format' is missing" in unescape(runs.show_upload(str(tmp_path / "other.json"))[0])
     assert "cannot read" in runs.show_path(str(tmp_path / "missing.json"))[0]

@@ -238,7 +238,7 @@ def test_specs_name_suffix_decoding(target):
     assert make_drafter("suffix", loaded).memory is process_memory()
     hybrid = make_drafter("suffix+layerskip:0", loaded, memory=memory)
     assert isinstance(hybrid, Hybrid) and isinstance(hybrid.copier, Suffix) and hybrid.copier.memory is memory
-    assert drafter_label("suffix") == "suffix decoding" and drafter_label("suffix+eagle") == "eagle + suffix decoding"
+    assert drafter_label("suffix") == "suffix decoding" and drafter_label("suffix+eagle") == "suffix decoding + EAGLE"
     assert not needs_model("suffix") and needs_model("suffix+some/draft-model")
     for bad in ("suffix+pld", "suffix+suffix", "suffix+none", "suffix+layerskip+pld"):
         with pytest.raises(SpecvizError, match="pairs"):

@@ -148,7 +148,7 @@ def test_a_damaged_curve_is_refused_in_one_sentence(sampled, change, words):
 def test_a_file_over_the_size_limit_is_not_read(sampled, tmp_path):
     path = tmp_path / "big.json"
     path.write_text(" " * 2_000_000 + trace_file.dumps(sampled[0]))
-    with pytest.raises(TraceFileError, match=r"2\.\d MB: this app replays traces of up to 1.0 MB"):
+    with pytest.raises(TraceFileError, match=r"big.json is 2\.\d MB: this app replays trace files of up to 1 MB$"):
         trace_file.load(path, max_bytes=1_000_000)
 
 

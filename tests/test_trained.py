@@ -185,8 +185,8 @@ def test_choose_names_trained_drafters(tiny, other, trained, tmp_path, monkeypat
     path = trained[0]
     assert not choose.needs_model("draft") and not choose.needs_model(f"eagle:{path}")
     assert choose.needs_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-    assert choose.drafter_label("medusa") == "medusa"
-    assert choose.drafter_label(f"draft:{path}") == "distilled draft (draft.safetensors)"
+    assert choose.drafter_label("medusa") == "Medusa"
+    assert choose.drafter_label(f"draft:{path}") == "distilled draft model (draft.safetensors)"
     assert isinstance(choose.make_drafter(f"draft:{path}", tiny), DistilledDrafter)
     with pytest.raises(SpecvizError, match="not a 'medusa' one"):
         choose.make_drafter(f"medusa:{path}", tiny)

@@ -127,7 +127,8 @@ def test_hide_rejected_drafts_hides_them_in_the_page_with_no_new_run(page):
 
 
 def test_the_hover_card_opens_from_the_keyboard_and_by_a_tap(page):
-    tokens = page.locator('#sv-spec .tok[data-tip]')
+    # the Tab stops: a token with no text of its own (a character's first bytes) is skipped by Tab
+    tokens = page.locator('#sv-spec .tok[data-tip][tabindex="0"]')
     first, second = tokens.nth(0), tokens.nth(1)
     assert second.evaluate(CARD) == "none"
     first.focus()

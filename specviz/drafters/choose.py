@@ -22,7 +22,9 @@ WITH_SUFFIX = "suffix+"  # "suffix+eagle": suffix decoding where it is sure, tha
 # Trained drafters: "draft" | "medusa" | "eagle" = shipped for the embedded target,
 # "draft:PATH" etc. = a file written by `python -m specviz train`; "eagle:FOLDER_OR_HUB_ID" and
 # "medusa:FOLDER_OR_HUB_ID" = a head its authors released (published.py).
-TRAINED = {"draft": "distilled draft", "medusa": "medusa", "eagle": "eagle"}
+# Each kind's name as a person reads it (drafter_label): the menus, Compare's table and the panel
+# titles all say these, never "pld" or "draft model layerskip".
+TRAINED = {"draft": "distilled draft model", "medusa": "Medusa", "eagle": "EAGLE"}
 SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "assets" / "drafters" / "smollm2-135m-instruct"
 
 
@@ -74,10 +76,13 @@ def lookup(target=None, **options) -> PromptLookup:
 
 
 def drafter_label(spec: str) -> str:
-    """A short human name for a drafter spec."""
+    """A short human name for a drafter spec: "prompt lookup", "layer skip", "EAGLE + prompt lookup",
+    "suffix decoding + EAGLE" (the copier first where it drafts first), "draft model NAME"."""
     inner, copier = split_hybrid(spec)
+    if copier == SUFFIX:
+        return f"suffix decoding + {drafter_label(inner)}"
     if copier:
-        return f"{drafter_label(inner)} + {'suffix decoding' if copier == SUFFIX else 'prompt lookup'}"
+        return f"{drafter_label(inner)} + prompt lookup"
     s = spec.strip().lower()
     if s in NONE_NAMES:
         return "none"
@@ -85,6 +90,9 @@ def drafter_label(spec: str) -> str:
         return "prompt lookup"
     if s == SUFFIX:
         return "suffix decoding"
+    if s == LAYER_SKIP or s.startswith(LAYER_SKIP + ":"):
+        layers = s.partition(":")[2].strip()
+        return "layer skip" + (f" (layers {layers})" if layers else "")
     trained = _trained(spec)
     if trained:
         kind, path = trained

@@ -5,6 +5,8 @@ redraws changes nothing here.
 """
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
@@ -67,10 +69,15 @@ def distinct(labels: list[str]) -> list[str]:
     bar), so two tokens that print alike keep a bar each and still read the same."""
     return [f"{s} " * (1 + labels[:i].count(s)) if labels[:i].count(s) else s for i, s in enumerate(labels)]
 
+PLACEHOLDER_CHARS = 28  # a line of a chart's placeholder: fits the plot area of a phone's chart (~230 px)
+
+
 def waiting_for(fig: go.Figure, message: str = "waiting for the run") -> go.Figure:
     """A chart with nothing to draw yet: its message on empty axes from 0 (plotly's own
-    default range for no data, -1 to 4 or so, made counts and rates look negative)."""
-    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+    default range for no data, -1 to 4 or so, made counts and rates look negative), in lines
+    short enough for a phone (plotly never wraps text: a long one was cut at both edges)."""
+    lines = textwrap.wrap(message, PLACEHOLDER_CHARS) or [""]
+    fig.add_annotation(text="<br>".join(lines), showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
                        font=dict(size=14, color="#888"))
     fig.update_xaxes(range=[0, 1], showticklabels=False, showgrid=False)
     fig.update_yaxes(range=[0, 1], showticklabels=False, showgrid=False)

@@ -119,9 +119,10 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
         lines.append(f"<b>overlap Σ min(p, q) = {a:.3f}</b>: the chance the drafter's token is accepted here")
         x = pos.drafted
         ap = accept_prob(pos.p, pos.q, x)
+        # quoted, its spaces kept: "drafted <code> by</code>" read as "drafted by: p = ..."
         name = escape(_name(pos, x))
-        lines.append(f"drafted <code>{name}</code>: p = {pos.p.get(x, 0):.3f}, q = {pos.q.get(x, 0):.3f}, "
-                     f"min(1, p/q) = {ap:.3f}")
+        lines.append(f"drafted <code class=\"sv-inspect-tok\">'{name}'</code>: p = {pos.p.get(x, 0):.3f}, "
+                     f"q = {pos.q.get(x, 0):.3f}, min(1, p/q) = {ap:.3f}")
         if e.draws is not None and pos.row < len(e.draws):
             u = e.draws[pos.row]
             kept = "kept" if u < ap else (f"rejected: the corrected token is drawn from the residual {RESIDUAL}, "

@@ -33,8 +33,10 @@ def curve_figure(curve, verified: float | None = None, recorded_on: str | None =
     """T(m) / T(1) for m = 1..32 on a log axis, beside the ideal (flat at 1) and a pass whose
     every token costs a full step (m); `verified` marks this run's tokens per pass;
     `recorded_on`: the curve came with a replayed trace from that machine."""
-    fig = styled(figure(), "Cost of one target pass, relative to one token", "tokens checked in one pass",
-                 "time / one-token pass", height=320)
+    # Title and subtitle on two lines: on one, a phone cut it after "relative to one"
+    fig = styled(figure(), "Cost of one target pass<br><sup>relative to a one-token pass</sup>",
+                 "tokens checked in one pass", "relative cost", height=320)  # short: a phone's plot is low
+    fig.update_layout(margin_t=60)
     if curve is None:
         return waiting_for(fig, NO_CURVE)
     sizes, rel = list(curve.sizes), list(curve.relative)
@@ -86,8 +88,8 @@ def curve_caption(curve, verified: float | None = None, recorded_on: str | None 
 
 def retime_figure(r) -> go.Figure:
     """Where each run's time goes on the profile, in plain decode steps: one stacked bar per run."""
-    fig = styled(figure(), "Where each run's time goes, re-timed", "time, in plain decode steps", "",
-                 height=300)
+    # a short axis title: beside the run names a phone's plot is ~170 px wide ("time, in plain decode step" was cut)
+    fig = styled(figure(), "Where each run's time goes, re-timed", "time (plain steps)", "", height=300)
     fig.update_layout(legend=dict(y=-0.42, traceorder="normal"), margin_b=40)
     if r is None:
         return waiting_for(fig, "Generate a run (or replay a trace) to re-time it")
@@ -102,8 +104,13 @@ def retime_figure(r) -> go.Figure:
     return fig
 
 
-def retime_html(r, measured: float | None) -> str:
-    """The re-timing's one line: labelled as a calculation, beside what was measured."""
+def retime_html(r, measured: float | None, shown: tuple[int, int] | None = None) -> str:
+    """The re-timing's one line: labelled as a calculation, beside what was measured. shown: (steps
+    on screen, the run's steps) while stepping through a run: then it is those steps' decisions,
+    not the run's (3 steps were called "this run's decisions")."""
+    whose = "this run's"
+    if shown is not None and shown[0] < shown[1]:
+        whose = f"the first {shown[0]} of this run's {shown[1]} steps (those on screen so far): their"
     here = "" if measured is None else f" (measured here: {measured:.2f}×)"
-    return (f'<div class="sv-retime" data-speedup="{r.speedup:.4f}"><b>Re-timed, not measured:</b> this run\'s '
+    return (f'<div class="sv-retime" data-speedup="{r.speedup:.4f}"><b>Re-timed, not measured:</b> {whose} '
             f"accept/reject decisions on {escape(r.profile.name)} would give <b>{r.speedup:.2f}×</b>{here}.</div>")

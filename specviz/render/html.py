@@ -12,7 +12,10 @@ ended a run is not text: a small "end of answer" mark stands after the text inst
 
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
 `data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts, and
-`tabindex` so the card opens from the keyboard too (ui/reading.py).
+`tabindex` so the card opens from the keyboard too (ui/reading.py). A screen reader hears its
+`aria-label`, built from the same event as the card: "accepted draft token 'Paris', target p
+0.91, drafter q 0.80, step 3", not only "Paris". A token that shows no text (the first bytes of
+a character that a later token completes) is labelled but takes no Tab stop.
 """
 from __future__ import annotations
 
@@ -46,13 +49,43 @@ def visible(text: str) -> str:
     return shown.replace(" ", SPACE_MARK) if shown and not shown.strip(" ") else shown
 
 
-def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "") -> str:
-    """One token element. `text` and `tip` are model-derived and therefore escaped."""
+def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "", label: str = "") -> str:
+    """One token element. `text`, `tip` and `label` (what a screen reader says for it) are
+    model-derived and therefore escaped. A token with no text to show takes no Tab stop: its
+    card still opens on hover and tap, and its label says what it is."""
     classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "") + (" tok-nl" if "\n" in text else "")
+    # a button: Enter, Space and a tap open its card (ui/reading.py); an empty one is a labelled mark
+    focus = 'role="button" tabindex="0"' if text else 'role="img"'
+    name = f' aria-label="{escape(label, quote=True)}"' if label else ""
     return (
-        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" tabindex="0" '
+        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" {focus}{name} '
         f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
     )
+
+
+WHITESPACE_NAMES = {" ": ("space", "spaces"), "\n": ("line break", "line breaks"), "\t": ("tab", "tabs"),
+                    "\r": ("carriage return", "carriage returns")}
+
+
+def spoken(text: str) -> str:
+    """A token's text as a screen reader should hear it: quoted, or its whitespace named ("(2 spaces)",
+    "(line break)"), or that it is a piece of a character a later token completes."""
+    if not text:
+        return "with no text of its own (a piece of a character, shown with the token that completes it)"
+    if text.strip():
+        return f"'{text}'"
+    names = []
+    for c in text:
+        one, many = WHITESPACE_NAMES.get(c, ("blank", "blanks"))
+        if names and names[-1][0] == one:
+            names[-1][2] += 1
+        else:
+            names.append([one, many, 1])
+    return "(" + ", ".join(one if n == 1 else f"{n} {many}" for one, many, n in names) + ")"
+
+
+def _two(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f}"
 
 
 # The words for what a drafter without probabilities gives, and for the residual, everywhere they show.
@@ -89,6 +122,26 @@ def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     return "\n".join(lines)
 
 
+def _draft_label(e: StepEvent, i: int, kind: str, text: str) -> str:
+    """What a screen reader says for draft i: its verdict, text and numbers (the card's, shorter)."""
+    verdict = kind if i <= e.accepted else "unchecked"
+    q = (f"drafter q {_two(e.q[i])}" if e.q is not None else
+         "drafter gave no probability" if e.greedy else "drafter q 1 (one-hot)")
+    said = f"{verdict} draft token {spoken(text)}, target p {_two(e.p[i])}, {q}"
+    if i > e.accepted:
+        said += ", not checked: it came after the first rejection"
+    if not e.greedy and i <= e.accepted:
+        u = "" if e.draws is None else f", draw u {_two(e.draws[i])}"
+        said += f", acceptance probability {_two(e.accept_prob[i])}{u}"
+    return f"{said}, step {e.step + 1}"
+
+
+def _own_label(e: StepEvent, text: str) -> str:
+    what = ("target's own token (nothing drafted)" if not e.draft else
+            "bonus token (every draft accepted)" if e.token_kind == "bonus" else "target's corrected token")
+    return f"{what} {spoken(text)}, target p {_two(e.token_p)}, step {e.step + 1}"
+
+
 def _draft_verdict(e: StepEvent, i: int) -> str:
     if i < e.accepted:
         return "accepted"
@@ -115,12 +168,15 @@ def _step_pieces(e: StepEvent, labels: Labels, eos=frozenset()) -> list[tuple[st
     pieces = []
     for kind, i in shown_tokens(e, eos):
         if kind == "accepted":
-            pieces.append((texts[i], token_span(kind, texts[i], _draft_tip(e, i, "accepted"), e.step)))
+            pieces.append((texts[i], token_span(kind, texts[i], _draft_tip(e, i, "accepted"), e.step,
+                                                label=_draft_label(e, i, kind, texts[i]))))
         elif kind == "rejected":
             text = visible(texts[i])
-            pieces.append((text, token_span(kind, text, _draft_tip(e, i, _draft_verdict(e, i)), e.step)))
+            pieces.append((text, token_span(kind, text, _draft_tip(e, i, _draft_verdict(e, i)), e.step,
+                                            label=_draft_label(e, i, kind, texts[i]))))
         else:
-            pieces.append((texts[i], token_span(kind, texts[i], _own_tip(e), e.step, "" if e.draft else "undrafted")))
+            pieces.append((texts[i], token_span(kind, texts[i], _own_tip(e), e.step, "" if e.draft else "undrafted",
+                                                label=_own_label(e, texts[i]))))
     return pieces
 
 
@@ -145,7 +201,8 @@ def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
     if phase in PHASE_KINDS:
         kind = PHASE_KINDS[phase]
         return [token_span(kind, visible(text),
-                           f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step)
+                           f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step,
+                           label=f"draft token {spoken(text)}, {PHASE_TIPS[kind]}, step {e.step + 1}")
                 for i, text in enumerate(labels.draft)]
     spans = step_spans(e, labels)
     if phase == "accept/reject":
@@ -154,7 +211,8 @@ def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
 
 
 def baseline_span(e: TokenEvent, labels: Labels) -> str:
-    return token_span("baseline", labels.token, f"token {e.step + 1} · p (target) = {_fmt(e.p)}", e.step)
+    return token_span("baseline", labels.token, f"token {e.step + 1} · p (target) = {_fmt(e.p)}", e.step,
+                      label=f"baseline token {spoken(labels.token)}, target p {_two(e.p)}, token {e.step + 1}")
 
 
 def words(pieces: list[tuple[str, str]]) -> list[str]:

@@ -91,14 +91,30 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     )
 
 
-def _card(label: str, value: str, hint: str, key: str) -> str:
-    # A word in place of a number ("measuring…") is set smaller, so it fits a number's card.
-    word = " sv-card-word" if value[:1].isalpha() else ""
-    return (
-        f'<div class="sv-card" data-metric="{key}" title="{escape(hint)}">'
-        f'<div class="sv-card-value{word}">{escape(value)}</div>'
-        f'<div class="sv-card-label">{escape(label)}</div></div>'
-    )
+def _card(label: str, value: str, hint: str, key: str) -> tuple[str, str, str, str]:
+    """One headline card, drawn by cards_html with the others."""
+    return label, value, hint, key
+
+
+def cards_html(cards: list[tuple[str, str, str, str]], scope: str = "sv") -> str:
+    """The cards in a row, then one disclosure that explains every card in words: a hover title
+    reaches no phone, projector, keyboard or screen reader, and a <details> opens by tap, click
+    or Enter. Each card names that explanation with aria-describedby (it is read even while
+    closed); `scope` keeps the ids apart when two blocks of cards share the page."""
+    shown, explained = [], []
+    for label, value, hint, key in cards:
+        why = f"{scope}-why-{key}"
+        # A word in place of a number ("measuring…") is set smaller, so it fits a number's card.
+        word = " sv-card-word" if value[:1].isalpha() else ""
+        shown.append(
+            f'<div class="sv-card" data-metric="{key}" title="{escape(hint)}" role="group" '
+            f'aria-label="{escape(label)}: {escape(value)}" aria-describedby="{why}">'
+            f'<div class="sv-card-value{word}">{escape(value)}</div>'
+            f'<div class="sv-card-label">{escape(label)}</div></div>')
+        explained.append(f'<dt>{escape(label)}</dt><dd id="{why}">{escape(hint)}</dd>')
+    details = (f'<details class="sv-why"><summary>What these numbers mean</summary>'
+               f'<dl>{"".join(explained)}</dl></details>')
+    return f'<div class="sv-cards">{"".join(shown)}{details}</div>'
 
 
 def _x(value: float | None, h: Headline) -> str:
@@ -117,35 +133,43 @@ def headline_html(h: Headline) -> str:
     else:
         v = (f"v = {h.v:.2f} (verifying {h.verified:.1f} tokens in one pass, from this machine's measured "
              "verify-cost curve)")
-    formula = (f"(1 − α^(k+1)) / ((1 − α)(c·k + v)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
-               f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{prefill}{wait}")
+    # Said in words on the page (cards_html's disclosure), so each term on the card is explained there:
+    # the formula and "verify 1.40×".
+    verify = "" if h.v is None else f"; “verify {h.v:.2f}×” on the card is that v"
+    formula = (f"what the theory (Leviathan et al.) predicts from the acceptance rate and the costs: "
+               f"(1 − α^(k+1)) / ((1 − α)(c·k + v)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
+               f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{verify}{prefill}{wait}")
     if h.varied:
         what = "tree drafts" if h.trees else "draft lengths that change from step to step (dynamic k)"
         formula = (f"{what}: one k does not describe the run, so the prediction is taken step by step: "
                    f"(1 + mean drafts kept per step) / (drafting cost per step + mean verify cost per step) with "
                    f"τ = {h.tau:.2f}, drafting {'—' if h.c is None else f'{h.c * h.k:.2f}'} target steps a step, "
                    + ("verifying assumed to cost one step (no verify-cost curve measured)" if h.v is None else
-                      f"verifying {h.verified:.1f} tokens a pass on average at this machine's measured costs")
+                      f"verifying {h.verified:.1f} tokens a pass on average at this machine's measured costs"
+                      f"{verify}")
                    + prefill + wait)
     cards = [
         _card("measured speedup", _x(h.speedup, h),
-              f"speculative tokens/s divided by baseline tokens/s (engine time, prefill included){wait}", "speedup"),
+              f"speculative tokens/s divided by baseline tokens/s, measured (engine time, prefill included){wait}",
+              "speedup"),
         _card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
               _x(h.predicted, h), formula, "predicted"),
         _card("α acceptance rate", f"{h.alpha:.2f}",
-              "accepted draft tokens / drafted tokens" + (" along the branch the target followed" if h.trees else ""),
+              "α: the share of drafted tokens the target accepted (accepted / drafted"
+              + (", along the branch the target followed)" if h.trees else ")"),
               "alpha"),
         _card("τ tokens per step", f"{h.tau:.2f}",
-              "tokens each target pass produced: accepted drafts plus the target's own token", "tau"),
+              "τ: tokens each target pass produced, on average: accepted drafts plus the target's own token "
+              "(plain decoding: 1)", "tau"),
         _card("target passes saved", f"{h.calls_saved} of {h.base_calls}",
-              f"{count(h.base_calls, 'token')} cost plain decoding {count(h.base_calls, 'target pass', 'target passes')}"
+              f"forward passes of the target that speculation avoided: {count(h.base_calls, 'token')} cost plain decoding {count(h.base_calls, 'target pass', 'target passes')}"
               f" (one per token); the speculative run made them in "
               f"{count(h.base_calls - h.calls_saved, 'pass', 'passes')}. Passes are counted while generating: "
               "the prefill, one pass over the prompt, is the same for both runs", "calls"),
         _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
         _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]
-    return f'<div class="sv-cards">{"".join(cards)}</div>{gap_html(h)}'
+    return cards_html(cards) + gap_html(h)
 
 
 GAP = 0.10  # predicted and measured further apart than this: the page says why, in a visible line

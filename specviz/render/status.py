@@ -14,6 +14,14 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+MB = 1_000_000  # decimal megabytes: the limits are set in them, so "8 MB" on the page is 8 MB in the docs
+
+
+def megabytes(n: int) -> str:
+    """'8 MB', '40.2 MB': a file's size or a limit, said one way everywhere."""
+    return f"{n / MB:.1f}".removesuffix(".0") + " MB"
+
+
 def step_label(index: int, total: int) -> str:
     """'Step 3 of 12' for the step the engine numbers 2 (StepEvent.step counts from 0; people
     count from 1). Every label a reader sees (inspector, step-through, replay, charts) says it so."""

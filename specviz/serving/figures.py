@@ -12,7 +12,8 @@ from html import escape
 import plotly.graph_objects as go
 
 from ..render.charts import COLORS, acceptance_bars, figure, position_bars, speed_lines, styled, waiting_for
-from ..render.numbers import MIN_TOKENS, _card
+from ..render.html import spoken
+from ..render.numbers import MIN_TOKENS, _card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
 
@@ -60,7 +61,9 @@ def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str =
             held = "" if c.tokens is None else f" · {count(c.tokens, 'token')}"
             tip = f"chunk {i + 1}{held} · arrived {c.t:.3f} s after the request"
         classes = "tok tok-step" + (" sv-step-odd" if i % 2 else "") + (" tok-nl" if "\n" in c.text else "")
-        spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" tabindex="0" '
+        focus = 'role="button" tabindex="0"' if c.text else 'role="img"'  # as render/html.py's tokens
+        said = escape(f"{spoken(c.text)}, {tip}", quote=True)
+        spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" {focus} aria-label="{said}" '
                      f'data-tip="{escape(tip, quote=True)}">{escape(c.text, quote=False)}</span>')
     if spans:
         body = f'<div class="sv-text" data-run="{escape(title)}">{"".join(spans)}</div>'
@@ -123,12 +126,12 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
               "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
                                                       else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),
     ]
-    return f'<div class="sv-cards">{"".join(cards)}</div>'
+    return cards_html(cards, "sv-server")
 
 
 def step_figure(s: SpecStats | None) -> go.Figure:
     """Per verify step: kept / drafted (bars) and the cumulative acceptance rate alpha (line)."""
-    fig = styled(figure(), "Acceptance per step (from the server)", "verify step", "kept / drafted")
+    fig = styled(figure(), "The server's acceptance per step", "verify step", "kept / drafted")
     if s is None:
         return waiting_for(fig, "no speculation fields from this server yet")
     if s.per_step_accepted is None or s.per_step_drafted is None:

@@ -39,6 +39,7 @@ from ..core.errors import SpecvizError
 from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
 from ..core.tree import check_parents
 from ..engine.verify_cost import VerifyCurve
+from ..render.status import megabytes
 from ..render.trace import Labels, Trace
 
 FORMAT, VERSION = "specviz-trace", 1
@@ -120,13 +121,18 @@ def save(path, recording: Recording) -> None:
 
 # Reading ------------------------------------------------------------------------------------
 
+def too_large(name: str, size: str, limit: str) -> str:
+    """The sentence that refuses a trace file over a size limit (sizes as render.status.megabytes
+    says them): load's, and the page's own, said in the browser before a file is sent (ui/uploads.py)."""
+    return f"{name} is {size}: this app replays trace files of up to {limit}"
+
+
 def load(path, max_bytes: int | None = None) -> Recording:
     """Read and check a trace file; `max_bytes` refuses a larger one before reading it."""
     try:
         size = os.path.getsize(path)
         if max_bytes is not None and size > max_bytes:
-            raise TraceFileError(f"this trace file is {size / 1e6:.1f} MB: this app replays traces of up to "
-                                 f"{max_bytes / 1e6:.1f} MB")
+            raise TraceFileError(too_large(os.path.basename(path), megabytes(size), megabytes(max_bytes)))
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:

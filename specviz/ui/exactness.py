@@ -28,6 +28,10 @@ from .policy import Policy
 from .settings import Settings
 
 SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
+# Fewer draws than this each way are too few to judge (the slider starts here; Stop can end sooner):
+# with 5 expected draws a bin (core/exactness.py), 20 allow a few bins and some power; 9 said
+# "consistent with one distribution" about almost any two samplers.
+MIN_DRAWS = 20
 
 
 def limit(policy: Policy) -> int:
@@ -52,7 +56,7 @@ def controls(policy: Policy) -> Controls:
                     "drafter above (seeds 0..N-1) and asks whether the two histograms could come from one "
                     "distribution.")
         with gr.Row(elem_classes="sv-actions"):
-            n = gr.Slider(20, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
+            n = gr.Slider(MIN_DRAWS, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
                           elem_id="sv-exact-n", scale=3, min_width=160)
             run = gr.Button("Draw and compare", variant="primary", elem_id="sv-exact-run", min_width=120)
             stop = gr.Button("Stop", variant="stop", elem_id="sv-exact-stop", min_width=80)
@@ -80,7 +84,11 @@ def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
 
 def verdict_html(spec: Counter, base: Counter) -> str:
     stat, dof, p = chi_square(spec, base)
-    n = sum(spec.values())
+    n = min(sum(spec.values()), sum(base.values()))
+    if n < MIN_DRAWS:
+        text = (f"Too few draws to judge: {n} each way, and the test needs at least {MIN_DRAWS} each way "
+                "before its p-value says anything. Draw again with more.")
+        return f'<div class="sv-exact" data-p="none">{text}</div>'
     if not dof:
         text = ("Nothing to test yet: no two tokens came up often enough (5 expected draws each way) to "
                 "compare. Draw more, or lower the temperature.")

@@ -109,7 +109,7 @@ def show(session, profile, slope, cost) -> list:
     except SpecvizError as e:
         return [curve_figure(curve, verified, where), curve_caption(curve, verified, where),
                 f'<div class="sv-retime">{escape(str(e))}</div>', retime_figure(None)]
-    line = retime_html(r, h.speedup)
+    line = retime_html(r, h.speedup, (len(frame.spec.steps), frame.steps) if frame.steps else None)
     if curve is not None and profile == THIS:
         model = retime(spec, base, from_curve(curve.cost, c))
         line += (f'<div class="sv-retime-note">The cost model alone ({machine}\'s verify curve and c = {c:.3f}) '

@@ -6,6 +6,7 @@ import pathlib
 
 import gradio as gr
 
+from ..drafters.choose import drafter_label
 from ..engine.generate import K_MAX
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS, WIDTHS
@@ -24,6 +25,32 @@ INTRO = (
     "target decoding one token per pass. Hover or tap a token for its probabilities; step through a "
     "run, or pick a step in the inspector, to see its verdicts."
 )
+# The page's first Tab stops, before the settings column: Generate was 29 Tab presses from the top
+# and ~1,700 px down on a phone. Shown on a narrow screen; on a wide one, when focused (style.css).
+SKIP = ('<nav class="sv-skip" aria-label="Skip to">'
+        '<a href="#sv-prompt" data-focus="#sv-prompt textarea">Skip to prompt</a>'
+        '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a></nav>')
+# A skip link moves focus (an anchor alone only scrolls), opening the Playground tab if another is shown.
+SKIP_JS = """
+if (!window.svSkip) {
+  window.svSkip = true;
+  document.addEventListener('click', (e) => {
+    const link = e.target.closest && e.target.closest('.sv-skip a[data-focus]');
+    if (!link) return;
+    e.preventDefault();
+    let to = document.querySelector(link.dataset.focus);
+    if (to && !to.checkVisibility()) {
+      [...document.querySelectorAll('[role=tab]')].find(t => t.textContent.trim() === 'Playground')?.click();
+    }
+    requestAnimationFrame(() => {
+      to = document.querySelector(link.dataset.focus);
+      if (!to) return;
+      to.focus({preventScroll: true});
+      to.scrollIntoView({block: 'center'});
+    });
+  });
+}
+"""
 READY = "Ready: pick a drafter and press Generate."
 WAITING = "Press Generate: the tokens appear here as they are decoded."
 
@@ -47,10 +74,12 @@ def _settings(policy: Policy) -> dict:
     """The target and the decoding settings (the left column), keyed by the Settings field (and
     API parameter) each fills; the ones most often changed come first, above the fold."""
     d = Settings(prompt="")  # the defaults, from the engine's
+    left_out = " and ".join(label for label, _, _ in policy.too_big)
+    info = "the model whose output we want" + ("" if policy.hosted else "; or type a Hub id or a local folder")
+    if left_out:  # say why a model the docs promise is missing: this machine's memory
+        info += f"; {left_out} needs more memory than this machine has"
     target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
-                         allow_custom_value=not policy.hosted, elem_id="sv-target",
-                         info="the model whose output we want" + ("" if policy.hosted else
-                                                                 "; or type a Hub id or a local folder"))
+                         allow_custom_value=not policy.hosted, elem_id="sv-target", info=info)
     with gr.Accordion("Decoding settings", open=True):
         k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step", elem_id="sv-k")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
@@ -86,7 +115,7 @@ def _prompt(examples: list[Example]):
     return prompt, picker, note
 
 
-def _wire_examples(examples: list[Example], picker, prompt, drafter, note) -> None:
+def _wire_examples(examples: list[Example], picker, prompt, drafter, note, policy: Policy) -> None:
     """A picked example also picks the drafter it was measured with and says what it teaches."""
     if picker is None:
         return
@@ -94,9 +123,19 @@ def _wire_examples(examples: list[Example], picker, prompt, drafter, note) -> No
 
     def pick(text):
         e = by_prompt.get(text)
-        return (gr.Dropdown(value=e.drafter), note_html(e)) if e else (gr.Dropdown(), "")
+        if e is None:
+            return gr.Dropdown(), ""
+        value = menu_value(e.drafter, policy)
+        return (gr.Dropdown() if value is None else gr.Dropdown(value=value)), note_html(e)
 
     picker.load_input_event.then(pick, prompt, [drafter, note], queue=False, api_visibility="private")
+
+
+def menu_value(drafter: str, policy: Policy) -> str | None:
+    """The drafter menu's own entry for `drafter` ("pld" is the entry "prompt lookup"): a value the
+    menu does not list showed raw, as "pld". None when the menu offers no such drafter."""
+    name = drafter_label(drafter)
+    return next((value for _, value in policy.drafters if drafter_label(value) == name), None)
 
 
 def _playground_tab(policy: Policy):
@@ -176,7 +215,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session(policy.suffix_memory_tokens))
-        gr.HTML(f'<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>')
+        gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>', js_on_load=SKIP_JS)
         with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
                 controls = _settings(policy)
@@ -188,13 +227,13 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                         drafter, run, stop, step, inspector, outputs, steps = _playground_tab(policy)
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
-                        replay_controls = replay.controls(steps)
+                        replay_controls = replay.controls(steps, policy)
                         hardware_controls = hardware.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
                         server_controls = serving.controls(policy, server_runs)
-        _wire_examples(examples, picker, prompt, drafter, note)
+        _wire_examples(examples, picker, prompt, drafter, note, policy)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         generate = run.click(handlers.arm, session, session, **instant).then(

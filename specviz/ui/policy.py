@@ -25,7 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..core.errors import SpecvizError
+from ..drafters.choose import drafter_label
 from ..drafters.suffix_memory import DEFAULT_TOKENS
+from ..render.status import MB
 from ..serving.urls import check_url, is_loopback
 from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
 
@@ -43,24 +45,26 @@ TARGETS = (
 )
 PARAMETERS = {"default": 134.5e6, "HuggingFaceTB/SmolLM2-360M-Instruct": 362e6,
               "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.71e9}  # to judge fit before downloading
-DRAFTERS = (
-    ("none (plain steps)", NO_DRAFTER),
-    ("prompt lookup (copy n-grams from the context)", PROMPT_LOOKUP),
-    ("layer skip (the target drafts with ~70% of its layers)", LAYER_SKIP),
-    ("EAGLE head (trained for the embedded model)", "eagle"),
-    ("EAGLE head + prompt lookup (copy where the text repeats)", "eagle+pld"),
-    ("suffix decoding (copy from this prompt and your earlier answers)", "suffix"),
-    ("suffix decoding + EAGLE head (EAGLE where no match is sure)", "suffix+eagle"),
-    ("Medusa heads (trained for the embedded model)", "medusa"),
-    ("distilled draft model (trained for the embedded model)", "draft"),
-    ("SmolLM2-135M-Instruct (embedded) as draft model", "default"),
-)
+# Each drafter's menu label starts with the name Compare's table and the panel titles give it
+# (runner.run_label: drafter_label, or "draft model: NAME"), then says in brackets what it does.
+DRAFTERS = tuple((f"{drafter_label(value)} ({what})", value) for value, what in (
+    (NO_DRAFTER, "plain steps"),
+    (PROMPT_LOOKUP, "copy n-grams from the context"),
+    (LAYER_SKIP, "the target drafts with ~70% of its layers"),
+    ("eagle", "a head trained for the embedded model"),
+    ("eagle+pld", "copy where the text repeats"),
+    ("suffix", "copy from this prompt and your earlier answers"),
+    ("suffix+eagle", "EAGLE where no match is sure"),
+    ("medusa", "heads trained for the embedded model"),
+    ("draft", "trained for the embedded model"),
+)) + (("draft model: SmolLM2-135M (embedded)", "default"),)
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
 RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
 # copies (packing.py, ~0.55x), libraries, activations and KV caches
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
-MAX_TRACE_BYTES = 32 << 20  # the largest trace file any deployment replays (and Gradio's upload limit)
+MAX_TRACE_BYTES = 32 * MB  # the largest trace file any deployment replays (and Gradio's upload limit)
+HOSTED_TRACE_BYTES = 8 * MB  # docs/hosting.md says "8 MB": the page says the same (render.status.megabytes)
 HOSTED_MEMORY_TOKENS = 8192  # a hosted visitor's suffix memory: 32 answers of 256 tokens
 
 
@@ -88,6 +92,9 @@ class Policy:
     # Suffix decoding's memory of a visitor's earlier answers (handlers.Session), in tokens; the
     # oldest answers go first. Hosted: a few dozen answers, ~1 MB a visitor.
     suffix_memory_tokens: int = DEFAULT_TOKENS
+    # Allow-listed targets left out because they would not fit this machine's memory: (label, value,
+    # bytes of weights), so refusing one says it is memory, not only that it is not on the list.
+    too_big: tuple = ()
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
@@ -97,6 +104,12 @@ class Policy:
         self.check_size(s)
         if not self.hosted:
             return
+        big = {value: (label, need) for label, value, need in self.too_big}
+        if s.target in big:
+            label, need = big[s.target]
+            raise SpecvizError(f"{label} is not offered here for lack of memory: its weights take "
+                               f"{gigabytes(need)} and this machine keeps {gigabytes(self.model_bytes or 0)} of its "
+                               f"memory for model weights; choose {' or '.join(lab for lab, _ in self.targets)}")
         if not self._allowed(s.target, self.targets):
             names = ", ".join(v for _, v in self.targets)
             raise SpecvizError(f"this hosted app only runs these targets: {names} (got {s.target!r})")
@@ -149,6 +162,10 @@ class Policy:
                                f"{self.max_prompt_tokens:,} tokens, so shorten it")
 
 
+def gigabytes(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
 def memory_limit() -> int:
     """Bytes of memory this process may use: the machine's RAM, or its container's limit if lower."""
     limits = []
@@ -181,11 +198,12 @@ def hosted_policy(memory: int | None = None, **overrides) -> Policy:
     """
     memory = memory_limit() if memory is None else memory
     budget = int(memory * MODEL_SHARE / RESIDENT_PER_WEIGHT_BYTE)
-    targets = tuple((label, name) for label, name in TARGETS
-                    if name == "default" or (weights_bytes(name) or 0) <= budget)
-    policy = Policy(hosted=True, targets=targets, max_new_tokens=256, max_prompt_tokens=1024,
+    fits = lambda name: name == "default" or (weights_bytes(name) or 0) <= budget  # noqa: E731
+    targets = tuple((label, name) for label, name in TARGETS if fits(name))
+    too_big = tuple((label, name, int(weights_bytes(name))) for label, name in TARGETS if not fits(name))
+    policy = Policy(hosted=True, targets=targets, too_big=too_big, max_new_tokens=256, max_prompt_tokens=1024,
                     max_run_seconds=90, concurrency=1, max_waiting=8, runs_per_visitor=1, model_bytes=budget,
-                    max_trace_bytes=8 << 20, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
+                    max_trace_bytes=HOSTED_TRACE_BYTES, suffix_memory_tokens=HOSTED_MEMORY_TOKENS)
     return replace(policy, **overrides)
 
 

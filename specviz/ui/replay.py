@@ -23,10 +23,10 @@ import gradio as gr
 
 from ..core.errors import SpecvizError
 from ..core.events import StepEvent
-from ..render.status import step_label
+from ..render.status import status_html, step_label
 from ..traces import replay as playback
-from ..traces.trace_file import Recording, RunInfo, describe_device, load, save
-from . import stepping
+from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
+from . import stepping, uploads
 from .policy import Policy
 from .runner import Frame, throttle
 from .views import error_frame, playground_values
@@ -88,9 +88,10 @@ class Controls:
     stepper: Stepper
 
 
-def controls(steps: Stepper) -> Controls:
+def controls(steps: Stepper, policy: Policy) -> Controls:
     """The Export-and-replay block, placed under the Playground's results; `steps`, the row
-    above the panels that plays what is loaded here."""
+    above the panels that plays what is loaded here. A file over the policy's limit is refused
+    in the browser, before it is sent (uploads.py), in the status and under the file box."""
     with gr.Accordion("Export and replay (download this run as a trace, or load one)", open=False,
                       elem_id="sv-replay-box"):
         gr.Markdown("Save a run as a trace file, or load one to replay it here with no model: the buttons "
@@ -102,6 +103,7 @@ def controls(steps: Stepper) -> Controls:
             upload = gr.File(label="Replay a trace (.json)", type="filepath",
                              elem_id="sv-replay-file", scale=3, height=120)
         about = gr.HTML(elem_id="sv-replay-about")
+        uploads.guard("#sv-replay-file", policy.max_trace_bytes, too_large, ("#sv-status", "#sv-replay-about"))
     return Controls(download, upload, about, steps)
 
 
@@ -236,8 +238,8 @@ def open_trace(path, session, policy: Policy):
             raise SpecvizError(f"{Path(path).name} is not a trace: a trace is the .json file that "
                                "'Download trace' saves")
         r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name, from_file=True)
-    except SpecvizError as e:
-        return [*_values(error_frame(str(e)), session, None), "", gr.skip(), None]
+    except SpecvizError as e:  # said in the status and under the file box, where the reader is
+        return [*_values(error_frame(str(e)), session, None), status_html(str(e), "error"), gr.skip(), None]
     spec, base = playback.fresh(r.recording)
     n = playback.step_count(r.recording)
     session.pinned = None

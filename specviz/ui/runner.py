@@ -29,7 +29,7 @@ from ..render.status import count
 from ..traces.labels import Labeler
 from .limits import Deadline
 from .policy import Policy
-from .settings import NO_DRAFTER, PROMPT_LOOKUP, Settings
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -64,13 +64,12 @@ class Frame:
 
 def run_label(drafter: str) -> str:
     """A short name for a run: tables, chart axes and panel titles have little room."""
-    if drafter in (NO_DRAFTER, PROMPT_LOOKUP):
-        return drafter
     if not choose.needs_model(drafter):
-        return choose.drafter_label(drafter)
+        return choose.drafter_label(drafter)  # "prompt lookup", "layer skip", "suffix decoding + EAGLE"
     model, copier = choose.split_hybrid(drafter)
     short = SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    return f"draft model: {short}" + ({"pld": " + prompt lookup", "suffix": " + suffix decoding"}.get(copier) or "")
+    name = f"draft model: {short}"
+    return {"pld": f"{name} + prompt lookup", "suffix": f"suffix decoding + {name}"}.get(copier, name)
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
@@ -219,12 +218,23 @@ def readable(error: BaseException, hosted: bool = False) -> str:
     return f"unexpected error ({type(error).__name__}): {error}"
 
 
+def tokens_made(frame: Frame) -> str:
+    """How many tokens each run made: "24 tokens each", or whose is whose ("speculative 48 tokens,
+    baseline 40": a sampled run may end sooner, and the larger count alone did not say whose)."""
+    runs = [("speculative" if len(frame.runs) == 1 else t.label, t) for t in frame.runs] + [("baseline", frame.base)]
+    counts = [len(t.token_ids) for _, t in runs]
+    if len(set(counts)) == 1:
+        return count(counts[0], "token") + (" each" if len(counts) > 1 else "")
+    first, *rest = runs
+    return ", ".join([f"{first[0]} {count(len(first[1].token_ids), 'token')}"]
+                     + [f"{name} {len(t.token_ids)}" for name, t in rest])
+
+
 def _finish(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
-    tokens = max(len(t.token_ids) for t in traces)
     frame.state = "stopped" if stopped else "done"
-    made = count(tokens, "token")
+    made = tokens_made(frame)
     frame.message = f"Stopped after {made}." if stopped else f"Done: {made}."
     if stopped and deadline.passed:
         frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {made}."

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..core.errors import SpecvizError
-from ..render.status import count, status_html
+from ..render.status import MB, count, megabytes, status_html
 from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from . import uploads
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
 from .policy import MEASURED_LOAD, Policy
@@ -31,9 +32,15 @@ UPDATE_EVERY, CHARTS_EVERY = 0.3, 2.0  # seconds, as in the playground (handlers
 REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit
 GRACE = 10.0  # the client's timeout beyond the time limit: the limit, which keeps the text, ends it first
 MAX_MODEL_CHARS = 200
-MAX_LOAD_BYTES = 8 << 20  # a sweep's JSON keeps a row per request: ~1 MB for thousands of requests
+MAX_LOAD_BYTES = 8 * MB  # a sweep's JSON keeps a row per request: ~1 MB for thousands of requests
 SETTINGS = ("prompt", "mode", "temperature", "seed", "max_new_tokens", "chat")  # the page's controls a server takes
 WAITING = "Press Run: the server's output appears here, one box per step it sent."
+
+
+def sweep_too_large(name: str, size: str, limit: str) -> str:
+    """The sentence that refuses a load sweep over the limit: the server's, and the page's own before
+    a file is sent (uploads.py)."""
+    return f"{name} is {size}: this app reads load sweeps of up to {limit}"
 
 
 def default_backend():
@@ -119,6 +126,7 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
             load_show = gr.Button("Show", scale=1, min_width=90, elem_id="sv-load-show")
         status, figure = runs.show_path(policy.load_result) if policy.load_result else (status_html(""), None)
         load_status = gr.HTML(status, elem_id="sv-load-status")  # a bad file: its sentence, and the page still starts
+        uploads.guard("#sv-load-file", MAX_LOAD_BYTES, sweep_too_large, ("#sv-load-status",))
         load_plot = gr.Plot(None if isinstance(figure, dict) else figure, show_label=False, elem_id="sv-load-plot")
     return Controls(server, baseline, model, run, stop, outputs, load_file, load_path, load_show, load_status,
                     load_plot)
@@ -230,8 +238,7 @@ class ServingRuns:
         try:
             size = os.path.getsize(path)
             if size > MAX_LOAD_BYTES:
-                raise SpecvizError(f"{name} is {size:,} bytes: this app reads load sweeps of up to "
-                                   f"{MAX_LOAD_BYTES:,} bytes")
+                raise SpecvizError(sweep_too_large(name, megabytes(size), megabytes(MAX_LOAD_BYTES)))
             try:
                 result = self.backend.read_result(path)
             except (ValueError, KeyError, TypeError) as e:  # JSON that is not a sweep: say so, not a traceback

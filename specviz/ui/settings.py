@@ -55,8 +55,20 @@ def _bool(value, name: str) -> bool:
     raise SpecvizError(f"{name} must be true or false, got {value!r}")
 
 
+def _text(value, name: str) -> str:
+    """A text control's value; a script's list or number is refused, not run as its printed form
+    (prompt=['a'] ran as the prompt "['a']")."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise SpecvizError(f"{name} must be one string of text; got {shown} ({type(value).__name__})")
+    return value
+
+
 # How a control's value becomes a Settings field, by the field's type.
-_CONVERT = {"str": lambda v, name: "" if v is None else str(v),
+_CONVERT = {"str": _text,
             "int": lambda v, name: _number(v, name, whole=True),
             "float": lambda v, name: _number(v, name, whole=False), "bool": _bool}
 _ENGINE, _SAMPLING = GenerationConfig(), Sampling()  # the engine's defaults are the app's
