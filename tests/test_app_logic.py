@@ -104,6 +104,8 @@ def test_controls_become_engine_settings():
     cfg = s.config(eos_token_ids=(2,))
     assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
     assert cfg.tree_nodes == 8  # EAGLE/Medusa trees of 2k candidates: k = 4 nodes was a straight line
+    # ... when greedy: sampling, chains paid more than 2k-node trees on the examples (docs/performance.md)
+    assert not cfg.trees and Settings.from_controls(**dict(CONTROLS, mode="greedy")).config().trees
     with pytest.raises(SpecvizError, match="whole number"):
         Settings.from_controls(**dict(CONTROLS, k=2.5))
 

@@ -24,6 +24,8 @@ below with the same coin interface, give another law on the same cases.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import random
 from collections import Counter, defaultdict
@@ -522,3 +524,18 @@ def test_sampled_tree_runs_follow_the_target(small, kind):
                         for s in steps)
     assert siblings > runs // 2, "the trees were used and siblings judged after a rejection"
     assert_matches(counts, joint)
+
+
+def test_trees_can_be_turned_off_for_a_run():
+    """GenerationConfig(trees=False): a tree drafter drafts chains (the app's sampling mode)."""
+    from conftest import tiny_llama
+    from test_heads import make
+
+    from specviz import GenerationConfig, Sampling, collect, speculative_generate
+
+    target = tiny_llama(seed=0)
+    cfg = GenerationConfig(max_new_tokens=12, k=3, tree_nodes=6, sampling=Sampling(temperature=1.0, seed=1))
+    with_trees, _ = collect(speculative_generate(target, make("eagle", target, tree=3), list(range(20, 30)), cfg))
+    chains, _ = collect(speculative_generate(target, make("eagle", target, tree=3), list(range(20, 30)),
+                                             replace(cfg, trees=False)))
+    assert any(e.tree is not None for e in with_trees) and all(e.tree is None for e in chains)

@@ -35,6 +35,10 @@ class GenerationConfig:
     # Candidates a tree drafter (EAGLE, Medusa) may propose per step at fixed k; 0: k, as a chain would. A
     # tree of k = 4 nodes is most often a straight line, so the app asks for more (settings.py).
     tree_nodes: int = 0
+    # Let a tree drafter propose trees where the engine can verify them (greedy or sampled); False:
+    # chains only. The app samples with chains: on its examples 2k-node trees paid less than chains
+    # when sampling (docs/performance.md, "Trees when sampling"), and the page draws sampled chains.
+    trees: bool = True
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
     top: int = 5  # how many of the target's top tokens each step records (0 = none)
@@ -152,7 +156,7 @@ def speculative_generate(
 
     start = time.perf_counter()
     features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
-    trees = trees_verifiable(run.cache)  # may the drafter propose trees?
+    trees = cfg.trees and trees_verifiable(run.cache)  # may the drafter propose trees?
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None:

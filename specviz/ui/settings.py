@@ -133,5 +133,5 @@ class Settings:
         """The engine's config; raises SpecvizError for values it would not accept."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
-            eos_token_ids=tuple(eos_token_ids), tree_nodes=TREE_NODES_PER_K * self.k,
+            eos_token_ids=tuple(eos_token_ids), tree_nodes=TREE_NODES_PER_K * self.k, trees=self.greedy,
         ).validate()
