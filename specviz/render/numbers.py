@@ -140,7 +140,8 @@ def headline_html(h: Headline) -> str:
                f"(1 − α^(k+1)) / ((1 − α)(c·k + v)) with α = {h.alpha:.2f}, k = {h.k:.2f} "
                f"(mean draft length), c = {c} (draft token cost / target step cost), {v}{verify}{prefill}{wait}")
     if h.varied:
-        what = "tree drafts" if h.trees else "draft lengths that differ from step to step (dynamic k, a match of any length, the room left)"
+        what = ("tree drafts" if h.trees else
+                "draft lengths that differ from step to step (dynamic k, a match of any length, the room left)")
         formula = (f"{what}: one k does not describe the run, so the prediction is taken step by step: "
                    f"(1 + mean drafts kept per step) / (drafting cost per step + mean verify cost per step) with "
                    f"τ = {h.tau:.2f}, drafting {'—' if h.c is None else f'{h.c * h.k:.2f}'} target steps a step, "
