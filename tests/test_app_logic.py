@@ -177,7 +177,8 @@ def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_
     s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=6)
     messages = [f.message for f in runner.playground(s, Policy(), real_models, never)]
     n = len(real_models.encode_prompt(real_models.load(app_models["target"]), PROMPT))
-    phases = ["Warming up", f"reading the prompt (prefill of {n} tokens)", "tokens so far", "Done"]
+    phases = ["Warming up", f"reading the prompt (prefill of {n} tokens)",
+              f"the baseline is reading the prompt (prefill of {n} tokens)", "tokens so far", "Done"]
     firsts = [next(i for i, m in enumerate(messages) if phase in m) for phase in phases]
     assert firsts == sorted(firsts), messages  # in that order, each said
     assert runner.model_name("default") == "SmolLM2-135M (embedded)"  # never "Generating with default"

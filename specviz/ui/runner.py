@@ -338,6 +338,9 @@ def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, shoul
         made = max(len(t.token_ids) for t in traces.values())
         if not made:  # each run first reads the whole prompt in one target pass
             return f"Generating with {name}: reading the prompt (prefill of {n})… {s} s"
+        if not traces["base"].token_ids and not traces["base"].done:  # runs take turns: now the baseline's prefill
+            return (f"Generating with {name}: the speculative run has {count(made, 'token')}; the baseline is "
+                    f"reading the prompt (prefill of {n})… {s} s")
         return f"Generating with {name}: {count(made, 'token')} so far, {s} s"
 
     frame.message = say()
