@@ -14,6 +14,7 @@ generation does. The prefill itself runs without recording: it is never taken ba
 """
 from __future__ import annotations
 
+import functools
 import threading
 from contextlib import contextmanager
 from typing import Protocol
@@ -69,6 +70,11 @@ class RollbackCache(DynamicCache):
     # Sliding layers keep the window before the last rollback (or the prefill) plus what came since:
     # a rollback can undo a step, never reach behind the one before (the engine never asks it to).
     floor = 0
+
+    @functools.cached_property
+    def sliding(self) -> bool:
+        """Has any sliding or chunked layer (the config's layers are all made with the cache)."""
+        return any(getattr(layer, "is_sliding", False) for layer in self.layers)
 
     def crop(self, tokens_to_remove: int) -> None:
         # Layers a forward never wrote (those a layer-skip view skips) have nothing to crop;
@@ -181,7 +187,7 @@ def rollback(cache, length: int) -> None:
         return
     extra = cache.get_seq_length() - length
     if isinstance(cache, RollbackCache):
-        if length < cache.floor and any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        if length < cache.floor and cache.sliding:
             raise SpecvizError(f"cannot roll a sliding-window cache back to {length} tokens: it was last rolled back "
                                f"to {cache.floor}, and what lay before left the window then")
         cache.floor = length
