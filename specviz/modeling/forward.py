@@ -15,6 +15,7 @@ generation does. The prefill itself runs without recording: it is never taken ba
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from contextlib import contextmanager
 from typing import Protocol
@@ -107,7 +108,34 @@ def rollback_problem(cache) -> str | None:
     return None
 
 
+# The first transformers whose sliding-window layers roll back with past recording on: before
+# 5.18 a recording layer handed attention more keys than its mask had room for after a few
+# forwards without a crop (plain decoding), a raw size-mismatch error past the window.
+MIN_TRANSFORMERS = (5, 18)
+
+
+@functools.lru_cache(maxsize=None)
+def transformers_problem(version: str | None = None) -> str | None:
+    """A sentence when the installed transformers (or `version`) is too old for this engine, else None."""
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    try:
+        found = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return None  # a development build: trust it
+    if found >= MIN_TRANSFORMERS:
+        return None
+    need = ".".join(map(str, MIN_TRANSFORMERS))
+    return (f"specviz needs transformers {need} or newer (this environment has {version}, whose caches cannot roll "
+            f"back sliding-window layers): pip install -U 'transformers>={need},<6'")
+
+
 def new_cache(model):
+    problem = transformers_problem()
+    if problem:
+        raise SpecvizError(problem)
     if llama_fast.supports(model):
         return llama_fast.new_cache(model)
     cache = RollbackCache(config=model.config)
@@ -115,6 +143,23 @@ def new_cache(model):
     if problem:
         raise SpecvizError(f"{type(model).__name__} cannot be used for speculative decoding: {problem}")
     return cache
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(forward_fn) -> str:
+    """The name a model's forward takes its cache by: `cache` since transformers 5.2x,
+    `past_key_values` before (and in remote code written for it). Under the old name a model
+    given `cache=` would swallow it in **kwargs and run without its context."""
+    try:
+        params = inspect.signature(forward_fn).parameters
+    except (TypeError, ValueError):
+        return "cache"
+    return "cache" if "cache" in params or "past_key_values" not in params else "past_key_values"
+
+
+def cache_kwargs(model, cache) -> dict:
+    """{name: cache} for `model(...)`, under the name its forward takes (see _cache_keyword)."""
+    return {_cache_keyword(type(model).forward): cache}
 
 
 # The transformers path reads the final hidden states (the LM head's input) with a hook on the
@@ -135,8 +180,8 @@ def _decoder_states(model, ids: torch.Tensor, cache, logits_to_keep: int, layers
         decoder.register_forward_hook(_grab)
     _grabbed.armed, _grabbed.h = True, None
     try:
-        out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep,
-                    output_hidden_states=bool(layers))
+        out = model(input_ids=ids.view(1, -1), **cache_kwargs(model, cache), use_cache=True,
+                    logits_to_keep=logits_to_keep, output_hidden_states=bool(layers))
         h = _grabbed.h
     finally:
         _grabbed.armed, _grabbed.h = False, None
@@ -167,7 +212,8 @@ def forward(model, ids: torch.Tensor, cache, logits_to_keep: int = 0, hidden: bo
         if isinstance(cache, RollbackCache):
             cache.before_forward(prefill=logits_to_keep == 1)
         if not hidden:
-            out = model(input_ids=ids.view(1, -1), cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
+            out = model(input_ids=ids.view(1, -1), **cache_kwargs(model, cache), use_cache=True,
+                        logits_to_keep=logits_to_keep)
             return out.logits[0].float()
         logits, h, found = _decoder_states(model, ids, cache, logits_to_keep, inner)
     if not hidden:

@@ -76,7 +76,8 @@ def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale, 
     # A leading batch axis: with 4-D inputs the CPU takes its fused (flash) kernel, 2x
     # faster at these sizes than the unfused maths it runs for 3-D ones.
     out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=scale)[0]
-    out = out.view(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)  # (t, heads * d)
+    # reshape, not view: CUDA's kernels may hand the output back in another memory layout
+    out = out.reshape(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)  # (t, heads * d)
     return linears((attn.o_proj,), out, table)[0]
 
 

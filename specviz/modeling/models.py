@@ -213,6 +213,14 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
+    from .forward import transformers_problem
+
+    if transformers_problem():  # before a download of gigabytes it could not use
+        raise SpecvizError(transformers_problem())
+    if not trust_remote_code:
+        # transformers fetches "hub kernels" (code from the Hub) for some layers on CUDA when the
+        # kernels package is installed: code run without asking, and offline a ValueError per load
+        os.environ.setdefault("USE_HUB_KERNELS", "NO")
     path = pathlib.Path(source)
     folder, kwargs = source, {"trust_remote_code": trust_remote_code}
     if not path.exists() and not _hub_reachable():
@@ -276,15 +284,16 @@ def _hub_reachable() -> bool:
 def _load_failure(name: str, local: bool, error: Exception) -> str:
     """A readable sentence for why from_pretrained failed."""
     first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if "trust_remote_code" in str(error):
+    if "custom code" in str(error):  # transformers' words; not a hub kernel's trust check
         return (f"{name!r} needs code from its own repository to run (its config names classes transformers does not "
                 "ship), and specviz runs such code only when you allow it: pass --trust-remote-code to the command "
                 "line if you trust that repository (the app never runs it)")
-    if isinstance(error, ValueError) and "Validation" not in type(error).__name__:
-        # transformers' word for "no causal-LM class for this config" (and the like)
+    if isinstance(error, ValueError) and ("Unrecognized configuration class" in str(error)
+                                          or "kind of AutoModel" in str(error)):
+        # transformers' words for "no causal-LM class for this config"
         return f"{name!r} is not a causal language model transformers can load: {first_line}"
     if local:
-        return f"could not load model folder {name!r}: {first_line}"
+        return f"could not load model folder {name!r}: {type(error).__name__}: {first_line}"
     return (f"could not load model {name!r}: not a local folder, and the Hugging Face Hub "
             f"did not provide it (offline?) — {EMBEDDED_HINT}")
 

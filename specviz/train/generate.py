@@ -57,6 +57,8 @@ def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generato
     batch (cache, mask, positions) the step it writes eos."""
     from transformers import DynamicCache
 
+    from ..modeling.forward import cache_kwargs
+
     device = next(model.parameters()).device
     ids, mask = pad_left(prompts, pad)
     ids, mask = ids.to(device), mask.to(device)
@@ -66,7 +68,8 @@ def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generato
 
     def forward(ids, mask, pos):  # last position's logits; the head sees (B, H), which keeps
         # bf16 on the plain matmul path (a (B, 1, H) input took a batched copy of the weight)
-        return head(body(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache).last_hidden_state[:, -1])
+        out = body(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_kwargs(body, cache))
+        return head(out.last_hidden_state[:, -1])
 
     logits = forward(ids, mask, pos)
     rows = torch.arange(len(prompts))  # which prompt each batch row still is
