@@ -1,6 +1,7 @@
 """Do a drafter's sampled runs on the embedded model follow the target's own distribution?
 
     python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up] [--tree-nodes 8]
+        [--target default] [--device cpu] [--dtype fp32]
 
 Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
 tests, by chi-square, the first sampled token against the target's exact distribution, the second
@@ -13,6 +14,8 @@ for, and the line after the tests says how many steps drafted a tree and how man
 judged a sibling after a rejection. With --follow-up the prompt
 is a second request after a first answer, so the context ends as the answer's turn began and prompt
 lookup copies that answer's first tokens at the first step (a `NAME+pld` pair drafts by lookup there).
+--target, --device and --dtype run it on another model (a draft model folder for --drafter), on a GPU, in half
+precision: the check compares against the target's own distribution in the same dtype and place.
 Prints one line per token and exits 1 when any p is below --alpha. Takes ~0.2 s a run on 2 CPU cores.
 """
 from __future__ import annotations
@@ -42,7 +45,7 @@ FOLLOW_UP = [("assistant", "The sea is vast, deep and full of life."),
 def exact(model, ids: list[int], temperature: float) -> torch.Tensor:
     """The target's next-token distribution after `ids` at this temperature."""
     with torch.inference_mode():
-        logits = model(torch.tensor([ids])).logits[0, -1].float()
+        logits = model(torch.tensor([ids], device=model.device)).logits[0, -1].float()
     return torch.softmax(logits / temperature, -1)
 
 
@@ -73,9 +76,12 @@ def main(argv=None) -> int:
                     help="ask again after a first answer, so prompt lookup copies at the first step")
     ap.add_argument("--tree-nodes", type=int, default=8,
                     help="candidates per tree step for EAGLE and Medusa (default 8, as the app at k = 4; 0: chains)")
+    ap.add_argument("--target", default="default", help="model id or folder (default: the embedded model)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    ap.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: the device's)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    target = load("default")
+    target = load(args.target, device=args.device, dtype=args.dtype)
     ids = encode_chat(target.tokenizer, chat_messages([("user", PROMPT)] + (FOLLOW_UP if args.follow_up else [])))
     drafter = make_drafter(args.drafter, target)
     if not args.tree_nodes:
