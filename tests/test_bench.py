@@ -440,9 +440,15 @@ def test_tree_steps_are_costed_by_every_node_the_target_verified(target, prompts
     cfg = BenchConfig(max_new_tokens=12, ks=(4,), warmup=False, cost_repeats=1)
     result = run_benchmark(target, [BenchDrafter("medusa", drafter)], encoded, cfg)
     rec = next(r for r in result.records if r.arm == "medusa k=4")
-    assert sum(n * c for n, c in rec.draft_lengths.items()) == rec.drafted  # nodes, as stats count them
+    assert sum(n * c for n, c in rec.draft_lengths.items()) == rec.candidates  # every node the target ran
     shown = sum(n_shown for n_shown, _ in rec.step_outcomes)  # the chains the events show
-    assert shown < rec.drafted, "the trees had nodes off the shown chain"
+    assert shown == rec.drafted < rec.candidates, "the trees had nodes off the shown chain"
+    # alpha counts the branch the target walked, as the page does; the cost model every node.
+    row = next(r for r in summarise(result)["summary"] if r["arm"] == "medusa k=4")
+    assert row["alpha"] == pytest.approx(rec.accepted / rec.drafted)
+    assert row["candidates_per_step"] == pytest.approx(rec.candidates / rec.steps)
+    t1 = result.forward_seconds["p0"][1]
+    assert row["c"] == pytest.approx(rec.draft_time / t1 / rec.candidates)
 
 
 def test_progress_line_says_how_far_how_long_and_what_ran():

@@ -491,3 +491,32 @@ def test_the_prediction_counts_the_prompt_both_runs_read_as_the_measurement_does
     h = headline(spec, base)
     assert h.prefill == pytest.approx(16) and h.predicted == pytest.approx(32 / (16 + 16 / decode))
     assert "both runs first read the prompt (16.0 target steps)" in html.unescape(headline_html(h))
+
+
+def test_one_acceptance_for_a_tree_run_in_the_engine_the_page_compare_and_the_example_note(target, prompts):
+    """alpha is accepted / drafted along the branch the target walked everywhere: the engine's
+    stats, the page's card, Compare's column and the bench (tests/test_bench.py); the tree's other
+    candidates are counted apart, as candidates, which drafting and verifying cost."""
+    from specviz import GenerationConfig, speculative_generate
+    from specviz.ui.examples import K, Example, note_html
+    from test_heads import make
+
+    drafter = make("medusa", target, tree=3)
+    trace = Trace("medusa")
+    for ev in speculative_generate(target, drafter, prompts[2], GenerationConfig(max_new_tokens=16, k=4, tree_nodes=8)):
+        trace.add(ev)
+    steps = [e for e in trace.events if isinstance(e, StepEvent)]
+    assert any(e.tree is not None and len(e.tree.tokens) > len(e.draft) for e in steps), "no tree with hidden nodes"
+    end = trace.end.stats
+    along = sum(e.accepted for e in steps) / sum(len(e.draft) for e in steps)
+    assert end.acceptance_rate == pytest.approx(along)
+    assert end.candidates == sum(len(e.tree.tokens) if e.tree else len(e.draft) for e in steps) > end.drafted
+    base = Trace("baseline", speculative=False)
+    assert headline(trace, base).alpha == pytest.approx(along)
+    assert compare_rows(base, [trace])[-1]["alpha"] == pytest.approx(along)
+    m = {"alpha": along, "tau": end.mean_accepted_length, "speedup": 1.5,
+         "candidates_per_step": end.candidates / end.steps}
+    note = note_html(Example(id="x", category="code", name="x", prompt="p", drafter="eagle", teaches="t", check={},
+                             measured=m))
+    assert f"α {along:.2f} (accepted / drafted, along the branch the target followed" in note
+    assert f"in a tree of {end.candidates / end.steps:.1f} candidates a step" in note and f"k = {K}" in note

@@ -37,7 +37,7 @@ SUMMARY_FIELDS = (
     "predicted_closed_form", "efficiency", "identical", "agree_on_common_prefix",
 )
 RUN_FIELDS = ("prompt_id", "category", "arm", "repeat", "tokens", "elapsed", "prefill", "steps", "drafted",
-              "accepted", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason", "threads")
+              "accepted", "candidates", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason", "threads")
 
 
 def environment(device, dtype, load_before: float | None = None) -> dict:
@@ -165,9 +165,9 @@ def print_report(doc: dict, out=None) -> None:
           f"{mode}, {c['max_new_tokens']} new tokens, {c['repeats']} repeat(s), suite {c['suite']}", file=out)
     print("\n" + summary_table(doc), file=out)
     print("\ntok/s: new tokens / seconds, prefill included; speedup: vs the baseline on the same prompts; "
-          "dec.x: decode-only speedup;\nalpha: accepted/drafted; tau: tokens per target forward; c: drafting "
-          "cost per token / one target forward;\nv: verify cost of k+1 tokens / 1 token; pred: speedup the "
-          "cost model predicts; eff: dec.x / pred; same: prompts identical to the baseline", file=out)
+          "dec.x: decode-only speedup;\nalpha: accepted/drafted (trees: along the branch the target followed); "
+          "tau: tokens per target forward; c: drafting cost per candidate / one target forward;\n"
+          "v: verify cost of k+1 tokens / 1 token; pred: speedup the cost model predicts; eff: dec.x / pred; same: prompts identical to the baseline", file=out)
     print("\nWhere a decode step's time goes\n" + phase_table(doc), file=out)
     print("\nTarget forward cost by new tokens (verify cost ratio v(n))\n" + cost_table(doc), file=out)
     if doc.get("verify_cost"):

@@ -86,8 +86,9 @@ class RunRecord:
     elapsed: float  # seconds, prefill included
     prefill: float = 0.0  # seconds before the first decode step (peers: their first target forward)
     steps: int = 0
-    drafted: int = 0
+    drafted: int = 0  # along the chain the target walked (a tree: its winning branch); alpha's count
     accepted: int = 0
+    candidates: int = 0  # draft tokens verified (a tree: every node); drafting's cost scales with it
     draft_time: float = 0.0  # decode-phase seconds drafting (the engine's own clock)
     verify_time: float = 0.0  # decode-phase seconds verifying and committing
     target_forward: float = 0.0  # decode-phase seconds inside target forwards
@@ -206,6 +207,7 @@ class Runner:
         rec.token_ids = list(end.token_ids)
         rec.elapsed, rec.prefill = stats.elapsed, stats.prefill_time
         rec.steps, rec.drafted, rec.accepted = stats.steps, stats.drafted, stats.accepted
+        rec.candidates = stats.candidates
         rec.draft_time, rec.verify_time = stats.draft_time, stats.verify_time
         rec.draft_lengths, rec.stop_reason = dict(lengths), stats.stop_reason
         return rec

@@ -61,12 +61,13 @@ class Costs:
         return sum(r.draft_time / self.t1(r.prompt_id) for r in records)
 
     def c(self, records: list[RunRecord]) -> float:
-        drafted = sum(r.drafted for r in records)
+        """Drafting cost per candidate (a tree's every node), in target forwards."""
+        drafted = sum(r.candidates or r.drafted for r in records)
         return self.drafting(records) / drafted if drafted else 0.0
 
     def predicted(self, records: list[RunRecord]) -> float:
         """Step-model speedup: tokens / sum over runs of their predicted cost."""
-        cost = sum(m.predicted_cost(r.draft_lengths, m.cost_ratio(r.draft_time, r.drafted, self.t1(r.prompt_id)),
+        cost = sum(m.predicted_cost(r.draft_lengths, m.cost_ratio(r.draft_time, r.candidates or r.drafted, self.t1(r.prompt_id)),
                                     self.v[r.prompt_id]) for r in records)
         return sum(r.tokens for r in records) / cost if cost > 0 else 0.0
 
@@ -140,12 +141,20 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
             predicted_closed_form=predicted_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
             else None,
             efficiency=m.efficiency(s["decode_speedup"], pred),
+            candidates_per_step=_candidates_per_step(recs),
         )
     if "identical_to_baseline" in (entries[0] if entries else {}):
         s["identical"] = sum(e["identical_to_baseline"] for e in entries)
         if arm.engine in PEERS:
             s["agree_on_common_prefix"] = sum(e["common_prefix"] == e["common_length"] for e in entries)
     return s
+
+
+def _candidates_per_step(recs: list[RunRecord]) -> float:
+    """Draft tokens the target verified per step: a chain's length, a tree's nodes (alpha counts
+    only the branch the target walked)."""
+    steps = sum(r.steps for r in recs)
+    return sum(r.candidates or r.drafted for r in recs) / steps if steps else 0.0
 
 
 def _prompt_entry(arm: Arm, row: PromptRow, base: PromptRow, greedy: bool, costs: Costs) -> dict:
@@ -161,7 +170,8 @@ def _prompt_entry(arm: Arm, row: PromptRow, base: PromptRow, greedy: bool, costs
         pred = costs.predicted(recs)
         entry.update(alpha=m.acceptance_rate(sum(r.accepted for r in recs), sum(r.drafted for r in recs)),
                      tau=m.mean_accepted_length(sum(r.tokens for r in recs), sum(r.steps for r in recs)),
-                     predicted=pred, efficiency=m.efficiency(entry["decode_speedup"], pred))
+                     predicted=pred, efficiency=m.efficiency(entry["decode_speedup"], pred),
+                     candidates_per_step=_candidates_per_step(recs))
     if greedy and arm.label != BASELINE:
         pairs = list(zip(recs, base.records))
         entry["identical_to_baseline"] = all(a.token_ids == b.token_ids for a, b in pairs)

@@ -99,17 +99,22 @@ class RunStats:
     tokens: int  # new tokens emitted
     steps: int  # decode steps (speculative steps, or tokens for the baseline)
     target_calls: int  # target forward passes, prefill included
-    drafted: int  # draft tokens proposed
+    # drafted: draft tokens along the chain the target walked, so alpha reads the same for chains and
+    # trees: a chain's drafts; a tree's winning branch and the first candidate it refused there.
+    drafted: int
     accepted: int  # draft tokens accepted
     prefill_time: float
     draft_time: float
     verify_time: float
     elapsed: float  # engine seconds, prefill included
     stop_reason: str  # "eos", "max_new_tokens", "cancelled" or "context"
+    # Draft tokens the target verified: a tree's every node (what its verify pass and drafting
+    # cost), a chain's drafts (= drafted). 0 in traces written before it was counted.
+    candidates: int = 0
 
     @property
     def acceptance_rate(self) -> float:
-        """alpha: accepted / drafted."""
+        """alpha: accepted / drafted, along the chain the target walked (a tree's winning branch)."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property

@@ -132,11 +132,12 @@ class _Run:
             return "cancelled"
         return None
 
-    def end(self, steps, drafted, accepted, prefill_time, draft_time, verify_time, reason) -> RunEnd:
+    def end(self, steps, drafted, accepted, prefill_time, draft_time, verify_time, reason,
+            candidates: int = 0) -> RunEnd:
         stats = RunStats(
             tokens=self.generated, steps=steps, target_calls=self.calls, drafted=drafted, accepted=accepted,
             prefill_time=prefill_time, draft_time=draft_time, verify_time=verify_time,
-            elapsed=self.elapsed, stop_reason=reason,
+            elapsed=self.elapsed, stop_reason=reason, candidates=candidates,
         )
         return RunEnd(tuple(self.ids[self.prompt_len:]), stats)
 
@@ -163,7 +164,7 @@ def speculative_generate(
             drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h, trees=trees)
         synchronize(dev)
     prefill_time = run.elapsed = time.perf_counter() - start
-    steps = drafted = accepted = 0
+    steps = drafted = accepted = candidates = 0
     draft_time = verify_time = 0.0
     reason = run.stop_reason()
     while reason is None:
@@ -208,7 +209,8 @@ def speculative_generate(
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1
-        drafted += n_draft
+        drafted += len(v.draft)  # along the chain the target walked (a tree: its winning branch)
+        candidates += n_draft  # every node the target verified
         accepted += n
         steps += 1
         yield v.event(step=steps - 1, position=position, emitted=tuple(emitted), draft_time=t1 - t0,
@@ -217,7 +219,7 @@ def speculative_generate(
         reason = run.stop_reason()
     if drafter is not None and remember:
         drafter.finish(run.ids[run.prompt_len:])
-    yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason)
+    yield run.end(steps, drafted, accepted, prefill_time, draft_time, verify_time, reason, candidates)
 
 
 def baseline_generate(

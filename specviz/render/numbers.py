@@ -30,7 +30,7 @@ class Headline:
     speedup: float | None  # spec_tps / base_tps (None until both runs have MIN_TOKENS)
     alpha: float  # acceptance rate: accepted / drafted, along the chain the target walked
     tau: float  # mean tokens per step
-    k: float  # mean drafted tokens per step (the configured k for a model drafter)
+    k: float  # mean draft tokens verified per step: a chain's length (the configured k), a tree's nodes
     c: float | None  # draft cost per token / baseline cost per token
     predicted: float | None  # Leviathan's speedup from alpha, k and c; step by step for trees and dynamic k
     calls_saved: int  # target passes the speculative run's tokens would have cost plain decoding, minus its own
@@ -56,7 +56,9 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     if min(s.tokens, b.tokens) < MIN_TOKENS:
         timing = "too short" if spec.done and base.done else "measuring"
     speedup = s.tokens_per_s / b.tokens_per_s if timing == "measured" and b.tokens_per_s > 0 else None
-    k = s.drafted / s.steps if s.steps else 0.0
+    # What drafting cost scales with: a chain's drafts, every node of a tree (alpha counts only
+    # the branch the target walked, so that a tree's alpha compares with a chain's).
+    k = (s.candidates or s.drafted) / s.steps if s.steps else 0.0
     base_step = b.verify_time / b.steps if b.steps else 0.0  # the baseline's time per token
     c = None
     if k > 0 and base_step > 0:
@@ -161,7 +163,8 @@ def headline_html(h: Headline) -> str:
               "alpha"),
         _card("τ tokens per step", f"{h.tau:.2f}",
               "τ: tokens each target pass produced, on average: accepted drafts plus the target's own token "
-              "(plain decoding: 1)", "tau"),
+              "(plain decoding: 1)" + (f"; a tree of {h.k:.1f} candidates a step can run deeper than the draft "
+                                       "length k, so τ can pass k + 1" if h.trees else ""), "tau"),
         _card("target passes saved", f"{h.calls_saved} of {h.base_calls}",
               f"forward passes of the target that speculation avoided: {count(h.base_calls, 'token')} cost plain decoding {count(h.base_calls, 'target pass', 'target passes')}"
               f" (one per token); the speculative run made them in "

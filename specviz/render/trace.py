@@ -94,13 +94,17 @@ class Trace:
         """The run's statistics: the engine's own at the end, a running tally before.
 
         Drafts count along each step's chain (for a tree: the branch the target followed and
-        the first candidate it refused), so alpha reads the same for chains and trees; the
-        engine's own count for a tree is every node, which a reader cannot see as drafts.
+        the first candidate it refused), so alpha reads the same for chains and trees, as the
+        engine counts them; candidates count every node the target verified. A trace written
+        before the engine counted candidates carried every node as drafted: recounted here.
         """
         if self.end is not None:
-            if any(e.tree is not None for e in self.steps):
-                return replace(self.end.stats, drafted=sum(len(e.draft) for e in self.steps))
-            return self.end.stats
+            stats = self.end.stats
+            if not stats.candidates and stats.drafted:  # an older trace: its drafted counted every node
+                trees = any(e.tree is not None for e in self.steps)
+                stats = replace(stats, drafted=sum(len(e.draft) for e in self.steps) if trees else stats.drafted,
+                                candidates=stats.drafted)
+            return stats
         steps = self.steps
         draft_time = sum(e.draft_time for e in steps)
         step_time = sum(e.verify_time for e in steps) + sum(
@@ -109,6 +113,7 @@ class Trace:
         return RunStats(
             tokens=len(self.token_ids), steps=len(self.events), target_calls=len(self.events),
             drafted=sum(len(e.draft) for e in steps), accepted=sum(e.accepted for e in steps),
+            candidates=sum(len(e.tree.tokens) if e.tree is not None else len(e.draft) for e in steps),
             prefill_time=max(0.0, self.elapsed - draft_time - step_time),
             draft_time=draft_time, verify_time=step_time, elapsed=self.elapsed,
             stop_reason="running",
