@@ -150,3 +150,48 @@ def test_a_step_plays_in_the_engine_s_phases():
     assert "“b” rejected" in got[2][1] and "0.80 vs 0.25" in got[2][1] and "norm(max(0, p − q))" in got[3][1]
     bonus = StepEvent(**{**e.__dict__, "accepted": 3, "token_kind": "bonus", "emitted": (5, 6, 7, 9)})
     assert phases(bonus, Labels(draft=("a", "b", "c"), token="z"))[-1][0] == "bonus"
+
+
+def test_at_a_sampled_tree_s_depth_the_view_shows_the_children_tried_in_order_and_p_prime():
+    """Issue 46 (3): no q for a tree's one-hot children. The bars are the target's p at the node
+    and p′ once the refused children are out; the card is the walk there (p′(x), u, verdict, mass
+    left) and why the third child was kept after two refusals."""
+    import html
+    import re
+
+    from test_render import spec_trace, walked_step
+
+    trace = spec_trace(walked_step())
+    pos = view.position(trace, 0, 0, 1.0, 1.0)
+    fig, card = view.figure(pos), html.unescape(re.sub(r"<[^>]+>", "", view.card_html(pos, 1.0, 1.0)))
+    assert [d.name.split(":")[0] for d in fig.data] == ["p (target) at this node", "p′ after the refusals"]
+    p, after = ({x: y for x, y in zip(d.x, d.y)} for d in fig.data)
+    assert after["an"] == pytest.approx(0.1 / 0.2) and after["the"] == after["a"] == 0  # refused: out of p′
+    assert p["the"] == pytest.approx(0.5) and sum(after.values()) == pytest.approx(1.0)
+    assert [a.text for a in fig.layout.annotations] == ["1st: refused", "2nd: refused", "3rd: kept"]
+    assert "min(1, p/q)" not in card and "q = " not in card
+    assert "0.600 = 0.300 / 0.500" in card and card.count("refused: u ≥ p′(x)") == 2
+    assert "So 'an', tried after 2 refusals, was judged by p′ = p / mass left = 0.100 / 0.200 = 0.500" in card
+    deeper = view.card_html(view.position(trace, 0, 1, 1.0, 1.0), 1.0, 1.0)  # the child "<b>", escaped
+    assert '<code class="sv-inspect-tok">&lt;b&gt;</code>' in deeper and "<b>" not in deeper.replace("<b>The", "")
+    assert "every child of “an” was refused" in html.unescape(deeper).lower()
+
+
+def test_a_sampled_tree_step_plays_its_sibling_walk_child_by_child():
+    from test_render import kinds, walked_step
+
+    from specviz.render.html import phase_spans
+    from specviz.ui.stepping import phases
+
+    e, labels = walked_step()
+    got = phases(e, labels)
+    assert [name for name, _ in got] == ["draft", "verify", *["sibling walk"] * 4, "accept/reject", "correction"]
+    walk = [text for name, text in got if name == "sibling walk"]
+    assert walk[1] == ("2nd child of the pending token, “a”: p′(x) = 0.600 = 0.300 / 0.500, u = 0.710 ≥ p′(x): "
+                       "refused; p′ drops it and is renormalised: the rest of p divided by the mass left, 0.200")
+    assert "u = 0.350 < p′(x): kept, the walk goes down into it" in walk[2] and "1st child of “an”" in walk[3]
+    assert "min(1, p/q)" not in " ".join(text for _, text in got) and "a tree of 4 candidates" in got[0][1]
+    assert "drawn from the final p′" in got[-1][1] and got[-1][1].endswith("“x”")
+    assert kinds("".join(phase_spans(e, labels, "sibling walk"))) == ["checking", "checking"]
+    assert [name for name, _ in phases(*walked_step(greedy=True))] == ["draft", "verify", "accept/reject",
+                                                                      "correction"]  # greedy trees: as before

@@ -418,6 +418,67 @@ def test_inspector_says_who_drafted_a_step_when_the_drafter_mixes_sources():
     assert "2 drafted, 2 accepted" in plain and " by " not in plain
 
 
+def walked_step(greedy=False, walk=True):
+    """docs/exactness.md's worked step: at the root p gives "the" 0.5, "a" 0.3, "an" 0.1 and the rest
+    0.1; the children "the", "a", "an" are tried with coins 0.62, 0.71, 0.35: "the" refused at p′ 0.5
+    (mass left 0.5), "a" refused at p′ 0.3 / 0.5 = 0.6 (mass left 0.2), "an" kept at p′ 0.1 / 0.2 = 0.5.
+    "an" has a child "<b>" the walk tries at p′ 0.4 and refuses, so the target's token is drawn
+    from p after "an" without it. (greedy / walk=False: the same tree without a walk, as greedy
+    steps and older traces record it.)"""
+    sampled = not greedy and walk
+    tree = TreeDraft(tokens=(1, 2, 3, 4), parents=(-1, -1, -1, 2), path=(2,), p=(0.5, 0.3, 0.1, 0.4),
+                     **(dict(walk=(0, 1, 2, 3), accept_prob=(0.5, 0.6, 0.5, 0.4), draws=(0.62, 0.71, 0.35, 0.9),
+                             residual_mass=(0.5, 0.2, 0.1, 0.6)) if sampled else {}))
+    e = step(0, [3, 4], 1, 8, greedy=greedy, p=(0.1, 0.4), accept_prob=(0.5, 0.4) if not greedy else (1.0, 0.0),
+             tree=tree, top=((4, 0.4), (8, 0.3)), p_top=(((1, 0.5), (2, 0.3), (3, 0.1), (9, 0.05)),
+                                                         ((4, 0.4), (8, 0.3), (9, 0.2)), ((9, 0.9),)),
+             **({} if greedy else dict(draws=(0.35, 0.9))))
+    labels = Labels(draft=("an", "<b>"), token="x", top=("<b>", "x"), tree=("the", "a", "an", "<b>"),
+                    p_top=(("the", "a", "an", "rest"), ("<b>", "x", "rest"), ("rest",)))
+    return e, labels
+
+
+def test_inspector_shows_a_sampled_tree_step_as_its_sibling_walk_not_min_p_q():
+    """Issue 46 (3): a tree's children are one-hot guesses judged by u < p′(x), so the table is the
+    walk itself: every child tried, in order, with p′(x) when its turn came (renormalised after
+    each refusal), u, the verdict and the mass a refusal left."""
+    e, labels = walked_step()
+    out = step_html(spec_trace((e, labels)), 0)
+    assert "min(1, p/q)" not in out and "&lt;b&gt;" in out and "<b>" not in out
+    walk = out[out.index('class="sv-table sv-drafts sv-walk"'):out.index("</table>")]
+    rows = re.findall(r'<tr data-kind="(\w+)" data-node="(\d)">(.*?)</tr>', walk)
+    assert [(kind, int(node)) for kind, node, _ in rows] == [("rejected", 0), ("rejected", 1), ("accepted", 2),
+                                                             ("rejected", 3)]
+    cells = [[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", r)]
+             for *_, r in rows]
+    assert cells == [  # children of, tried, child, p, p′(x) when tried, u, verdict, mass left if refused
+        ["the pending token", "1st", "the", "0.500", "0.500", "0.620", "refused: u ≥ p′(x)", "0.500"],
+        ["the pending token", "2nd", "a", "0.300", "0.600 = 0.300 / 0.500", "0.710", "refused: u ≥ p′(x)", "0.200"],
+        ["the pending token", "3rd", "an", "0.100", "0.500 = 0.100 / 0.200", "0.350", "kept: u < p′(x)", "—"],
+        ["an", "1st", "<b>", "0.400", "0.400", "0.900", "refused: u ≥ p′(x)", "0.600"]]
+    words = html.unescape(out)
+    assert "the next child's p′ is p without the refused children, divided by the mass of p they leave" in words
+    assert "every child of “an” was refused: the target's token is drawn from the final p′" in words.lower()
+    assert words.count("tried 2nd: p′ 0.60, u 0.71, refused") == 1  # the tree drawing marks each turn
+    tip = html.unescape(tokens_html(spec_trace((e, labels))))
+    assert "p′(x) when tried = 0.500" in tip and "min(1, p/q)" not in tip  # the hover card says the same rule
+    assert "drawn from the final p′" in tip and "norm(max" not in tip  # the corrected token: no p − q residual
+    twice = TreeDraft(tokens=(1, 1), parents=(-1, -1), path=(), p=(0.5, 0.5), walk=(0, 1), accept_prob=(0.5, 0.0),
+                      draws=(0.7, 0.1), residual_mass=(0.5, 0.5))  # a repeated sibling: its mass was taken
+    out = step_html(spec_trace((step(0, [1], 0, 7, greedy=False, tree=twice), Labels(draft=("a",)))), 0)
+    assert "0 (its token was refused already)" in out and out.count("refused: u ≥ p′(x)") == 2
+
+
+def test_greedy_trees_and_chains_keep_their_tables_and_an_old_sampled_tree_says_p_prime():
+    greedy = step_html(spec_trace(walked_step(greedy=True)), 0)
+    assert "sv-walk" not in greedy and "p′" not in greedy and "target's top token" in greedy
+    assert greedy.count('class="sv-tree-won"') == 1 and greedy.count('class="sv-tree-missed"') == 1
+    old = step_html(spec_trace(walked_step(walk=False)), 0)  # a trace from before walks were recorded
+    assert "sv-walk" not in old and "min(1, p/q)" not in old and "<th>p′(x) when tried</th><th>draw u</th>" in old
+    chain = step_html(spec_trace((step(0, [1, 2], 1, 7, greedy=False, q=(0.5, 0.5)), Labels(draft=("a", "b")))), 0)
+    assert "<th>min(1, p/q)</th><th>draw u</th>" in chain and "p′" not in chain and "sv-walk" not in chain
+
+
 def test_acceptance_by_position_counts_only_reached_positions():
     t = spec_trace(
         (step(0, [1, 2, 3], 1, 9), Labels(draft=("a", "b", "c"), token="x")),  # pos1 ok, pos2 rejected, pos3 unreached

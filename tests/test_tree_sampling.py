@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import re
 import random
 from collections import Counter, defaultdict
 
@@ -468,6 +469,14 @@ def test_a_sampled_tree_step_survives_a_trace_file(small):
     trace.add(end)
     text = trace_file.dumps(trace_file.Recording(trace_file.RunInfo("t", "medusa"), trace))
     assert trace_file.loads(text).spec.events == steps
+    # replayed, the inspector shows each step's walk: a row per child judged, in order, and no ratio
+    from specviz.render.inspect import step_html
+
+    back = trace_file.loads(text).spec
+    for i, s in enumerate(back.steps):
+        shown = step_html(back, i)
+        assert [int(n) for n in re.findall(r'data-node="(\d+)"', shown)] == list(s.tree.walk)
+        assert "min(1, p/q)" not in shown and "p′(x) when tried" in shown
     # a trace written before walks were recorded still loads, its trees without one
     doc = json.loads(text)
     for e in doc["runs"][0]["events"]:

@@ -7,7 +7,9 @@ temperature and top-p, and computes what speculative sampling does with them:
 - overlap = sum_x min(p(x), q(x)): the probability that the drafter's token is accepted
   (its expectation over the drafter's draw);
 - residual = norm(max(0, p - q)): what the corrected token is drawn from after a rejection;
-- a draft token x is kept when the uniform draw u < min(1, p(x) / q(x)).
+- a draft token x is kept when the uniform draw u < min(1, p(x) / q(x));
+- a sampled tree's children are one-hot guesses tried in order: p′ after refusing some is p
+  without them, renormalised (`without`).
 
 Only the recorded top tokens are known. The rest of each distribution ("other tokens") is
 one lump whose temperature-1 mass is known; reshaped, it is estimated as if spread evenly
@@ -75,3 +77,11 @@ def accept_prob(p: dict[int, float], q: dict[int, float], token: int) -> float:
 def one_hot(token: int) -> dict[int, float]:
     """A drafter that gives a token and no distribution (prompt lookup): q is all on it."""
     return {token: 1.0}
+
+
+def without(p: dict[int, float], refused) -> dict[int, float]:
+    """p′ after a tree's sibling walk refused `refused` (core/tree_sampling.py): p with those
+    tokens removed and the rest divided by the mass they leave ({} if they held it all)."""
+    kept = {t: x for t, x in p.items() if t not in refused}
+    total = sum(kept.values())
+    return {t: x / total for t, x in kept.items()} if total > 1e-12 else {}

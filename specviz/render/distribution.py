@@ -1,6 +1,9 @@
 """The distribution view: at one position of one step, the target's p and the drafter's q as
 paired bars, the residual the corrected token is drawn from, the overlap (the chance a
 draft is accepted) and the draw u against p/q, reshaped with any temperature / top-p.
+A sampled tree step has no q: at a depth of its branch the view shows the target's p, the
+children the sibling walk tried there in order (p′(x), u, verdict, the mass a refusal left)
+and p′ after the refusals, the distribution the next child or the correction is judged by.
 
 Reads a Trace (events and labels) like every renderer; the maths is specviz.core.distribution.
 """
@@ -12,11 +15,12 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, residual
+from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, residual, without
 from ..core.events import StepEvent
 from .charts import COLORS, FONT, distinct, figure as new_figure, waiting_for
-from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
+from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE, WALK_RESIDUAL, WALK_RULE
 from .trace import Trace
+from .tree import Judged, ordinal, sibling_walk, walk_end, walk_table
 
 SHOWN = 12  # bars per series: the most probable tokens of p or q (the rest is one bar)
 P_COLOR, Q_COLOR, R_COLOR = COLORS["corrected"], COLORS["bonus"], COLORS["rejected"]  # Okabe-Ito
@@ -32,6 +36,8 @@ class Position:
     q: dict  # {} at the bonus position (nothing drafted there)
     names: dict  # token id -> display text
     raw: bool  # reshaped from raw logits (False: an older trace, only the processed top)
+    walk: tuple[Judged, ...] = ()  # a sampled tree step: the children the sibling walk tried at this depth
+    tree_labels: tuple[str, ...] = ()  # its nodes' display text
 
     @property
     def drafted(self) -> int | None:
@@ -70,7 +76,11 @@ def position(trace: Trace, index: int, row: int, temperature: float, top_p: floa
         q = one_hot(e.draft[row])  # a drafter that gives a token, no distribution
     else:
         q = reshape(q_row, temperature, top_p)
-    return Position(e, row, p, q, names, raw)
+    walk = ()
+    if not e.greedy and row < len(e.draft):  # a tree's depth `row`: its children in the order tried
+        walk = tuple(j for j in sibling_walk(e.tree) if j.depth == row)
+        names.update({e.tree.tokens[j.node]: labels.tree[j.node] for j in walk if j.node < len(labels.tree)})
+    return Position(e, row, p, q, names, raw, walk, labels.tree)
 
 
 def _name(pos: Position, t: int) -> str:
@@ -88,6 +98,8 @@ def figure(pos: Position | None) -> go.Figure:
                       yaxis=dict(range=[0, 1.25], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0]))
     if pos is None:
         return waiting_for(fig, "run something, then pick a step")
+    if pos.walk:
+        return _walk_figure(fig, pos)
     res = residual(pos.p, pos.q) if pos.q else {}
     tokens = sorted(set(pos.p) | set(pos.q), key=lambda t: (t == REST, -max(pos.p.get(t, 0), pos.q.get(t, 0))))
     tokens = [t for t in tokens if t != REST][:SHOWN] + ([REST] if REST in pos.p or REST in pos.q else [])
@@ -109,12 +121,66 @@ def figure(pos: Position | None) -> go.Figure:
     return fig
 
 
+def _refused(pos: Position) -> set[int]:
+    return {pos.step.tree.tokens[j.node] for j in pos.walk if not j.kept}
+
+
+def _walk_figure(fig: go.Figure, pos: Position) -> go.Figure:
+    """A sampled tree's depth: the target's p there, p′ once the refused children are taken out
+    (what the next child, or the correction, was judged by), each child marked with its turn."""
+    tree, refused = pos.step.tree, _refused(pos)
+    after = without(pos.p, refused) if refused else {}
+    tried = [tree.tokens[j.node] for j in pos.walk]
+    tokens = sorted(set(pos.p) | set(tried), key=lambda t: (t == REST, t not in tried, -pos.p.get(t, 0)))
+    tokens = [t for t in tokens if t != REST][:max(SHOWN, len(set(tried)))] + ([REST] if REST in pos.p else [])
+    tokens = sorted(tokens, key=lambda t: (t == REST, -pos.p.get(t, 0)))
+    x = distinct([_name(pos, t) for t in tokens])
+    fig.add_bar(x=x, y=[pos.p.get(t, 0) for t in tokens], name="p (target) at this node", marker_color=P_COLOR)
+    if after:
+        mass = sum(v for t, v in pos.p.items() if t not in refused)
+        fig.add_bar(x=x, y=[after.get(t, 0) for t in tokens], marker_color=R_COLOR, marker_pattern_shape="/",
+                    name=f"p′ after the refusals: p without the refused children ÷ {mass:.3f}")
+    marks: dict[int, list[str]] = {}
+    for j in pos.walk:  # a repeated token has one bar: its turns share one mark
+        marks.setdefault(tree.tokens[j.node], []).append(f"{ordinal(j.order)}: {'kept' if j.kept else 'refused'}")
+    for t, said in marks.items():
+        if t in tokens:
+            top = max(pos.p.get(t, 0), after.get(t, 0))
+            fig.add_annotation(x=x[tokens.index(t)], y=top, text=", ".join(said), showarrow=True, arrowhead=2,
+                               ax=0, ay=-28, yanchor="bottom", font=dict(size=13))
+    fig.update_layout(title=dict(text=f"Step {pos.step.step + 1}, depth {pos.row + 1}: the children tried in order",
+                                 font=dict(size=14)), yaxis_title="probability")
+    return fig
+
+
+def _walk_card(pos: Position) -> list[str]:
+    """The card's lines at a sampled tree's depth: the rule, the walk there, and how it ended."""
+    e, walk = pos.step, pos.walk
+    lines = [f"<b>The sibling walk at this node</b>: {escape(WALK_RULE)}, p′ starting as the target's p here",
+             walk_table(e.tree, pos.tree_labels, depth=pos.row)]
+    if any(not j.kept for j in walk):
+        lines.append(escape(WALK_RESIDUAL[:1].upper() + WALK_RESIDUAL[1:]))
+    kept = next((j for j in walk if j.kept), None)
+    if kept is not None and kept.order > 1 and not kept.repeat:
+        name = escape(_name(pos, e.tree.tokens[kept.node]))
+        lines.append(f"So <code class=\"sv-inspect-tok\">'{name}'</code>, tried after {kept.order - 1} "
+                     f"refusal{'s' if kept.order > 2 else ''}, was judged by p′ = p / mass left = {kept.p:.3f} / "
+                     f"{kept.mass:.3f} = {kept.before:.3f}, not by its p: its draw u = {kept.u:.3f} fell below "
+                     "that, and it was kept")
+    if pos.row == sibling_walk(e.tree)[-1].depth:  # the walk ended at this depth
+        end = walk_end(e, pos.tree_labels)
+        lines.append(escape(end[:1].upper() + end[1:]))
+    return lines
+
+
 def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
     """The numbers beside the bars: overlap, the draw u against p/q, the verdict, what is shown."""
     if pos is None:
         return '<div class="sv-dist sv-muted">Run something (or replay a trace), then pick a step.</div>'
     e, lines = pos.step, []
-    if pos.q:
+    if pos.walk:
+        lines.extend(_walk_card(pos))
+    elif pos.q:
         a = overlap(pos.p, pos.q)
         lines.append(f"<b>overlap Σ min(p, q) = {a:.3f}</b>: the chance the drafter's token is accepted here")
         x = pos.drafted
@@ -138,5 +204,6 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
     scope = (f"Reshaped with temperature {temperature:g}, top-p {top_p:g} over the recorded top tokens "
              "(the rest is one estimated bar)" if pos.raw else
              "This trace holds only the processed top tokens: shown as recorded")
-    lines.append(f'<span class="sv-muted">{escape(scope)}. The run used the recorded p, q and u.</span>')
+    used = "p′ and u" if pos.walk else "p, q and u"
+    lines.append(f'<span class="sv-muted">{escape(scope)}. The run used the recorded {used}.</span>')
     return f'<div class="sv-dist" data-row="{pos.row}">{"<br>".join(lines)}</div>'

@@ -92,6 +92,11 @@ def _two(x: float | None) -> str:
 NO_Q = "none: this drafter proposes tokens without probabilities (prompt lookup copies them)"
 RESIDUAL = "norm(max(0, p − q))"
 RESIDUAL_GLOSS = "where the target wanted a token more than the drafter did, rescaled to sum to 1"
+# A sampled tree's rule, the sibling walk (docs/exactness.md): its children are chosen, not drawn,
+# so each is a one-hot guess and there is no ratio to take.
+WALK_RULE = "the children are tried in order, each a one-hot guess: child x is kept if u < p′(x)"
+WALK_RESIDUAL = ("after a refusal p′(x) = 0 and p′ is renormalised: the next child's p′ is p without the "
+                 "refused children, divided by the mass of p they leave")
 
 # The legend above the panels: one line on a wide screen; the full sentence is its tooltip.
 KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected": "target's own token",
@@ -117,6 +122,9 @@ def _draft_tip(e: StepEvent, i: int, verdict: str) -> str:
     lines = [head, f"p (target) = {_fmt(e.p[i])}   q (drafter) = {q}"]
     if e.greedy:
         lines.append("greedy: kept only if it is the target's top token")
+    elif e.tree is not None:  # a tree's child: the sibling walk's p′(x), no ratio
+        lines.append(f"p′(x) when tried = {_fmt(e.accept_prob[i])}   draw u = {_fmt(e.draws[i])}"
+                     "   (a tree's child: kept if u < p′(x))")
     else:
         lines.append(f"accept prob min(1, p/q) = {_fmt(e.accept_prob[i])}   draw u = {_fmt(e.draws[i])}")
     return "\n".join(lines)
@@ -146,7 +154,9 @@ def _draft_verdict(e: StepEvent, i: int) -> str:
     if i < e.accepted:
         return "accepted"
     if i == e.accepted:
-        return "rejected" if e.greedy else "rejected (u ≥ min(1, p/q))"
+        if e.greedy:
+            return "rejected"
+        return "rejected (u ≥ p′(x))" if e.tree is not None else "rejected (u ≥ min(1, p/q))"
     return "discarded: after the first rejection"
 
 
@@ -157,7 +167,9 @@ def _own_tip(e: StepEvent) -> str:
         what = "bonus: every draft accepted, the same target pass gives one more token"
     else:
         what = "corrected: the target's token in place of the rejected draft"
-        if not e.greedy:
+        if not e.greedy and e.tree is not None:  # the sibling walk's final p′, not p − q
+            what += ", drawn from the final p′: p without the children the walk refused, renormalised"
+        elif not e.greedy:
             what += f", drawn from the residual {RESIDUAL}: {RESIDUAL_GLOSS}"
     return f"step {e.step + 1} · {what}\np (target) = {_fmt(e.token_p)}"
 
@@ -188,21 +200,23 @@ def step_spans(e: StepEvent, labels: Labels, eos=frozenset()) -> list[str]:
 
 # One step played in phases (ui/stepping.py): its drafts pending, then being checked, then judged,
 # then the whole step. The names are stepping.phases' own.
-PHASE_KINDS = {"draft": "drafted", "verify": "checking"}
-PHASE_TIPS = {"drafted": "drafted: not yet checked by the target",
-              "checking": "being checked: the target scores every draft in one forward pass"}
+# A sampled tree's sibling walk is played child by child between verify and accept/reject: the
+# drafts stay boxed while the walk judges them.
+PHASE_KINDS = {"draft": "drafted", "verify": "checking", "sibling walk": "checking"}
+PHASE_TIPS = {"draft": "drafted: not yet checked by the target",
+              "verify": "being checked: the target scores every draft in one forward pass",
+              "sibling walk": "being judged: the sibling walk tries each node's children in order"}
 
 
 def phase_spans(e: StepEvent, labels: Labels, phase: str) -> list[str]:
     """Step `e` as it stands in `phase`: draft and verify show every draft pending (drafted
     text is not output yet, so its whitespace is shown, as a rejected draft's is);
     accept/reject shows the verdicts without the target's token; correction or bonus, the
-    whole step, as step_spans draws it."""
+    whole step, as step_spans draws it. A sampled tree's sibling walk shows them being checked."""
     if phase in PHASE_KINDS:
-        kind = PHASE_KINDS[phase]
-        return [token_span(kind, visible(text),
-                           f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {PHASE_TIPS[kind]}", e.step,
-                           label=f"draft token {spoken(text)}, {PHASE_TIPS[kind]}, step {e.step + 1}")
+        kind, tip = PHASE_KINDS[phase], PHASE_TIPS[phase]
+        return [token_span(kind, visible(text), f"step {e.step + 1} · draft {i + 1} of {len(e.draft)} · {tip}",
+                           e.step, label=f"draft token {spoken(text)}, {tip}, step {e.step + 1}")
                 for i, text in enumerate(labels.draft)]
     spans = step_spans(e, labels)
     if phase == "accept/reject":

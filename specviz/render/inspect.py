@@ -3,18 +3,20 @@
 For each drafted token: q (drafter), p (target), the rule the verifier applied (greedy: is
 it the target's top token; sampling: min(1, p/q) against the uniform draw u) and the
 verdict; then the token the target itself chose, and the target's top tokens at the
-position where that choice was made.
+position where that choice was made. A sampled tree step has its own rule, the sibling walk
+(core/tree_sampling.py): its table is every child the walk tried, in order, with p′(x) when
+its turn came, u, the verdict and the mass a refusal left (render/tree.py).
 """
 from __future__ import annotations
 
 from html import escape
 
 from ..core.events import StepEvent
-from .html import RESIDUAL, RESIDUAL_GLOSS, visible
+from .html import RESIDUAL, RESIDUAL_GLOSS, WALK_RESIDUAL, WALK_RULE, visible
 from .kinds import ended_at
 from .status import count, step_label
 from .trace import Trace
-from .tree import tree_html
+from .tree import sibling_walk, tree_html, walk_end, walk_table
 
 
 def _tok(text: str) -> str:
@@ -34,11 +36,18 @@ def _verdict(e: StepEvent, i: int) -> tuple[str, str]:
     return "rejected", "not checked (after the first rejection)"
 
 
+def _ratio(e: StepEvent) -> str:
+    """What a sampled step's accept_prob is: min(1, p/q) for a chain; p′(x) for a tree's child,
+    a one-hot guess judged by the sibling walk."""
+    return "p′(x) when tried" if e.tree is not None else "min(1, p/q)"
+
+
 def _rule_heads(e: StepEvent) -> str:
-    """The columns of the rule the verifier applied: the argmax test, or min(1, p/q) against u."""
+    """The columns of the rule the verifier applied: the argmax test, or min(1, p/q) (a tree:
+    p′(x)) against u."""
     if e.greedy:
         return "<th>target's top token</th>"
-    return "<th>min(1, p/q)</th><th>draw u</th>"
+    return f"<th>{_ratio(e)}</th><th>draw u</th>"
 
 
 def _row(e: StepEvent, labels, j: int) -> str:
@@ -52,7 +61,7 @@ def _row(e: StepEvent, labels, j: int) -> str:
         rule = f'<td data-label="target\'s top token">{_argmax(e, labels, j)}</td>'
     else:
         u = "—" if e.draws is None else _num(e.draws[j])
-        rule = f'<td data-label="min(1, p/q)">{_num(e.accept_prob[j])}</td><td data-label="draw u">{u}</td>'
+        rule = f'<td data-label="{_ratio(e)}">{_num(e.accept_prob[j])}</td><td data-label="draw u">{u}</td>'
     return (f'<tr data-kind="{kind}"><td data-label="draft #">{j + 1}</td><td data-label="draft">'
             f'{_tok(labels.draft[j])}</td><td data-label="q (drafter)">{q}</td><td data-label="p (target)">'
             f'{_num(e.p[j])}</td>{rule}<td class="sv-verdict-{kind}" data-label="verdict">{escape(verdict)}</td></tr>')
@@ -62,8 +71,11 @@ def _no_q(e: StepEvent) -> str:
     """Said once under the table, for a drafter that gives a token and no probabilities."""
     if e.q is not None or not e.draft:
         return ""
-    how = ("With sampling it counts as q = 1 for the token it proposed (one-hot), so min(1, p/q) is p"
-           if not e.greedy else "Greedy decoding needs none: each draft is checked against the target's top token")
+    how = ("Greedy decoding needs none: each draft is checked against the target's top token" if e.greedy else
+           "With sampling each child of a tree is a one-hot guess, judged by the sibling walk: kept if u < p′(x), "
+           "p′ being the target's p with the siblings refused before it removed and renormalised"
+           if e.tree is not None else
+           "With sampling it counts as q = 1 for the token it proposed (one-hot), so min(1, p/q) is p")
     return (f'<p class="sv-muted sv-no-q">q: none. This drafter proposes tokens with no probabilities '
             f"(prompt lookup copies them from the text; tree heads pick their likeliest tokens). {how}.</p>")
 
@@ -86,16 +98,33 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         return '<div class="sv-inspect sv-empty">Run something, then pick a step to inspect.</div>'
     i = min(max(int(index or 0), 0), len(steps) - 1)
     e, labels = steps[i]
-    rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
-            "q and p are shown for information" if e.greedy else
-            f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
-            f"{RESIDUAL}, {RESIDUAL_GLOSS}")
-    rows = [_row(e, labels, j) for j in range(len(e.draft))]
-    if not rows:
-        rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
-    where = "first rejection" if e.token_kind == "corrected" else "bonus position"
-    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the table: the branch the target "
-               "followed; the whole tree further down)" if e.tree is not None else f"{len(e.draft)} drafted")
+    walk = [] if e.greedy else sibling_walk(e.tree)
+    if e.greedy:
+        rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
+                "q and p are shown for information")
+    elif e.tree is not None:  # the sibling walk: one-hot children, no ratio
+        rule = (f"sampling, a tree (the sibling walk): at each node {WALK_RULE}, p′ starting as the target's p "
+                f"there; {WALK_RESIDUAL}; if every child is refused, the target's token is drawn from the final p′")
+    else:
+        rule = (f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
+                f"{RESIDUAL}, {RESIDUAL_GLOSS}")
+    if walk:  # every child the walk judged, in order, in place of the chain view's rows
+        end = walk_end(e, labels.tree)
+        table = (f'{walk_table(e.tree, labels.tree)}<p class="sv-walk-end">{escape(end[:1].upper() + end[1:])}.</p>'
+                 '<p class="sv-muted sv-no-q">q: none. A tree\'s children are the drafter\'s likeliest tokens, '
+                 "chosen and not drawn, so each is a one-hot guess and there is no ratio p/q: p′ alone decides.</p>")
+    else:
+        rows = [_row(e, labels, j) for j in range(len(e.draft))]
+        if not rows:
+            rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
+        table = ('<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
+                 f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
+                 f'<tbody>{"".join(rows)}</tbody></table></div>{_no_q(e)}')
+    where = ("node where the walk stopped" if walk else
+             "first rejection" if e.token_kind == "corrected" else "bonus position")
+    table_is = ("every child the sibling walk tried, in order" if walk else "the branch the target followed")
+    drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the table: {table_is}; "
+               "the whole tree further down)" if e.tree is not None else f"{len(e.draft)} drafted")
     top_rows = "".join(
         f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
         for (t, p), text in zip(e.top, labels.top)
@@ -115,9 +144,6 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
-        '<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
-        f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table></div>{_no_q(e)}'
-        f"{chosen}"
+        f"{table}{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -1,6 +1,7 @@
 """Step-through mode: the replay's stepper (ui/replay.py) for the run just made, and one step
 played in its phases (draft, verify, accept/reject, then the corrected or bonus token), each
-phase held on screen for a time the speed slider sets.
+phase held on screen for a time the speed slider sets. A sampled tree step plays its sibling
+walk between verify and accept/reject, one phase per child judged (render/tree.py).
 
 A live run is stepped through as a replay of itself: the engine has already run to the end,
 and the recorded events are played back, so nothing here touches a model.
@@ -12,6 +13,7 @@ import time
 from ..core.events import StepEvent
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.status import step_label
+from ..render.tree import before_text, ordinal, sibling_walk, walk_end
 from ..traces import replay as playback
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
@@ -21,16 +23,41 @@ def _tok(text: str) -> str:
     return f"“{text.translate(VISIBLE_WHITESPACE)}”"  # status_html escapes the message
 
 
+def _walk(e: StepEvent, labels) -> list[tuple[str, str]]:
+    """A sampled tree step's sibling walk, a phase per child judged: p′(x) when its turn came,
+    the draw, the verdict and, after a refusal, the mass the next p′ is divided by."""
+    tree = e.tree
+    if not sibling_walk(tree):  # greedy, a chain, or a trace from before walks were recorded
+        return []
+    names = labels.tree if len(labels.tree) == len(tree.tokens) else tuple(f"#{t}" for t in tree.tokens)
+    out = []
+    for j in sibling_walk(tree):
+        parent = tree.parents[j.node]
+        of = "the pending token" if parent < 0 else _tok(names[parent])
+        if j.kept:
+            then = "kept" + (", the walk goes down into it" if j.node in tree.parents else "")
+        else:
+            then = f"refused; p′ drops it and is renormalised: the rest of p divided by the mass left, {j.left:.3f}"
+        sign = "<" if j.kept else "≥"
+        out.append(("sibling walk", f"{ordinal(j.order)} child of {of}, {_tok(names[j.node])}: "
+                                    f"p′(x) = {before_text(j)}, u = {j.u:.3f} {sign} p′(x): {then}"))
+    return out
+
+
 def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
     """(phase, what happens) for one step, in the order the engine does it."""
+    walk = [] if e.greedy else _walk(e, labels)
+    if walk:
+        return _tree_phases(e, labels, walk)
     texts = labels.draft if len(labels.draft) == len(e.draft) else tuple(f"#{t}" for t in e.draft)
     drafted = ", ".join(map(_tok, texts)) or "nothing"
     out = [("draft", f"the drafter proposes {len(e.draft)} token{'s' if len(e.draft) != 1 else ''}: {drafted}")]
     if e.draft:
         ps = ", ".join(f"{p:.3f}" for p in e.p)
         out.append(("verify", f"the target scores all of them in one forward pass: p = {ps}"))
+        ratio = "p′(x)" if e.tree is not None else "min(1, p/q)"  # a tree's children: one-hot guesses
         rule = ("kept while each is the target's top token" if e.greedy or e.draws is None else
-                "kept while u < min(1, p/q): " + ", ".join(f"{u:.2f} vs {a:.2f}" for u, a in zip(e.draws, e.accept_prob)))
+                f"kept while u < {ratio}: " + ", ".join(f"{u:.2f} vs {a:.2f}" for u, a in zip(e.draws, e.accept_prob)))
         rejected = f", {_tok(texts[e.accepted])} rejected" if e.accepted < len(e.draft) else ""
         out.append(("accept/reject", f"{e.accepted} kept{rejected} ({rule})"))
     if e.token_kind == "bonus" and e.draft:
@@ -39,8 +66,27 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
         own = "the target's own token"
     else:
         own = "correction: the target's token in place of the rejected draft" + (
-            "" if e.greedy else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
+            "" if e.greedy else ", drawn from p′, p without the refused children, renormalised"
+            if e.tree is not None else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
     out.append(("correction" if e.token_kind == "corrected" and e.draft else "bonus", f"{own}: {_tok(labels.token)}"))
+    return out
+
+
+def _tree_phases(e: StepEvent, labels, walk: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A sampled tree step: the tree, its one forward, the walk child by child, then what it
+    kept and the target's token (drawn from the final p′, or at a leaf from p)."""
+    texts = labels.draft if len(labels.draft) == len(e.draft) else tuple(f"#{t}" for t in e.draft)
+    n = len(e.tree.tokens)
+    out = [("draft", f"the drafter proposes a tree of {n} candidate{'s' if n != 1 else ''}: at each node its "
+                     "likeliest tokens, chosen, not drawn (one-hot guesses)"),
+           ("verify", "the target scores every candidate in one forward pass, each seeing only its own branch: "
+                      "p at every node"),
+           *walk]
+    kept = ", ".join(map(_tok, texts[:e.accepted])) or "nothing"
+    out.append(("accept/reject", f"{e.accepted} kept along the branch: {kept} (the sibling walk: a child is kept "
+                                 "if u < p′(x))"))
+    what = "correction" if e.token_kind == "corrected" else "bonus"
+    out.append((what, f"{walk_end(e, labels.tree)}: {_tok(labels.token)}"))
     return out
 
 
