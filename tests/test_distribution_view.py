@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -136,6 +137,14 @@ def test_the_card_quotes_the_drafted_token_with_its_spaces():
     trace.add(e, Labels(draft=(" by",), token=" of", p_top=((" of", " by"),), q_top=((" by", " of"),)))
     card = view.card_html(view.position(trace, 0, 0, 1.0, 1.0), 1.0, 1.0)
     assert "drafted <code class=\"sv-inspect-tok\">' by'</code>: p = 0.250, q = 0.500" in card
+
+    # The position after the draft: a bonus only when every draft was kept; here draft 1 was refused.
+    after = view.card_html(view.position(trace, 0, 1, 1.0, 1.0), 1.0, 1.0)
+    assert "every draft was accepted" not in after and "did not reach here: draft 1 was rejected" in after
+    kept = replace(e, accepted=1, token_kind="bonus", emitted=(5, 6))
+    trace = Trace("draft")
+    trace.add(kept, Labels(draft=(" by",), token=" of", p_top=((" of", " by"), (" of",)), q_top=((" by", " of"),)))
+    assert "every draft was accepted" in view.card_html(view.position(trace, 0, 1, 1.0, 1.0), 1.0, 1.0)
 
 
 def test_a_step_plays_in_the_engine_s_phases():

@@ -199,8 +199,11 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
                          "distributions a sampled run would compare")
         if pos.row > e.accepted:
             lines.append("(in the run this position was not checked: an earlier draft was rejected)")
-    else:
+    elif e.accepted >= len(e.draft):
         lines.append("every draft was accepted: the same target pass gives this bonus token from p")
+    else:  # the position after the drafts, which this step never reached
+        lines.append(f"this step did not reach here: draft {e.accepted + 1} was rejected, and the target's "
+                     f"corrected token came from that position (no bonus token)")
     scope = (f"Reshaped with temperature {temperature:g}, top-p {top_p:g} over the recorded top tokens "
              "(the rest is one estimated bar)" if pos.raw else
              "This trace holds only the processed top tokens: shown as recorded")
