@@ -482,3 +482,13 @@ def test_progress_off_a_terminal_prints_plain_lines_at_most_every_interval(capsy
     bar.step("a")
     bar.close()
     assert capsys.readouterr().err == ""
+
+
+def test_the_recorded_command_keeps_the_thread_setting_it_ran_with(monkeypatch):
+    from specviz.bench.command import command_line
+
+    monkeypatch.setattr("sys.argv", ["specviz", "bench", "--suite", "examples", "--k", "1,2"])
+    monkeypatch.delenv("SPECVIZ_THREADS", raising=False)
+    assert command_line() == "python -m specviz bench --suite examples --k 1,2"
+    monkeypatch.setenv("SPECVIZ_THREADS", "1")
+    assert command_line() == "SPECVIZ_THREADS=1 python -m specviz bench --suite examples --k 1,2"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import sys
 import time
@@ -117,7 +118,9 @@ def command_line() -> str:
     argv = sys.argv[1:]
     if argv[:1] == ["bench"]:
         argv = argv[1:]
-    return "python -m specviz bench " + " ".join(shlex.quote(a) for a in argv)
+    # The environment variables that change what is measured ride along (SPECVIZ_THREADS: torch's threads).
+    env = "".join(f"{name}={shlex.quote(os.environ[name])} " for name in ("SPECVIZ_THREADS",) if os.environ.get(name))
+    return env + "python -m specviz bench " + " ".join(shlex.quote(a) for a in argv)
 
 
 def main(args: argparse.Namespace) -> int:

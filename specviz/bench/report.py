@@ -34,7 +34,7 @@ SCHEMA = "specviz.bench/1"
 SUMMARY_FIELDS = (
     "arm", "engine", "drafter", "k", "dynamic", "category", "prompts", "tokens", "seconds", "tokens_per_s",
     "speedup", "decode_speedup", "alpha", "tau", "position_acceptance", "c", "v", "predicted",
-    "predicted_closed_form", "efficiency", "identical", "agree_on_common_prefix",
+    "predicted_closed_form", "efficiency", "candidates_per_step", "identical", "agree_on_common_prefix",
 )
 RUN_FIELDS = ("prompt_id", "category", "arm", "repeat", "tokens", "elapsed", "prefill", "steps", "drafted",
               "accepted", "candidates", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason", "threads")

@@ -67,8 +67,9 @@ def note_html(example: Example) -> str:
         # The page's measures, named as its cards name them: alpha along the branch the target
         # followed (a tree drafts more candidates than that: said with it), tau, the speedup.
         cands = m.get("candidates_per_step") or 0.0
-        tree = f", in a tree of {cands:.1f} candidates a step" if cands > K + 0.5 else ""
+        along = (f", along the branch the target followed, in a tree of {cands:.1f} candidates a step"
+                 if cands > K + 0.5 else "")
         figures = (f" Measured with {escape(drafter_label(example.drafter))} at k = {K}: "
-                   f"α {m['alpha']:.2f} (accepted / drafted, along the branch the target followed{tree}), "
+                   f"α {m['alpha']:.2f} (accepted / drafted{along}), "
                    f"τ {m['tau']:.2f} tokens per target pass, {m['speedup']:.2f}x.")
     return f'<div class="sv-example-note"><b>{escape(example.category.capitalize())}.</b> {escape(example.teaches)}{figures}</div>'
