@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import SpecvizError
-from . import client, prometheus
+from . import client, prometheus, steps
 from .records import ServerRun
 from .urls import check_url
 
@@ -75,7 +75,7 @@ def result(args, spec: ServerRun, delta: dict | None, base: ServerRun | None) ->
                                         else (delta or {}).get("per_position_acceptance")),
             "acceptance_histogram": list(s.histogram) if s and s.histogram is not None else None,
             "chunks": [{"t": c.t, "text": c.text, "tokens": c.tokens} for c in spec.chunks],
-            "raw": spec.raw_metrics, "metrics_delta": delta,
+            "raw": spec.raw_metrics, "metrics_delta": delta, "steps_from": steps.steps(spec)[1],
         },
     }
     if base is not None:
@@ -101,23 +101,31 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print_groups(spec, sys.stdout)
-        print_summary(out, sys.stdout)
+        marked = print_groups(spec, sys.stdout)
+        print_summary(out, sys.stdout, marked)
     return 1 if spec.error or (base is not None and base.error) else 0
 
 
-def print_groups(r: ServerRun, out) -> None:
+def print_groups(r: ServerRun, out) -> bool:
+    """The text with each step that made several tokens marked; True when there was one (then
+    the summary explains the marks, and only then)."""
     colour = out.isatty() and "NO_COLOR" not in os.environ
-    for c in r.chunks:
-        several = (c.tokens or 0) > 1
+    groups, found = steps.steps(r)
+    marked = False
+    for g in groups:
+        # a llama.cpp step that drafted nothing is one token, even when a held-back UTF-8 piece
+        # made its chunk carry two
+        several = bool(g.kept) if found == steps.COUNTERS else (g.tokens or 0) > 1
+        marked = marked or several
         if several:
-            out.write(f"{GROUP}{c.text}{RESET}" if colour else f"⟨{c.text}⟩")
+            out.write(f"{GROUP}{g.text}{RESET}" if colour else f"⟨{g.text}⟩")
         else:
-            out.write(c.text)
+            out.write(g.text)
     out.write("\n\n")
+    return marked
 
 
-def print_summary(r: dict, out) -> None:
+def print_summary(r: dict, out, marked: bool = True) -> None:
     st, sv = r["stats"], r["server"]
     if sv["error"]:
         out.write(f"stopped early: {sv['error']}\n")
@@ -135,5 +143,7 @@ def print_summary(r: dict, out) -> None:
                   f"speedup {r['speedup']:.2f}x\n" if r["speedup"] else "baseline: no tokens\n")
         if "identical_to_baseline" in r:
             out.write(f"greedy text identical to the baseline server's: {'yes' if r['identical_to_baseline'] else 'no'}\n")
-    out.write("groups: ⟨…⟩ (or underlined) = several tokens from one target pass (kept drafts + its own token); "
-              "servers do not say which drafts they rejected\n")
+    if marked:  # the legend only when the text above shows a group
+        rebuilt = " (rebuilt from llama.cpp's running draft counters)" if sv.get("steps_from") == steps.COUNTERS else ""
+        out.write(f"groups: ⟨…⟩ (or underlined) = several tokens from one target pass{rebuilt} (kept drafts + its "
+                  "own token); servers do not say which drafts they rejected\n")
