@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
+import types
+from html import unescape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from specviz.serving import client, generate_command
+import pytest
+
+from specviz.serving import client, generate_command, state
 from specviz.serving.figures import PER_TOKEN, REBUILT, UNDRAFTED as UNDRAFTED_CAPTION, groups_html
-from specviz.serving.records import ServerRun
+from specviz.serving.records import ServerRun, SpecStats
 from specviz.serving.steps import COUNTERS, steps
+from specviz.ui import Policy
+from specviz.ui.handlers import Session
+from specviz.ui.limits import Line
+from specviz.ui.serving import ServingRuns
 
 PROMPT_N, CACHE_N = 30, 0
 
@@ -125,3 +135,103 @@ def test_the_cli_marks_several_token_steps_and_explains_marks_only_when_there_ar
     summary = io.StringIO()
     generate_command.print_summary(generate_command.result(args, run, None, None), summary, marked=True)
     assert "rebuilt from llama.cpp's running draft counters" in summary.getvalue()
+
+
+# ---- 2. every server state said plainly ----------------------------------------------------------
+
+LLAMACPP_METRICS = "\n".join([  # what --metrics shows whether or not the server speculates
+    "# TYPE llamacpp:tokens_predicted_total counter", "llamacpp:tokens_predicted_total 14",
+    "llamacpp:spec_decode_num_draft_tokens_total 0", "llamacpp:spec_decode_num_accepted_tokens_total 0",
+    "llamacpp:spec_decode_num_drafts_total 0", ""])
+NOT_ENABLED = json.dumps({"error": {"code": 501, "message": "This server does not support metrics endpoint. "
+                                                            "Start it with `--metrics`", "type": "not_supported_error"}})
+VLLM_SPEC = "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"m\"} 3\n" \
+            "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 12\n" \
+            "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 5\n"
+
+
+def slots(speculative: bool, types: str) -> str:
+    return json.dumps([{"id": 0, "n_ctx": 8192, "speculative": speculative, "is_processing": False,
+                        "params": {"speculative.types": types, "timings_per_token": True}}])
+
+
+@pytest.fixture(scope="module")
+def pages():
+    """A server whose pages the test sets: {path: (status, body)}."""
+    table: dict = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = table.get(self.path, (404, "not found"))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", table
+    server.shutdown()
+    server.server_close()
+
+
+def look(pages, **paths) -> state.Probe:
+    url, table = pages
+    table.clear()
+    table.update({"/" + name: page for name, page in paths.items()})
+    return state.probe(url + "/v1", timeout_s=2)
+
+
+def test_a_llamacpp_server_that_speculates_but_drafted_nothing_is_told_so_with_its_own_flags(pages):
+    run = read(llamacpp_stream(UNDRAFTED))
+    found = look(pages, metrics=(200, LLAMACPP_METRICS), slots=(200, slots(True, "ngram-simple")))
+    assert found == state.Probe("ok", "llama.cpp", True, True, "ngram-simple")
+    said = state.explain(run, found)
+    assert said.startswith("Speculation is on (ngram-simple) but llama.cpp drafted nothing for this request")
+    assert "12-token match" in said and "--speculative-config" not in said
+    assert state.explain(read(llamacpp_stream()), found) is None  # it drafted: nothing to explain
+
+
+def test_a_llamacpp_server_without_speculation_or_metrics_is_told_what_to_start_it_with(pages):
+    run = read(llamacpp_stream(UNDRAFTED))
+    found = look(pages, metrics=(501, NOT_ENABLED), slots=(200, slots(False, "none")))
+    assert found == state.Probe("off", "llama.cpp", False, False, "none")
+    said = state.explain(run, found)
+    assert said.startswith("This llama.cpp server is not speculating: start llama-server with --spec-type ngram-mod")
+    assert "-md DRAFT.gguf" in said and "start llama-server with --metrics" in said
+    assert "--speculative-config" not in said
+    # /slots switched off too (--no-slots): it cannot tell off from nothing drafted, and says both
+    said = state.explain(run, look(pages, metrics=(501, NOT_ENABLED)))
+    assert said.startswith("llama.cpp sent no draft counters") and "--spec-type" in said and "--metrics" in said
+
+
+def test_vllm_states_name_vllm_flags_and_an_unknown_engine_is_said_to_be_unknown(pages):
+    bare = ServerRun(url="http://127.0.0.1:8000", model="m", text="hi", elapsed_s=1.0)
+    found = look(pages, metrics=(200, "vllm:num_requests_running{model_name=\"m\"} 0\n"))
+    assert found == state.Probe("ok", "vllm", False)
+    assert state.explain(bare, found).startswith("This vLLM server is not speculating: start vLLM with "
+                                                 "--speculative-config")
+    found = look(pages, metrics=(200, VLLM_SPEC))
+    assert "--per-request-spec-decode-metrics" in state.explain(bare, found)
+    unknown = state.explain(bare, look(pages, metrics=(200, "tgi_request_count 3\n")))
+    assert "it reads vLLM, SGLang and llama.cpp" in unknown and "--spec-type" not in unknown
+    assert "cannot tell which engine" in state.explain(bare, look(pages))  # no /metrics at all (404)
+    nothing = ServerRun(url="u", model="m", spec=SpecStats(engine="vllm", drafted=0, accepted=0, steps=0))
+    assert state.explain(nothing, None).startswith("Speculation is on but vLLM drafted nothing")
+
+
+def test_the_page_says_the_state_after_a_run(pages):
+    url, table = pages
+    look(pages, metrics=(200, LLAMACPP_METRICS), slots=(200, slots(True, "ngram-simple")))
+    run = read(llamacpp_stream(UNDRAFTED))
+    backend = types.SimpleNamespace(stream_completion=lambda *a, **k: run, probe=state.probe)
+    policy = Policy()
+    runs = ServingRuns(policy, Line(policy.concurrency, policy.max_waiting, policy.runs_per_visitor), backend)
+    *_, last = runs.run(Session(), None, server=url, baseline="", model="", prompt="Hi", mode="greedy",
+                        temperature=0.0, seed=0, max_new_tokens=16, chat=True)
+    assert "llama.cpp drafted nothing for this request" in unescape(last[0])
+    assert "--speculative-config" not in unescape(last[0])

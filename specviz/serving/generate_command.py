@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import SpecvizError
-from . import client, prometheus, steps
+from . import client, prometheus, state, steps
 from .records import ServerRun
 from .urls import check_url
 
@@ -67,7 +67,7 @@ def result(args, spec: ServerRun, delta: dict | None, base: ServerRun | None) ->
                    "chat": args.chat is not False},
         "stats": stats(spec),
         "server": {
-            "url": spec.url, "model": spec.model, "engine": s.engine if s else None,
+            "url": spec.url, "model": spec.model, "engine": s.engine if s else spec.engine,
             "finish_reason": spec.finish_reason, "error": spec.error,
             "per_step_accepted": list(s.per_step_accepted) if s and s.per_step_accepted is not None else None,
             "per_step_drafted": list(s.per_step_drafted) if s and s.per_step_drafted is not None else None,
@@ -98,6 +98,11 @@ def main(args) -> int:
         if base.error and not base.chunks:
             raise SpecvizError(base.error)
     out = result(args, spec, delta, base)
+    found = None
+    if spec.spec is None or not spec.spec.drafted or delta is None:
+        found = state.probe(args.server)
+    out["server"]["state"] = state.explain(spec, found)
+    out["server"]["metrics"] = found.metrics if found else "ok"
     if args.json:
         print(json.dumps(out))
     else:
@@ -134,6 +139,11 @@ def print_summary(r: dict, out, marked: bool = True) -> None:
         line += (f", {st['steps']} steps that drafted; alpha {st['acceptance_rate']:.2f}, "
                  f"tau {st['mean_accepted_length'] or float('nan'):.2f}")
     out.write(line + f", {st['tokens_per_s']:.1f} tokens/s, first token after {1000 * (st['ttft_s'] or 0):.0f} ms\n")
+    if sv.get("state"):
+        out.write(sv["state"] + "\n")
+    elif sv.get("metrics") == "off":
+        out.write(f"{sv['url']}/metrics is off, so there are no server-wide counters"
+                  + (": start llama-server with --metrics\n" if sv["engine"] == "llama.cpp" else "\n"))
     if sv["per_position_acceptance"]:
         out.write("acceptance by draft position: " +
                   " ".join(f"{i + 1}:{a:.2f}" for i, a in enumerate(sv["per_position_acceptance"])) + "\n")

@@ -21,6 +21,7 @@ import gradio as gr
 from ..core.errors import SpecvizError
 from ..render.status import MB, count, megabytes, status_html
 from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from ..serving.state import explain
 from . import uploads
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
@@ -48,10 +49,11 @@ def default_backend():
     try:
         from ..serving.client import stream_completion
         from ..serving.load_report import load_figure, read_json as read_result
+        from ..serving.state import probe
     except ImportError as e:
         raise SpecvizError(f"this specviz has no serving client ({e})") from None
     return types.SimpleNamespace(stream_completion=stream_completion, read_result=read_result,
-                                 load_figure=load_figure)
+                                 load_figure=load_figure, probe=probe)
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,21 @@ class ServingRuns:
                 # Its share of the time limit is up; the other server still gets its own share.
                 notes.append(f" The {role} request stopped at this app's time limit ({seconds:g} s a request) "
                              f"after {made}.")
+            elif i == 0:
+                said = self._state(url, runs[0])
+                notes.append(f" {said}" if said else "")
         yield values(_done(*runs) + "".join(notes), "done", *runs)
+
+    def _state(self, url: str, run) -> str | None:
+        """Why the speculative run shows no drafting, for the engine in front of us (None: it drafted)."""
+        if run is None or (run.spec is not None and run.spec.drafted):
+            return None
+        look = getattr(self.backend, "probe", None)  # a test's fake backend may have none
+        try:
+            found = look(url) if look is not None else None
+        except Exception:  # the run is done; a failed look only loses the detail
+            found = None
+        return explain(run, found)
 
     def show_path(self, path):
         """The load sweep in a file named by path (any when visitors are trusted; hosted: the operator's)."""
@@ -258,9 +274,6 @@ def _done(spec, base) -> str:
     if base is not None:
         x = speedup(spec, base)
         message += f"; plain server {rate(base):.1f} tok/s" + ("" if x is None else f", speedup {x:.2f}×")
-    if spec.spec is None and spec.elapsed_s > 0:  # the stream closed (a cut one never got its fields)
-        message += (". The server sent no speculation fields: is speculation on? (vLLM: --speculative-config, "
-                    "and --per-request-spec-decode-metrics for per-request counts)")
     return message + "."
 
 
