@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from specviz.serving import client, generate_command, state
-from specviz.serving.figures import PER_TOKEN, REBUILT, UNDRAFTED as UNDRAFTED_CAPTION, groups_html
+from specviz.serving import bench_server, client, generate_command, speed, state
+from specviz.serving.figures import PER_TOKEN, REBUILT, UNDRAFTED as UNDRAFTED_CAPTION, groups_html, headline_html
 from specviz.serving.records import ServerRun, SpecStats
 from specviz.serving.steps import COUNTERS, steps
 from specviz.ui import Policy
@@ -41,7 +41,8 @@ def timings(predicted: int, drafts: tuple[int, int] = (0, 0), cache_n: int = CAC
 
 
 def chunk(content, t: dict | None, finish=None) -> dict:
-    event = {"choices": [{"finish_reason": finish, "index": 0, "delta": {} if content is None else {"content": content}}],
+    delta = {} if content is None else {"content": content}
+    event = {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
              "created": 1764859200, "id": "chatcmpl-49", "model": "smollm2", "system_fingerprint": "b11434",
              "object": "chat.completion.chunk"}
     if t is not None:
@@ -143,8 +144,8 @@ LLAMACPP_METRICS = "\n".join([  # what --metrics shows whether or not the server
     "# TYPE llamacpp:tokens_predicted_total counter", "llamacpp:tokens_predicted_total 14",
     "llamacpp:spec_decode_num_draft_tokens_total 0", "llamacpp:spec_decode_num_accepted_tokens_total 0",
     "llamacpp:spec_decode_num_drafts_total 0", ""])
-NOT_ENABLED = json.dumps({"error": {"code": 501, "message": "This server does not support metrics endpoint. "
-                                                            "Start it with `--metrics`", "type": "not_supported_error"}})
+NOT_ENABLED = json.dumps({"error": {"code": 501, "type": "not_supported_error", "message":
+                                     "This server does not support metrics endpoint. Start it with `--metrics`"}})
 VLLM_SPEC = "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"m\"} 3\n" \
             "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 12\n" \
             "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 5\n"
@@ -235,3 +236,70 @@ def test_the_page_says_the_state_after_a_run(pages):
                         temperature=0.0, seed=0, max_new_tokens=16, chat=True)
     assert "llama.cpp drafted nothing for this request" in unescape(last[0])
     assert "--speculative-config" not in unescape(last[0])
+
+
+# ---- 3. fair speed ---------------------------------------------------------------------------------
+
+LONG = [(f" w{i}", i + 1, (0, 0)) for i in range(3)] + \
+    [(f" x{i}", i + 4, (4 * (i // 5 + 1), 4 * (i // 5 + 1))) for i in range(20)]  # 23 tokens, 4 steps of 5
+
+
+def pair(spec_tps=60.0, base_tps=40.0, spec_cache=0, base_cache=0, tokens=LONG):
+    spec = read(llamacpp_stream(tokens, tps=spec_tps, cache_n=spec_cache))
+    base = read(llamacpp_stream([(t, n, (0, 0)) for t, n, _ in tokens], tps=base_tps, cache_n=base_cache))
+    base.elapsed_s = 0.25  # end to end, the plain server looks 3x faster than decoding says
+    return spec, base
+
+
+def test_the_speedup_compares_decode_rates_where_the_engine_gives_them():
+    spec, base = pair()
+    assert spec.decode_tokens_per_s == 60.0 and spec.tokens == 23 and spec.spec.drafted == 16
+    c = speed.compare(spec, base)
+    assert c == speed.Comparison(1.5, speed.DECODE)
+    spec.timings, base.timings = None, None  # an engine with no decode-only rate: end to end, and said so
+    spec.engine = base.engine = "vllm"
+    assert speed.compare(spec, base) == speed.Comparison((23 / 1.0) / (23 / 0.25), speed.END_TO_END)
+
+
+def test_no_speedup_for_short_answers_or_runs_that_drafted_nothing_and_differing_caches_are_said():
+    spec, base = pair(tokens=LONG[:8])
+    assert speed.compare(spec, base).withheld == "8 tokens is too short to time (a speedup needs 16 from each server)"
+    spec, base = pair(tokens=[(t, n, (0, 0)) for t, n, _ in LONG])
+    c = speed.compare(spec, base)
+    assert c.speedup is None and "drafted nothing" in c.withheld
+    spec, base = pair(spec_cache=26, base_cache=0)  # the prompt was cached on one server only
+    c = speed.compare(spec, base)
+    assert c.speedup == 1.5 and c.cache == ("the two servers' prompt caches differ: the speculative one reused 26 "
+                                            "of 56 prompt tokens from its cache, the plain one 0 of 30")
+
+
+def test_the_cli_and_the_page_say_which_rate_they_compare():
+    spec, base = pair(spec_cache=26)
+    args = type("A", (), dict(max_new_tokens=64, temperature=0.0, seed=None, chat=None))()
+    r = generate_command.result(args, spec, None, base)
+    assert r["speedup"] == 1.5 and r["speedup_basis"] == "decode" and r["stats"]["decode_tokens_per_s"] == 60.0
+    out = io.StringIO()
+    generate_command.print_summary(r, out, marked=False)
+    text = out.getvalue()
+    assert "60.0 tokens/s decoding (23.0 end to end)" in text
+    assert "speedup 1.50x (decode-only tokens/s" in text and "prompt caches differ" in text
+    short = generate_command.result(args, *pair(tokens=LONG[:8])[:1], None, pair(tokens=LONG[:8])[1])
+    out = io.StringIO()
+    generate_command.print_summary(short, out, marked=False)
+    assert "no speedup: 8 tokens is too short to time" in out.getvalue() and "speedup 3" not in out.getvalue()
+    cards = unescape(headline_html(spec, base))
+    assert "1.50×" in cards and "decode-only tokens/s" in cards and "prompt caches differ" in cards
+
+
+def test_the_server_bench_takes_decode_rates_when_every_run_has_one():
+    runs = [{"prompt": "p", "category": "code", "repeat": 0, "arm": arm, "text": "t", "tokens": 20,
+             "tokens_per_s": e2e, "decode_tokens_per_s": decode, "drafted": 8, "accepted": 4, "steps": 2}
+            for arm, e2e, decode in (("spec", 20.0, 60.0), ("base", 40.0, 40.0))]
+    row = bench_server.summarise(runs, greedy=True)[0]
+    assert row["speedup"] == 1.5 and row["rate"] == "decode"
+    runs[1]["decode_tokens_per_s"] = None
+    row = bench_server.summarise(runs, greedy=True)[0]
+    assert row["speedup"] == 0.5 and row["rate"] == "end-to-end"
+    out = io.StringIO()
+    bench_server.print_table([row], out)
+    assert "end to end" in out.getvalue()

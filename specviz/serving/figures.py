@@ -17,6 +17,7 @@ from ..render.html import spoken
 from ..render.numbers import MIN_TOKENS, _card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
+from .speed import SAID, compare, rate
 from .steps import ALIGNED, COUNTERS, Step, aligned, steps, text_chunks
 
 NO_VERDICTS = "Servers do not say which drafted token they rejected, so no token is coloured by a verdict."
@@ -28,17 +29,6 @@ PER_TOKEN = ("Each box is one token: llama.cpp sends one chunk per token, and th
              "timings to group them into steps by (the server ignored timings_per_token).")
 UNDRAFTED = ("Each box is one engine step: llama.cpp sends one chunk per token, and nothing was drafted, so "
              "every step made one token.")
-
-
-def rate(run: ServerRun | None) -> float:
-    """Tokens per second, request sent to stream closed (prefill included); while it streams,
-    to the latest chunk."""
-    if run is None:
-        return 0.0
-    if run.elapsed_s > 0:
-        return run.tokens_per_s
-    last = max((c.t for c in run.chunks), default=0.0)
-    return run.tokens / last if last > 0 else 0.0
 
 
 def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str = "") -> str:
@@ -101,32 +91,43 @@ def run_note(run: ServerRun | None) -> str:
 
 
 def speedup(spec: ServerRun | None, base: ServerRun | None) -> float | None:
-    """Speculative tokens/s over plain tokens/s, once both runs ended with enough tokens to mean it."""
-    if not (spec and base) or spec.error or base.error or not (spec.elapsed_s and base.elapsed_s):
-        return None
-    if min(spec.tokens, base.tokens) < MIN_TOKENS or rate(base) <= 0:
-        return None
-    return rate(spec) / rate(base)
+    """Speculative over plain tokens/s, once both runs ended with enough tokens to mean it (speed.compare)."""
+    return compare(spec, base).speedup
+
+
+def _tps(run: ServerRun) -> tuple[str, str]:
+    """(value, what it is) for a run's tokens/s card: decode-only when the engine says, else end to end."""
+    if run.decode_tokens_per_s:
+        return f"{run.decode_tokens_per_s:.1f}", "decode only, the engine's own timing (prompt processing left out)"
+    return f"{rate(run):.1f}", "request sent to stream closed, prompt processing included"
 
 
 def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
     if spec is None or not spec.chunks:
         return ""
-    s, x = spec.spec, speedup(spec, base)
+    s, c = spec.spec, compare(spec, base)
+    x = c.speedup
     tau = s.mean_accepted_length if s else None
     ttft = spec.ttft_s
+    if x is not None:
+        said = f"{SAID[c.basis]}: speculative / plain"
+    elif c.withheld:
+        said = f"not shown: {c.withheld}"
+    else:
+        said = f"tokens/s of the speculative server / the plain one, once both runs finished with {MIN_TOKENS} tokens"
+    if c.cache:
+        said += f"; {c.cache}"
+    spec_tps, spec_said = _tps(spec)
+    base_tps, base_said = _tps(base) if base is not None and base.chunks else ("—", "")
     cards = [
-        _card("measured speedup", "—" if x is None else f"{x:.2f}×",
-              "tokens/s of the speculative server / tokens/s of the plain one (request sent to stream closed, "
-              f"prefill included); shown once both runs finished with {MIN_TOKENS} tokens or more", "speedup"),
+        _card("measured speedup", "—" if x is None else f"{x:.2f}×", said, "speedup"),
         _card("α acceptance rate", "—" if s is None else f"{s.acceptance_rate:.2f}",
               "accepted draft tokens / drafted tokens, from the engine's own per-request fields", "alpha"),
         _card("τ tokens per step", "—" if tau is None else f"{tau:.2f}",
               "kept drafts plus the target's own token, per verify step that drafted", "tau"),
-        _card("tokens/s speculative", f"{rate(spec):.1f}", "request sent to stream closed, prefill included",
-              "spec-tps"),
-        _card("tokens/s plain", "—" if base is None or not base.chunks else f"{rate(base):.1f}",
-              "the baseline server, same prompt and settings", "base-tps"),
+        _card("tokens/s speculative", spec_tps, spec_said, "spec-tps"),
+        _card("tokens/s plain", base_tps, "the baseline server, same prompt and settings" +
+              (f"; {base_said}" if base_said else ""), "base-tps"),
         _card("time to first token", "—" if ttft is None else f"{ttft * 1000:.0f} ms",
               "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
                                                       else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import SpecvizError
-from . import client, prometheus, state, steps
+from . import client, prometheus, speed, state, steps
 from .records import ServerRun
 from .urls import check_url
 
@@ -56,6 +56,7 @@ def stats(r: ServerRun) -> dict:
     return {"tokens": r.tokens, "steps": s.steps if s else None, "drafted": s.drafted if s else 0,
             "accepted": s.accepted if s else 0, "acceptance_rate": s.acceptance_rate if s else None,
             "mean_accepted_length": s.mean_accepted_length if s else None, "tokens_per_s": r.tokens_per_s,
+            "decode_tokens_per_s": r.decode_tokens_per_s, "prompt_cache": r.prompt_cache,
             "ttft_s": r.ttft_s, "inter_token_s": r.inter_token_s, "elapsed_s": r.elapsed_s}
 
 
@@ -81,7 +82,9 @@ def result(args, spec: ServerRun, delta: dict | None, base: ServerRun | None) ->
     if base is not None:
         out["baseline"] = {"text": base.text, "tokens_per_s": base.tokens_per_s, "stats": stats(base),
                            "server": {"url": base.url, "model": base.model, "error": base.error}}
-        out["speedup"] = spec.tokens_per_s / base.tokens_per_s if base.tokens_per_s else None
+        c = speed.compare(spec, base)
+        out |= {"speedup": c.speedup, "speedup_basis": c.basis, "speedup_withheld": c.withheld,
+                "prompt_caches": c.cache}
         if args.temperature == 0 and not spec.error and not base.error:
             out["identical_to_baseline"] = spec.text == base.text
     return out
@@ -111,6 +114,12 @@ def main(args) -> int:
     return 1 if spec.error or (base is not None and base.error) else 0
 
 
+def _tps(st: dict) -> str:
+    if st.get("decode_tokens_per_s"):
+        return f"{st['decode_tokens_per_s']:.1f} tokens/s decoding ({st['tokens_per_s']:.1f} end to end)"
+    return f"{st['tokens_per_s']:.1f} tokens/s end to end"
+
+
 def print_groups(r: ServerRun, out) -> bool:
     """The text with each step that made several tokens marked; True when there was one (then
     the summary explains the marks, and only then)."""
@@ -138,7 +147,7 @@ def print_summary(r: dict, out, marked: bool = True) -> None:
     if st["acceptance_rate"] is not None:
         line += (f", {st['steps']} steps that drafted; alpha {st['acceptance_rate']:.2f}, "
                  f"tau {st['mean_accepted_length'] or float('nan'):.2f}")
-    out.write(line + f", {st['tokens_per_s']:.1f} tokens/s, first token after {1000 * (st['ttft_s'] or 0):.0f} ms\n")
+    out.write(line + f", {_tps(st)}, first token after {1000 * (st['ttft_s'] or 0):.0f} ms\n")
     if sv.get("state"):
         out.write(sv["state"] + "\n")
     elif sv.get("metrics") == "off":
@@ -149,11 +158,18 @@ def print_summary(r: dict, out, marked: bool = True) -> None:
                   " ".join(f"{i + 1}:{a:.2f}" for i, a in enumerate(sv["per_position_acceptance"])) + "\n")
     if "baseline" in r:
         b = r["baseline"]
-        out.write(f"baseline {b['server']['url']}: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "
-                  f"speedup {r['speedup']:.2f}x\n" if r["speedup"] else "baseline: no tokens\n")
+        line = f"baseline {b['server']['url']}: {b['stats']['tokens']} tokens, {_tps(b['stats'])}; "
+        if r["speedup"] is not None:
+            line += f"speedup {r['speedup']:.2f}x ({speed.SAID[r['speedup_basis']]})"
+        else:
+            line += f"no speedup: {r['speedup_withheld'] or 'the baseline gave no rate'}"
+        out.write(line + "\n")
+        if r["prompt_caches"]:
+            out.write(r["prompt_caches"] + "\n")
         if "identical_to_baseline" in r:
             out.write(f"greedy text identical to the baseline server's: {'yes' if r['identical_to_baseline'] else 'no'}\n")
     if marked:  # the legend only when the text above shows a group
-        rebuilt = " (rebuilt from llama.cpp's running draft counters)" if sv.get("steps_from") == steps.COUNTERS else ""
+        rebuilt = (" (rebuilt from llama.cpp's running draft counters)" if sv.get("steps_from") == steps.COUNTERS
+                   else "")
         out.write(f"groups: ⟨…⟩ (or underlined) = several tokens from one target pass{rebuilt} (kept drafts + its "
                   "own token); servers do not say which drafts they rejected\n")

@@ -20,7 +20,8 @@ import gradio as gr
 
 from ..core.errors import SpecvizError
 from ..render.status import MB, count, megabytes, status_html
-from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures
+from ..serving.speed import DECODE, compare
 from ..serving.state import explain
 from . import uploads
 from .following import follow
@@ -137,7 +138,9 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
 def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> list:
     """status, headline, two panels, three charts (gr.skip() unless `charts`), summary."""
     figures = serving_figures(spec, base) if charts else (gr.skip(),) * 3
-    summary = {"state": state, "message": message, "ahead": ahead, "speedup": speedup(spec, base),
+    c = compare(spec, base)
+    summary = {"state": state, "message": message, "ahead": ahead, "speedup": c.speedup,
+               "speedup_basis": c.basis, "speedup_withheld": c.withheld, "prompt_caches": c.cache,
                "speculative": run_dict(spec), "baseline": run_dict(base)}
     return [status_html(message, state), headline_html(spec, base),
             groups_html(spec, "Speculative server", WAITING if spec is None else "No text yet.", run_note(spec)),
@@ -270,11 +273,23 @@ class ServingRuns:
 def _done(spec, base) -> str:
     if spec is None:
         return "Done: the server sent nothing back."
-    message = f"Done: {count(spec.tokens, 'token')} at {rate(spec):.1f} tok/s"
+    message = f"Done: {count(spec.tokens, 'token')} at {_tps(spec)}"
     if base is not None:
-        x = speedup(spec, base)
-        message += f"; plain server {rate(base):.1f} tok/s" + ("" if x is None else f", speedup {x:.2f}×")
+        c = compare(spec, base)
+        message += f"; plain server {_tps(base)}"
+        if c.speedup is not None:
+            message += f", speedup {c.speedup:.2f}× ({'decode only' if c.basis == DECODE else 'end to end'})"
+        elif c.withheld:
+            message += f"; no speedup: {c.withheld}"
+        if c.cache:
+            message += f"; {c.cache}"
     return message + "."
+
+
+def _tps(run) -> str:
+    if run.decode_tokens_per_s:
+        return f"{run.decode_tokens_per_s:.1f} tok/s decoding"
+    return f"{rate(run):.1f} tok/s"
 
 
 def wire(c: Controls, runs: ServingRuns, session, controls: dict, handlers, queued: dict) -> None:
