@@ -33,8 +33,9 @@ FLAGS = {
     "sglang": "start SGLang with --speculative-algorithm (e.g. EAGLE with --speculative-draft-model-path)",
 }
 NGRAM = ("an n-gram drafter drafts only when the text repeats a long enough piece of what came before "
-         "(llama.cpp's ngram-simple needs a 12-token match by default), so a short chat may draft nothing: "
-         "try a prompt that copies text, or a shorter match (--spec-ngram-size-n)")
+         "(llama.cpp's ngram-simple needs a 12-token match by default, ngram-mod 24), so a short chat may draft "
+         "nothing: try a prompt that copies text, or a shorter match (--spec-ngram-simple-size-n, "
+         "--spec-ngram-mod-n-match)")
 
 
 @dataclass(frozen=True)

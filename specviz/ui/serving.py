@@ -77,7 +77,8 @@ def ready(policy: Policy) -> str:
         return "Ready: press Run to stream the prompt above from the server."
     if policy.hosted:
         return "This app has no serving engine: its operator names one with python app.py --server URL."
-    return ("Start a server (scripts/serve-vllm.sh --spec ngram, or --spec suffix for suffix decoding), "
+    return ("Start a server (on a CPU, llama-server --metrics --spec-type ngram-mod; on a GPU, "
+            "scripts/serve-vllm.sh --spec ngram, or --spec suffix for suffix decoding: docs/serving.md), "
             "put its URL above and press Run.")
 
 
