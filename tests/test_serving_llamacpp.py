@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import threading
 import time
 import types
 from html import unescape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -303,3 +305,11 @@ def test_the_server_bench_takes_decode_rates_when_every_run_has_one():
     out = io.StringIO()
     bench_server.print_table([row], out)
     assert "end to end" in out.getvalue()
+
+
+def test_serve_llamacpp_refuses_bad_arguments_before_building_anything():
+    script = str(Path(__file__).resolve().parents[1] / "scripts" / "serve-llamacpp.sh")
+    for args, words in ((["--spec", "eagle"], "--spec must be"), (["--port", "x"], "--port must be a number"),
+                        (["--spec", "draft"], "--spec draft needs --draft GGUF")):
+        r = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and words in r.stderr
