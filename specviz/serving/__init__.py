@@ -5,6 +5,9 @@ records.py          one request as plain records (chunks, the engine's spec stat
 client.py           one streamed completion: text chunk by chunk, timings, the engine's fields
 urls.py             the one server-URL check (http(s) with a host) and the one loopback test
 engines.py          reading vLLM / SGLang / llama.cpp per-request fields into records
+steps.py            a stream cut into engine steps (a vLLM/SGLang chunk; llama.cpp's tokens by its counters)
+state.py            why a run shows no drafting, for the engine in front of us (/metrics, llama.cpp's /slots)
+speed.py            fair speed: decode-only rates where the engine gives them, speedups withheld when meaningless
 prometheus.py       the server-wide `/metrics` counters, and their change over a run
 generate_command.py `python -m specviz generate --server URL [--baseline-server URL2]`
 bench_server.py     `python -m specviz bench --server URL --baseline-server URL2`

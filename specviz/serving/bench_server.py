@@ -2,7 +2,8 @@
 
 One request at a time (the load sweep is where concurrency goes), the two servers taking turns
 prompt by prompt and the order alternating, so drift on a shared machine hits both arms alike.
-Per category: median tokens/s of each arm, their ratio, alpha and tau from the engine's own
+Per category: median tokens/s of each arm (decode-only where the engine reports it for every run,
+as llama.cpp does, else end to end), their ratio, alpha and tau from the engine's own
 per-request fields, and for greedy runs how many texts matched the plain server's.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ def run_suite(prompts, server: str, baseline: str, *, model: str | None, max_tok
                 s = r.spec
                 runs.append({"prompt": p.id, "category": p.category, "repeat": rep, "arm": arm, "text": r.text,
                              "tokens": r.tokens, "tokens_per_s": r.tokens_per_s, "ttft_s": r.ttft_s,
+                             "decode_tokens_per_s": r.decode_tokens_per_s,
                              "drafted": s.drafted if s else 0, "accepted": s.accepted if s else 0,
                              "steps": (s.steps or 0) if s else 0, "error": r.error})
                 if progress is not None:
@@ -50,11 +52,14 @@ def summarise(runs: list[dict], greedy: bool) -> list[dict]:
         mine = [r for r in runs if category in ("all", r["category"])]
         spec = [r for r in mine if r["arm"] == "spec"]
         base = [r for r in mine if r["arm"] == "base"]
-        s_tps = statistics.median(r["tokens_per_s"] for r in spec)
-        b_tps = statistics.median(r["tokens_per_s"] for r in base)
+        # decode-only rates where the engine gives them for every run (llama.cpp), else end to end
+        key = "decode_tokens_per_s" if all(r.get("decode_tokens_per_s") for r in mine) else "tokens_per_s"
+        s_tps = statistics.median(r[key] for r in spec)
+        b_tps = statistics.median(r[key] for r in base)
         drafted, accepted, steps = (sum(r[k] for r in spec) for k in ("drafted", "accepted", "steps"))
         row = {"category": category, "prompts": len({r["prompt"] for r in mine}), "spec_tokens_per_s": s_tps,
                "plain_tokens_per_s": b_tps, "speedup": s_tps / b_tps if b_tps else None,
+               "rate": "decode" if key == "decode_tokens_per_s" else "end-to-end",
                "acceptance_rate": accepted / drafted if drafted else None,
                "mean_accepted_length": 1 + accepted / steps if steps else None}
         if greedy:
@@ -78,6 +83,11 @@ def print_table(rows: list[dict], out=sys.stdout) -> None:
         if "identical" in r:
             cells.append(r["identical"])
         out.write(" | ".join(cells) + "\n")
+    rates = {r["rate"] for r in rows}
+    out.write("tokens/s: " + ("decode only, from the engines' own timings (prompt processing left out)"
+                              if rates == {"decode"} else "end to end, request sent to stream closed "
+                              "(prompt processing included)" if rates == {"end-to-end"} else
+                              "decode only where every run gave it, else end to end") + "\n")
 
 
 def main(args, prompts, progress=None) -> int:

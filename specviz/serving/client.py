@@ -93,6 +93,8 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
 def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, stop) -> None:
     """Server-sent events: one `data: {json}` line per chunk, `data: [DONE]` at the end."""
     counted = 0  # completion tokens the usage so far accounts for
+    predicted = 0  # llama.cpp: tokens its running timings.predicted_n so far accounts for
+    untimed = False  # has a chunk with text but no timings come since that count?
     timings = []  # llama.cpp: each chunk's running draft counters
     for raw in response:
         line = raw.decode("utf-8", "replace").strip()
@@ -112,22 +114,35 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
             piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
             text += piece or ""
             finish = choice.get("finish_reason") or finish
-        tokens = None
+        tokens, drafts = None, None
+        timed = event.get("timings") if isinstance(event.get("timings"), dict) else None
         if usage.get("completion_tokens") is not None:
             tokens = int(usage["completion_tokens"]) - counted
             counted = int(usage["completion_tokens"])
             run.completion_tokens = counted
+        if timed is not None:  # llama.cpp (with timings_per_token, on every chunk)
+            run.engine, run.timings = "llama.cpp", timed
+            drafts = engines.llamacpp_counters(timed)
+            if isinstance(timed.get("predicted_n"), int) and timed["predicted_n"] >= predicted:
+                # one chunk per token, but a token ending inside a UTF-8 character is held back
+                # and goes out with the next: the running count says how many a chunk holds
+                # (unless a chunk without timings came between: then it is not known)
+                if tokens is None and not untimed:
+                    tokens = timed["predicted_n"] - predicted
+                predicted, untimed = timed["predicted_n"], False
+        elif text:
+            untimed = True
         if usage.get("prompt_tokens") is not None:
             run.prompt_tokens = int(usage["prompt_tokens"])
         if event.get("choices") and (text or tokens):
-            run.chunks.append(Chunk(t=t, text=text, tokens=tokens))
+            run.chunks.append(Chunk(t=t, text=text, tokens=tokens, drafts=drafts))
             run.text += text
         run.finish_reason = finish or run.finish_reason
         spec, raw = engines.read_spec(event)
         if spec is not None:
-            run.spec, run.raw_metrics = spec, raw
-        if isinstance(event.get("timings"), dict):
-            timings.append(event["timings"])
+            run.spec, run.raw_metrics, run.engine = spec, raw, spec.engine
+        if timed is not None:
+            timings.append(timed)
         if on_chunk is not None:
             on_chunk(run)
         if stop is not None and stop():

@@ -26,8 +26,9 @@ SGLang  `meta_info` of the native /generate response; on /v1/chat/completions on
     spec_accepted_tokens / spec_acceptance_histogram counted in the scheduler's output
     processor. Totals and a histogram; the drafted count is nominal (steps x k).
 llama.cpp  `timings` of the response (/completion, /v1/completions, /v1/chat/completions, and the
-    final stream chunk), from result_timings::to_json (tools/server/server-task.cpp), which
-    adds draft_n / draft_n_accepted only when draft_n > 0. Totals only, no step count.
+    final stream chunk; every chunk with `timings_per_token`), from server_slot_stats::to_json
+    (tools/server/server-common.cpp; result_timings in server-task.cpp before), which adds
+    draft_n / draft_n_accepted only when draft_n > 0. Totals only, no step count.
 
 What no engine tells: which drafted token was rejected, or what the rejected drafts were (no
 engine returns draft token ids), or the draft and target probabilities behind a verdict. So a
@@ -210,10 +211,16 @@ def _llamacpp_totals(timings: dict) -> tuple[int, int]:
     return drafted, accepted
 
 
+def llamacpp_counters(timings: dict) -> tuple[int, int]:
+    """A llama.cpp chunk's running (draft_n, draft_n_accepted): (0, 0) while nothing has been
+    drafted, since to_json leaves both out until then."""
+    return _llamacpp_totals(timings) if any(key in timings for key in LLAMACPP_KEYS) else (0, 0)
+
+
 def llamacpp_spec(timings: dict) -> SpecStats | None:
     """llama.cpp server's per-request `timings.draft_n` / `draft_n_accepted` (None when absent).
 
-    result_timings::to_json (tools/server/server-task.cpp) adds both only when draft_n > 0, so a
+    server_slot_stats::to_json (tools/server/server-common.cpp) adds both only when draft_n > 0, so a
     request that drafted nothing looks like one from a server without speculation: None.
       draft_n           draft tokens sent to the target for verification, summed -> drafted
       draft_n_accepted  kept drafts, bonus excluded (server-context.cpp counts
@@ -247,10 +254,8 @@ def llamacpp_spec_from_chunks(timings_seq: Iterable[dict | None]) -> SpecStats |
     for timings in timings_seq:
         if not isinstance(timings, dict):
             continue
-        if any(key in timings for key in LLAMACPP_KEYS):
-            saw_counters, current = True, _llamacpp_totals(timings)
-        else:
-            current = (0, 0)  # to_json leaves both out while nothing has been drafted
+        saw_counters = saw_counters or any(key in timings for key in LLAMACPP_KEYS)
+        current = llamacpp_counters(timings)
         if current == previous:
             continue
         drafted, accepted = current[0] - previous[0], current[1] - previous[1]

@@ -2,8 +2,9 @@
 server sent, headline numbers and plotly charts. Pure functions of the records; no Gradio.
 
 No engine says which drafted token it rejected, so nothing here colours a token by a
-verdict: a streamed chunk is one engine step, drawn as a neutral box, and a step's kept
-drafts are told only where the engine's per-step arrays provably line up with the chunks.
+verdict: an engine step (steps.py: a vLLM/SGLang chunk, or llama.cpp's tokens grouped by its
+running draft counters) is drawn as a neutral box, and a step's kept drafts are told only where
+the engine's counts provably line up with the chunks.
 """
 from __future__ import annotations
 
@@ -16,55 +17,31 @@ from ..render.html import spoken
 from ..render.numbers import MIN_TOKENS, _card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
+from .speed import SAID, compare, rate
+from .steps import ALIGNED, COUNTERS, Step, aligned, steps, text_chunks
 
-NO_VERDICTS = ("Each box is what the server sent together: one engine step. Servers do not say which "
-               "drafted token they rejected, so no token is coloured by a verdict.")
+NO_VERDICTS = "Servers do not say which drafted token they rejected, so no token is coloured by a verdict."
 DETAILED = "vLLM gives them with --per-request-spec-decode-metrics detailed"
-
-
-def text_chunks(run: ServerRun) -> list:
-    """The chunks that carry output (a chat stream opens with a role-only chunk, ends with usage)."""
-    return [c for c in run.chunks if c.text]
-
-
-def aligned(run: ServerRun) -> bool:
-    """Do the per-step arrays name the chunks one to one? Only when their counts are equal:
-    a step that drafted nothing, or a prefill chunk, has no entry, and then no chunk can be
-    matched to a step without guessing."""
-    s = run.spec
-    return bool(s and s.per_step_accepted is not None and s.per_step_drafted is not None
-                and len(s.per_step_accepted) == len(s.per_step_drafted) == len(text_chunks(run)) > 0)
-
-
-def rate(run: ServerRun | None) -> float:
-    """Tokens per second, request sent to stream closed (prefill included); while it streams,
-    to the latest chunk."""
-    if run is None:
-        return 0.0
-    if run.elapsed_s > 0:
-        return run.tokens_per_s
-    last = max((c.t for c in run.chunks), default=0.0)
-    return run.tokens / last if last > 0 else 0.0
+ONE_STEP = "Each box is what the server sent together: one engine step."
+REBUILT = ("Each box is one engine step, rebuilt from the server's running draft counters "
+           "(llama.cpp sends one chunk per token).")
+PER_TOKEN = ("Each box is one token: llama.cpp sends one chunk per token, and this stream carried no running "
+             "timings to group them into steps by (the server ignored timings_per_token).")
+UNDRAFTED = ("Each box is one engine step: llama.cpp sends one chunk per token, and nothing was drafted, so "
+             "every step made one token.")
 
 
 def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str = "") -> str:
-    """A panel with the run's text, one box per chunk. Model text is escaped like any model text."""
-    chunks = text_chunks(run) if run else []
-    s = run.spec if run else None
-    steps = aligned(run) if run else False
+    """A panel with the run's text, one box per engine step. Model text is escaped like any model text."""
+    groups, found = steps(run)
     spans = []
-    for i, c in enumerate(chunks):
-        if steps:
-            a, d = s.per_step_accepted[i], s.per_step_drafted[i]
-            tip = f"step {i + 1}: kept {a} of {d} draft{'' if d == 1 else 's'}"
-        else:
-            held = "" if c.tokens is None else f" · {count(c.tokens, 'token')}"
-            tip = f"chunk {i + 1}{held} · arrived {c.t:.3f} s after the request"
-        classes = "tok tok-step" + (" sv-step-odd" if i % 2 else "") + (" tok-nl" if "\n" in c.text else "")
-        focus = 'role="button" tabindex="0"' if c.text else 'role="img"'  # as render/html.py's tokens
-        said = escape(f"{spoken(c.text)}, {tip}", quote=True)
+    for i, g in enumerate(groups):
+        tip = _tip(i, g, found)
+        classes = "tok tok-step" + (" sv-step-odd" if i % 2 else "") + (" tok-nl" if "\n" in g.text else "")
+        focus = 'role="button" tabindex="0"'  # as render/html.py's tokens
+        said = escape(f"{spoken(g.text)}, {tip}", quote=True)
         spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" {focus} aria-label="{said}" '
-                     f'data-tip="{escape(tip, quote=True)}">{escape(c.text, quote=False)}</span>')
+                     f'data-tip="{escape(tip, quote=True)}">{escape(g.text, quote=False)}</span>')
     if spans:
         body = f'<div class="sv-text" data-run="{escape(title)}">{"".join(spans)}</div>'
     else:
@@ -73,20 +50,38 @@ def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str =
     note_html = f'<span class="sv-panel-note">{escape(note)}</span>' if note else ""
     foot = ""
     if spans:
-        foot = f'<p class="sv-muted sv-step-note">{escape(_foot(s, steps))}</p>'
+        foot = f'<p class="sv-muted sv-step-note">{escape(caption(run, found))}</p>'
     return (f'<section class="sv-panel"><header class="sv-panel-head"><span class="sv-panel-title">'
             f"{escape(title)}</span>{note_html}</header>{body}{foot}</section>")
 
 
-def _foot(s: SpecStats | None, steps: bool) -> str:
+def _tip(i: int, g: Step, found: str) -> str:
+    held = "" if g.tokens is None else f" · {count(g.tokens, 'token')}"
+    if found == COUNTERS:
+        what = "nothing drafted" if not g.drafted else f"kept {g.kept} of {count(g.drafted, 'draft')}"
+        return f"step {i + 1}: {what}{held}"
+    if found == ALIGNED:
+        return f"step {i + 1}: kept {g.kept} of {count(g.drafted, 'draft')}"
+    return f"chunk {i + 1}{held} · arrived {g.t:.3f} s after the request"
+
+
+def caption(run: ServerRun | None, found: str) -> str:
+    """What a box is, for the engine in front of us."""
+    s = run.spec if run else None
+    if found == COUNTERS:
+        if not (s and s.drafted):
+            return UNDRAFTED
+        return f"{REBUILT} {NO_VERDICTS} Hover a box for the drafts its step kept."
+    if run is not None and run.engine == "llama.cpp":
+        return PER_TOKEN
     if s is None:
-        return "Each box is what the server sent together: one engine step."
-    if steps:
-        return NO_VERDICTS + " Hover a box for the drafts its step kept."
+        return ONE_STEP
+    if found == ALIGNED:
+        return f"{ONE_STEP} {NO_VERDICTS} Hover a box for the drafts its step kept."
     if s.per_step_accepted is None:
-        return NO_VERDICTS + f" The engine gave totals only ({DETAILED} per step)."
-    return (NO_VERDICTS + " The engine's per-step counts do not line up with the chunks here (a step that "
-            "drafted nothing has no count), so the boxes are steps without their counts.")
+        return f"{ONE_STEP} {NO_VERDICTS} The engine gave totals only ({DETAILED} per step)."
+    return (f"{ONE_STEP} {NO_VERDICTS} The engine's per-step counts do not line up with the chunks here (a step "
+            "that drafted nothing has no count), so the boxes are steps without their counts.")
 
 
 def run_note(run: ServerRun | None) -> str:
@@ -96,32 +91,43 @@ def run_note(run: ServerRun | None) -> str:
 
 
 def speedup(spec: ServerRun | None, base: ServerRun | None) -> float | None:
-    """Speculative tokens/s over plain tokens/s, once both runs ended with enough tokens to mean it."""
-    if not (spec and base) or spec.error or base.error or not (spec.elapsed_s and base.elapsed_s):
-        return None
-    if min(spec.tokens, base.tokens) < MIN_TOKENS or rate(base) <= 0:
-        return None
-    return rate(spec) / rate(base)
+    """Speculative over plain tokens/s, once both runs ended with enough tokens to mean it (speed.compare)."""
+    return compare(spec, base).speedup
+
+
+def _tps(run: ServerRun) -> tuple[str, str]:
+    """(value, what it is) for a run's tokens/s card: decode-only when the engine says, else end to end."""
+    if run.decode_tokens_per_s:
+        return f"{run.decode_tokens_per_s:.1f}", "decode only, the engine's own timing (prompt processing left out)"
+    return f"{rate(run):.1f}", "request sent to stream closed, prompt processing included"
 
 
 def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
     if spec is None or not spec.chunks:
         return ""
-    s, x = spec.spec, speedup(spec, base)
+    s, c = spec.spec, compare(spec, base)
+    x = c.speedup
     tau = s.mean_accepted_length if s else None
     ttft = spec.ttft_s
+    if x is not None:
+        said = f"{SAID[c.basis]}: speculative / plain"
+    elif c.withheld:
+        said = f"not shown: {c.withheld}"
+    else:
+        said = f"tokens/s of the speculative server / the plain one, once both runs finished with {MIN_TOKENS} tokens"
+    if c.cache:
+        said += f"; {c.cache}"
+    spec_tps, spec_said = _tps(spec)
+    base_tps, base_said = _tps(base) if base is not None and base.chunks else ("—", "")
     cards = [
-        _card("measured speedup", "—" if x is None else f"{x:.2f}×",
-              "tokens/s of the speculative server / tokens/s of the plain one (request sent to stream closed, "
-              f"prefill included); shown once both runs finished with {MIN_TOKENS} tokens or more", "speedup"),
+        _card("measured speedup", "—" if x is None else f"{x:.2f}×", said, "speedup"),
         _card("α acceptance rate", "—" if s is None else f"{s.acceptance_rate:.2f}",
               "accepted draft tokens / drafted tokens, from the engine's own per-request fields", "alpha"),
         _card("τ tokens per step", "—" if tau is None else f"{tau:.2f}",
               "kept drafts plus the target's own token, per verify step that drafted", "tau"),
-        _card("tokens/s speculative", f"{rate(spec):.1f}", "request sent to stream closed, prefill included",
-              "spec-tps"),
-        _card("tokens/s plain", "—" if base is None or not base.chunks else f"{rate(base):.1f}",
-              "the baseline server, same prompt and settings", "base-tps"),
+        _card("tokens/s speculative", spec_tps, spec_said, "spec-tps"),
+        _card("tokens/s plain", base_tps, "the baseline server, same prompt and settings" +
+              (f"; {base_said}" if base_said else ""), "base-tps"),
         _card("time to first token", "—" if ttft is None else f"{ttft * 1000:.0f} ms",
               "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
                                                       else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),
@@ -188,6 +194,7 @@ def run_dict(run: ServerRun | None) -> dict | None:
     return {"url": run.url, "model": run.model, "text": run.text, "error": run.error,
             "finish_reason": run.finish_reason, "prompt_tokens": run.prompt_tokens, "tokens": run.tokens,
             "elapsed_s": run.elapsed_s, "tokens_per_s": rate(run), "ttft_s": run.ttft_s,
-            "inter_token_s": run.inter_token_s, "steps_aligned": aligned(run),
+            "inter_token_s": run.inter_token_s, "steps_aligned": aligned(run), "steps_from": steps(run)[1],
+            "engine": run.engine, "decode_tokens_per_s": run.decode_tokens_per_s,
             "chunks": [[c.t, c.text, c.tokens] for c in run.chunks],
             "spec": run.spec.to_dict() if run.spec else None}

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..core.errors import SpecvizError
-from . import client, prometheus
+from . import client, prometheus, speed, state, steps
 from .records import ServerRun
 from .urls import check_url
 
@@ -56,6 +56,7 @@ def stats(r: ServerRun) -> dict:
     return {"tokens": r.tokens, "steps": s.steps if s else None, "drafted": s.drafted if s else 0,
             "accepted": s.accepted if s else 0, "acceptance_rate": s.acceptance_rate if s else None,
             "mean_accepted_length": s.mean_accepted_length if s else None, "tokens_per_s": r.tokens_per_s,
+            "decode_tokens_per_s": r.decode_tokens_per_s, "prompt_cache": r.prompt_cache,
             "ttft_s": r.ttft_s, "inter_token_s": r.inter_token_s, "elapsed_s": r.elapsed_s}
 
 
@@ -67,7 +68,7 @@ def result(args, spec: ServerRun, delta: dict | None, base: ServerRun | None) ->
                    "chat": args.chat is not False},
         "stats": stats(spec),
         "server": {
-            "url": spec.url, "model": spec.model, "engine": s.engine if s else None,
+            "url": spec.url, "model": spec.model, "engine": s.engine if s else spec.engine,
             "finish_reason": spec.finish_reason, "error": spec.error,
             "per_step_accepted": list(s.per_step_accepted) if s and s.per_step_accepted is not None else None,
             "per_step_drafted": list(s.per_step_drafted) if s and s.per_step_drafted is not None else None,
@@ -75,13 +76,15 @@ def result(args, spec: ServerRun, delta: dict | None, base: ServerRun | None) ->
                                         else (delta or {}).get("per_position_acceptance")),
             "acceptance_histogram": list(s.histogram) if s and s.histogram is not None else None,
             "chunks": [{"t": c.t, "text": c.text, "tokens": c.tokens} for c in spec.chunks],
-            "raw": spec.raw_metrics, "metrics_delta": delta,
+            "raw": spec.raw_metrics, "metrics_delta": delta, "steps_from": steps.steps(spec)[1],
         },
     }
     if base is not None:
         out["baseline"] = {"text": base.text, "tokens_per_s": base.tokens_per_s, "stats": stats(base),
                            "server": {"url": base.url, "model": base.model, "error": base.error}}
-        out["speedup"] = spec.tokens_per_s / base.tokens_per_s if base.tokens_per_s else None
+        c = speed.compare(spec, base)
+        out |= {"speedup": c.speedup, "speedup_basis": c.basis, "speedup_withheld": c.withheld,
+                "prompt_caches": c.cache}
         if args.temperature == 0 and not spec.error and not base.error:
             out["identical_to_baseline"] = spec.text == base.text
     return out
@@ -98,26 +101,45 @@ def main(args) -> int:
         if base.error and not base.chunks:
             raise SpecvizError(base.error)
     out = result(args, spec, delta, base)
+    found = None
+    if spec.spec is None or not spec.spec.drafted or delta is None:
+        found = state.probe(args.server)
+    out["server"]["state"] = state.explain(spec, found)
+    out["server"]["metrics"] = found.metrics if found else "ok"
     if args.json:
         print(json.dumps(out))
     else:
-        print_groups(spec, sys.stdout)
-        print_summary(out, sys.stdout)
+        marked = print_groups(spec, sys.stdout)
+        print_summary(out, sys.stdout, marked)
     return 1 if spec.error or (base is not None and base.error) else 0
 
 
-def print_groups(r: ServerRun, out) -> None:
+def _tps(st: dict) -> str:
+    if st.get("decode_tokens_per_s"):
+        return f"{st['decode_tokens_per_s']:.1f} tokens/s decoding ({st['tokens_per_s']:.1f} end to end)"
+    return f"{st['tokens_per_s']:.1f} tokens/s end to end"
+
+
+def print_groups(r: ServerRun, out) -> bool:
+    """The text with each step that made several tokens marked; True when there was one (then
+    the summary explains the marks, and only then)."""
     colour = out.isatty() and "NO_COLOR" not in os.environ
-    for c in r.chunks:
-        several = (c.tokens or 0) > 1
+    groups, found = steps.steps(r)
+    marked = False
+    for g in groups:
+        # a llama.cpp step that drafted nothing is one token, even when a held-back UTF-8 piece
+        # made its chunk carry two
+        several = bool(g.kept) if found == steps.COUNTERS else (g.tokens or 0) > 1
+        marked = marked or several
         if several:
-            out.write(f"{GROUP}{c.text}{RESET}" if colour else f"⟨{c.text}⟩")
+            out.write(f"{GROUP}{g.text}{RESET}" if colour else f"⟨{g.text}⟩")
         else:
-            out.write(c.text)
+            out.write(g.text)
     out.write("\n\n")
+    return marked
 
 
-def print_summary(r: dict, out) -> None:
+def print_summary(r: dict, out, marked: bool = True) -> None:
     st, sv = r["stats"], r["server"]
     if sv["error"]:
         out.write(f"stopped early: {sv['error']}\n")
@@ -125,15 +147,29 @@ def print_summary(r: dict, out) -> None:
     if st["acceptance_rate"] is not None:
         line += (f", {st['steps']} steps that drafted; alpha {st['acceptance_rate']:.2f}, "
                  f"tau {st['mean_accepted_length'] or float('nan'):.2f}")
-    out.write(line + f", {st['tokens_per_s']:.1f} tokens/s, first token after {1000 * (st['ttft_s'] or 0):.0f} ms\n")
+    out.write(line + f", {_tps(st)}, first token after {1000 * (st['ttft_s'] or 0):.0f} ms\n")
+    if sv.get("state"):
+        out.write(sv["state"] + "\n")
+    elif sv.get("metrics") == "off":
+        out.write(f"{sv['url']}/metrics is off, so there are no server-wide counters"
+                  + (": start llama-server with --metrics\n" if sv["engine"] == "llama.cpp" else "\n"))
     if sv["per_position_acceptance"]:
         out.write("acceptance by draft position: " +
                   " ".join(f"{i + 1}:{a:.2f}" for i, a in enumerate(sv["per_position_acceptance"])) + "\n")
     if "baseline" in r:
         b = r["baseline"]
-        out.write(f"baseline {b['server']['url']}: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "
-                  f"speedup {r['speedup']:.2f}x\n" if r["speedup"] else "baseline: no tokens\n")
+        line = f"baseline {b['server']['url']}: {b['stats']['tokens']} tokens, {_tps(b['stats'])}; "
+        if r["speedup"] is not None:
+            line += f"speedup {r['speedup']:.2f}x ({speed.SAID[r['speedup_basis']]})"
+        else:
+            line += f"no speedup: {r['speedup_withheld'] or 'the baseline gave no rate'}"
+        out.write(line + "\n")
+        if r["prompt_caches"]:
+            out.write(r["prompt_caches"] + "\n")
         if "identical_to_baseline" in r:
             out.write(f"greedy text identical to the baseline server's: {'yes' if r['identical_to_baseline'] else 'no'}\n")
-    out.write("groups: ⟨…⟩ (or underlined) = several tokens from one target pass (kept drafts + its own token); "
-              "servers do not say which drafts they rejected\n")
+    if marked:  # the legend only when the text above shows a group
+        rebuilt = (" (rebuilt from llama.cpp's running draft counters)" if sv.get("steps_from") == steps.COUNTERS
+                   else "")
+        out.write(f"groups: ⟨…⟩ (or underlined) = several tokens from one target pass{rebuilt} (kept drafts + its "
+                  "own token); servers do not say which drafts they rejected\n")

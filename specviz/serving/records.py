@@ -15,13 +15,17 @@ from dataclasses import asdict, dataclass, field
 class Chunk:
     """One streamed piece of output: what the server sent together, and when it arrived.
 
-    vLLM sends one chunk per engine step, so with speculation a chunk holds the step's kept
-    drafts and the target's own token. `tokens` is how many tokens it holds when the server
+    vLLM and SGLang send one chunk per engine step, so with speculation a chunk holds the step's
+    kept drafts and the target's own token; llama.cpp sends one chunk per token, and its steps
+    are rebuilt from `drafts` (steps.py). `tokens` is how many tokens it holds when the server
     says (None: unknown, e.g. an engine that reports no per-chunk count)."""
 
     t: float  # seconds from sending the request to receiving this chunk
     text: str
     tokens: int | None = None
+    # llama.cpp with timings_per_token: the request's running (draft_n, draft_n_accepted) as this
+    # chunk left the server ((0, 0) before anything was drafted); None: the chunk carried no timings
+    drafts: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,25 @@ class ServerRun:
     spec: SpecStats | None = None
     raw_metrics: dict = field(default_factory=dict)  # the engine's per-request fields, as sent
     error: str | None = None  # a failed request keeps what arrived before the failure
+    engine: str | None = None  # "vllm", "sglang", "llama.cpp" when the stream says; None: unknown
+    timings: dict | None = None  # llama.cpp: the latest `timings` object, as sent
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """The engine's own decode-only rate (prompt processing excluded): llama.cpp's
+        timings.predicted_per_second. None when the engine gives none (vLLM, SGLang)."""
+        value = (self.timings or {}).get("predicted_per_second")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+    @property
+    def prompt_cache(self) -> tuple[int, int] | None:
+        """llama.cpp: (prompt tokens reused from its cache, prompt tokens processed), from
+        timings.cache_n / prompt_n; None when the engine does not say."""
+        t = self.timings or {}
+        cached, processed = t.get("cache_n"), t.get("prompt_n")
+        if isinstance(cached, (int, float)) and isinstance(processed, (int, float)):
+            return int(cached), int(processed)
+        return None
 
     @property
     def ttft_s(self) -> float | None:

@@ -20,7 +20,9 @@ import gradio as gr
 
 from ..core.errors import SpecvizError
 from ..render.status import MB, count, megabytes, status_html
-from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures, speedup
+from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures
+from ..serving.speed import DECODE, compare
+from ..serving.state import explain
 from . import uploads
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
@@ -48,10 +50,11 @@ def default_backend():
     try:
         from ..serving.client import stream_completion
         from ..serving.load_report import load_figure, read_json as read_result
+        from ..serving.state import probe
     except ImportError as e:
         raise SpecvizError(f"this specviz has no serving client ({e})") from None
     return types.SimpleNamespace(stream_completion=stream_completion, read_result=read_result,
-                                 load_figure=load_figure)
+                                 load_figure=load_figure, probe=probe)
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def ready(policy: Policy) -> str:
         return "Ready: press Run to stream the prompt above from the server."
     if policy.hosted:
         return "This app has no serving engine: its operator names one with python app.py --server URL."
-    return ("Start a server (scripts/serve-vllm.sh --spec ngram, or --spec suffix for suffix decoding), "
+    return ("Start a server (on a CPU, llama-server --metrics --spec-type ngram-mod; on a GPU, "
+            "scripts/serve-vllm.sh --spec ngram, or --spec suffix for suffix decoding: docs/serving.md), "
             "put its URL above and press Run.")
 
 
@@ -135,7 +139,9 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
 def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> list:
     """status, headline, two panels, three charts (gr.skip() unless `charts`), summary."""
     figures = serving_figures(spec, base) if charts else (gr.skip(),) * 3
-    summary = {"state": state, "message": message, "ahead": ahead, "speedup": speedup(spec, base),
+    c = compare(spec, base)
+    summary = {"state": state, "message": message, "ahead": ahead, "speedup": c.speedup,
+               "speedup_basis": c.basis, "speedup_withheld": c.withheld, "prompt_caches": c.cache,
                "speculative": run_dict(spec), "baseline": run_dict(base)}
     return [status_html(message, state), headline_html(spec, base),
             groups_html(spec, "Speculative server", WAITING if spec is None else "No text yet.", run_note(spec)),
@@ -215,7 +221,21 @@ class ServingRuns:
                 # Its share of the time limit is up; the other server still gets its own share.
                 notes.append(f" The {role} request stopped at this app's time limit ({seconds:g} s a request) "
                              f"after {made}.")
+            elif i == 0:
+                said = self._state(url, runs[0])
+                notes.append(f" {said}" if said else "")
         yield values(_done(*runs) + "".join(notes), "done", *runs)
+
+    def _state(self, url: str, run) -> str | None:
+        """Why the speculative run shows no drafting, for the engine in front of us (None: it drafted)."""
+        if run is None or (run.spec is not None and run.spec.drafted):
+            return None
+        look = getattr(self.backend, "probe", None)  # a test's fake backend may have none
+        try:
+            found = look(url) if look is not None else None
+        except Exception:  # the run is done; a failed look only loses the detail
+            found = None
+        return explain(run, found)
 
     def show_path(self, path):
         """The load sweep in a file named by path (any when visitors are trusted; hosted: the operator's)."""
@@ -254,14 +274,23 @@ class ServingRuns:
 def _done(spec, base) -> str:
     if spec is None:
         return "Done: the server sent nothing back."
-    message = f"Done: {count(spec.tokens, 'token')} at {rate(spec):.1f} tok/s"
+    message = f"Done: {count(spec.tokens, 'token')} at {_tps(spec)}"
     if base is not None:
-        x = speedup(spec, base)
-        message += f"; plain server {rate(base):.1f} tok/s" + ("" if x is None else f", speedup {x:.2f}×")
-    if spec.spec is None and spec.elapsed_s > 0:  # the stream closed (a cut one never got its fields)
-        message += (". The server sent no speculation fields: is speculation on? (vLLM: --speculative-config, "
-                    "and --per-request-spec-decode-metrics for per-request counts)")
+        c = compare(spec, base)
+        message += f"; plain server {_tps(base)}"
+        if c.speedup is not None:
+            message += f", speedup {c.speedup:.2f}× ({'decode only' if c.basis == DECODE else 'end to end'})"
+        elif c.withheld:
+            message += f"; no speedup: {c.withheld}"
+        if c.cache:
+            message += f"; {c.cache}"
     return message + "."
+
+
+def _tps(run) -> str:
+    if run.decode_tokens_per_s:
+        return f"{run.decode_tokens_per_s:.1f} tok/s decoding"
+    return f"{rate(run):.1f} tok/s"
 
 
 def wire(c: Controls, runs: ServingRuns, session, controls: dict, handlers, queued: dict) -> None:
