@@ -99,6 +99,11 @@ class RunRecord:
     threads: int = 0  # torch's thread count for this run (the bench may change it between prompts)
 
     @property
+    def verified(self) -> int:
+        """Draft tokens the target verified: candidates, or drafted in records made before they were counted."""
+        return self.candidates or self.drafted
+
+    @property
     def tokens(self) -> int:
         return len(self.token_ids)
 

@@ -62,12 +62,12 @@ class Costs:
 
     def c(self, records: list[RunRecord]) -> float:
         """Drafting cost per candidate (a tree's every node), in target forwards."""
-        drafted = sum(r.candidates or r.drafted for r in records)
+        drafted = sum(r.verified for r in records)
         return self.drafting(records) / drafted if drafted else 0.0
 
     def predicted(self, records: list[RunRecord]) -> float:
         """Step-model speedup: tokens / sum over runs of their predicted cost."""
-        cost = sum(m.predicted_cost(r.draft_lengths, m.cost_ratio(r.draft_time, r.candidates or r.drafted, self.t1(r.prompt_id)),
+        cost = sum(m.predicted_cost(r.draft_lengths, m.cost_ratio(r.draft_time, r.verified, self.t1(r.prompt_id)),
                                     self.v[r.prompt_id]) for r in records)
         return sum(r.tokens for r in records) / cost if cost > 0 else 0.0
 
@@ -154,7 +154,7 @@ def _candidates_per_step(recs: list[RunRecord]) -> float:
     """Draft tokens the target verified per step: a chain's length, a tree's nodes (alpha counts
     only the branch the target walked)."""
     steps = sum(r.steps for r in recs)
-    return sum(r.candidates or r.drafted for r in recs) / steps if steps else 0.0
+    return sum(r.verified for r in recs) / steps if steps else 0.0
 
 
 def _prompt_entry(arm: Arm, row: PromptRow, base: PromptRow, greedy: bool, costs: Costs) -> dict:

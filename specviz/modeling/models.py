@@ -215,8 +215,9 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
 
     from .forward import transformers_problem
 
-    if transformers_problem():  # before a download of gigabytes it could not use
-        raise SpecvizError(transformers_problem())
+    too_old = transformers_problem()
+    if too_old:  # before a download of gigabytes it could not use
+        raise SpecvizError(too_old)
     if not trust_remote_code:
         # transformers fetches "hub kernels" (code from the Hub) for some layers on CUDA when the
         # kernels package is installed: code run without asking, and offline a ValueError per load

@@ -58,7 +58,7 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     speedup = s.tokens_per_s / b.tokens_per_s if timing == "measured" and b.tokens_per_s > 0 else None
     # What drafting cost scales with: a chain's drafts, every node of a tree (alpha counts only
     # the branch the target walked, so that a tree's alpha compares with a chain's).
-    k = (s.candidates or s.drafted) / s.steps if s.steps else 0.0
+    k = s.candidates / s.steps if s.steps else 0.0  # Trace.stats counts them for older traces too
     base_step = b.verify_time / b.steps if b.steps else 0.0  # the baseline's time per token
     c = None
     if k > 0 and base_step > 0:
