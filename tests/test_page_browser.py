@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
@@ -73,8 +72,10 @@ def test_the_step_buttons_sit_above_the_panels_and_wait_for_a_run(browser, url):
 
 class Held:
     """A target whose passes the test can hold: once armed, `n` more passes go through, then
-    each waits until released. The run is still going when the reader picks a step however
-    busy the machine is (a fixed 30 ms a pass was not, once, beside other browser tests)."""
+    each waits until released. Armed before the run starts, so the run is held part-way however
+    busy the machine is (a fixed 30 ms a pass was not, once, beside other browser tests; arming
+    it once the status said "so far" was not either: on a slow CI machine the speculative run
+    had all its 84 steps by then)."""
 
     def __init__(self):
         self.lock, self.going, self.left = threading.Lock(), threading.Event(), None
@@ -96,7 +97,6 @@ class Held:
                 if self.left < 0:
                     self.going.clear()
         assert self.going.wait(HANG / 1000), "the test never released the run"
-        time.sleep(0.01)  # 300 tokens take 4 s or more, so the hold comes long before the end
 
     def stop(self, model) -> None:
         pass
@@ -106,7 +106,10 @@ class Held:
 def held_target(app_models):  # noqa: F811
     from specviz.modeling import forward, models
 
+    from specviz.engine import verify_cost
+
     target = models.load(app_models["target"])  # the app's own copy, from the shared cache
+    verify_cost.curve(target.model)  # measured now, so its passes are not among those counted
     held = Held()
     forward.observe(target.model, held)
     yield held
@@ -117,9 +120,10 @@ def held_target(app_models):  # noqa: F811
 def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(browser, url, held_target):
     page = browser.new_page(viewport=DESKTOP)
     page.goto(url)
+    # The warm-up's few passes and the two prefills, then ~4.5 passes a step (one verify, the baseline
+    # catching up ~3.5 tokens): the run waits at ~12 of its ~85 steps.
+    held_target.hold_after(60)
     run(page, 300)
-    page.wait_for_selector('#sv-status:has-text("so far")', timeout=HANG)  # past the warm-up: steps
-    held_target.hold_after(30)  # ~10 steps more, then the run waits (the baseline alone needs 300 passes)
     head = page.locator("#sv-inspector .sv-inspect-head")
     # while held, the status's heartbeat redraws the inspector with the steps so far
     page.wait_for_function("(document.querySelector('#sv-inspector .sv-inspect-head')?.innerText || '')"
