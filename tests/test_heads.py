@@ -245,10 +245,11 @@ def test_greedy_with_repetition_penalty_matches_too(target, prompts):
 
 
 @pytest.mark.slow  # thousands of sampled runs for a chi-square test
-@pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset", "eagle-subset-bf16"])
+@pytest.mark.parametrize("kind", ["medusa-subset", "eagle-subset-bf16"])
 def test_sampled_tokens_follow_the_target(kind):
     """Chi-square of the first three sampled tokens against the exact joint, with a head
-    whose q is zero on one of the four tokens (the subset drops token 0 and 3)."""
+    whose q is zero on one of the four tokens (the subset drops token 0 and 3). EAGLE's in
+    bf16 only: its float32 sampled trees are checked in test_tree_sampling.py."""
     model = tiny_llama(vocab=4, seed=3)
     with torch.no_grad():
         model.lm_head.weight.mul_(0.3)

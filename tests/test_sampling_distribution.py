@@ -48,14 +48,14 @@ def exact_joint(model, sampling):
     return joint
 
 
-def sample_joint(make_run):
-    return Counter(tuple(collect(make_run(seed))[1].token_ids) for seed in range(N))
+def sample_joint(make_run, n: int = N):
+    return Counter(tuple(collect(make_run(seed))[1].token_ids) for seed in range(n))
 
 
 def assert_matches(counts, joint):
     cells = sorted(joint)
     observed = [counts.get(c, 0) for c in cells]
-    expected = [joint[c] * N for c in cells]
+    expected = [joint[c] * sum(counts.values()) for c in cells]
     # Pool the rare cells so the chi-square approximation holds.
     rare = [i for i, e in enumerate(expected) if e < 5]
     obs = [o for i, o in enumerate(observed) if i not in rare] + [sum(observed[i] for i in rare)]
@@ -84,9 +84,11 @@ def test_first_three_tokens_follow_the_target(small, joint, drafter):
 
 @pytest.mark.slow
 def test_the_check_can_tell_a_wrong_distribution(small, joint):
-    """The same test rejects the drafter's own distribution: it has the power to fail."""
+    """The same test rejects the drafter's own distribution: it has the power to fail, on a third
+    of the draws the tests above take (its power only grows with more)."""
     other = noisy_copy(small, 0.5, seed=11)
     wrong = sample_joint(lambda seed: baseline_generate(
-        other, PROMPT, GenerationConfig(max_new_tokens=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))))
+        other, PROMPT, GenerationConfig(max_new_tokens=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))),
+        N // 3)
     with pytest.raises(AssertionError):
         assert_matches(wrong, joint)
