@@ -24,7 +24,7 @@ from specviz.train.batches import sample_batch
 from specviz.train.data import Corpus, Seq
 from specviz.train.eagle import EagleRecipe
 from specviz.train.medusa import MedusaRecipe
-from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
+from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
 
 KINDS = ["medusa", "medusa-subset", "eagle", "eagle-subset", "eagle-deep"]
 
@@ -255,7 +255,7 @@ def test_sampled_tokens_follow_the_target(kind):
         model.lm_head.weight.mul_(0.3)
     joint = exact_joint(model, SAMPLING)
     counts, drafter = {}, make(kind, model)  # one drafter for every run: begin resets it
-    for seed in range(1000):
+    for seed in range(N):
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
         _, end = collect(speculative_generate(model, drafter, PROMPT, cfg))
         counts[end.token_ids] = counts.get(end.token_ids, 0) + 1

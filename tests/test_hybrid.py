@@ -14,7 +14,7 @@ from specviz.drafters import DraftModel, LayerSkip, PromptLookup
 from specviz.drafters.choose import drafter_label, make_drafter, needs_model
 from specviz.drafters.hybrid import MODEL, Hybrid
 from test_heads import make
-from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
+from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
 
 # A pattern the prompt repeats, then a break: some steps can copy, some cannot.
 REPEATS = [5, 6, 7, 8, 9, 10, 11, 12] * 3 + [40, 41, 5, 6]
@@ -133,7 +133,7 @@ def test_sampled_tokens_follow_the_target():
     joint = exact_joint(model, SAMPLING)
     counts, hybrid = {}, Recorder(make("eagle-subset", model))
     kinds = set()
-    for seed in range(1000):
+    for seed in range(N):
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
         _, end = collect(speculative_generate(model, hybrid, PROMPT, cfg))
         counts[end.token_ids] = counts.get(end.token_ids, 0) + 1

@@ -121,9 +121,9 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     page = browser.new_page(viewport=DESKTOP)
     page.goto(url)
     # The warm-up's few passes and the two prefills, then ~4.5 passes a step (one verify, the baseline
-    # catching up ~3.5 tokens): the run waits at ~12 of its ~85 steps.
+    # catching up ~3.5 tokens): the run waits at ~12 of its ~35 steps.
     held_target.hold_after(60)
-    run(page, 300)
+    run(page, 120)
     head = page.locator("#sv-inspector .sv-inspect-head")
     # while held, the status's heartbeat redraws the inspector with the steps so far
     page.wait_for_function("(document.querySelector('#sv-inspector .sv-inspect-head')?.innerText || '')"

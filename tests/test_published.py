@@ -21,7 +21,7 @@ from specviz import GenerationConfig, Sampling, baseline_generate, collect, spec
 from specviz.core.errors import SpecvizError
 from specviz.core.sampling import Processor
 from specviz.drafters import choose
-from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
+from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
 
 HEADS, KV = 4, 2  # the tiny targets' attention shape, which the heads copy
 LAYOUTS = ["eagle1", "eagle1-safetensors", "eagle1-deep", "eagle3", "medusa", "medusa-legacy"]
@@ -239,7 +239,7 @@ def test_eagle3_sampled_tokens_follow_the_target(tmp_path):
     joint = exact_joint(model, SAMPLING)
     drafter = choose.make_drafter(spec("eagle3", checkpoint("eagle3", model, tmp_path)[0]), loaded(model))
     counts = {}
-    for seed in range(1200):
+    for seed in range(N):
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
         _, end = collect(speculative_generate(model, drafter, PROMPT, cfg))
         counts[end.token_ids] = counts.get(end.token_ids, 0) + 1

@@ -18,7 +18,7 @@ from specviz.drafters.suffix import Suffix
 from specviz.drafters.suffix_index import Occurrence, SuffixIndex, best_match, continuations
 from specviz.drafters.suffix_memory import SuffixMemory, process_memory
 from specviz.engine.generate import warm_up
-from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, exact_joint
+from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
 
 # A prompt whose second half repeats its first: the request's own index has matches.
 REPEATS = [5, 6, 7, 8, 9, 10, 11, 12, 40, 41, 5, 6, 7, 30, 31, 5, 6, 7]
@@ -198,7 +198,7 @@ def test_sampled_tokens_follow_the_target_while_the_memory_grows():
         model.lm_head.weight.mul_(0.3)
     joint, other = exact_joint(model, SAMPLING), noisy_copy(model, 0.5, seed=11)
     memory, counts, spread, paired = SuffixMemory(max_tokens=300), {}, False, set()
-    for seed in range(1000):
+    for seed in range(N):
         drafter = Suffix(memory) if seed % 2 else Hybrid(DraftModel(other), Suffix(memory))
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
         steps, end = collect(speculative_generate(model, drafter, PROMPT, cfg))
