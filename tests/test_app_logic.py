@@ -104,8 +104,10 @@ def test_controls_become_engine_settings():
     cfg = s.config(eos_token_ids=(2,))
     assert cfg.sampling.temperature == 0.8 and cfg.dynamic_k and cfg.eos_token_ids == (2,)
     assert cfg.tree_nodes == 8  # EAGLE/Medusa trees of 2k candidates: k = 4 nodes was a straight line
-    # ... when greedy: sampling, chains paid more than 2k-node trees on the examples (docs/performance.md)
-    assert not cfg.trees and Settings.from_controls(**dict(CONTROLS, mode="greedy")).config().trees
+    # ... when greedy, and sampling up to 0.85 (trees paid more at 0.7, chains at 1.0: docs/performance.md)
+    assert cfg.trees and Settings.from_controls(**dict(CONTROLS, mode="greedy", temperature=1.0)).config().trees
+    assert not Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=1.0)).config().trees
+    assert Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=0.85)).config().trees
     with pytest.raises(SpecvizError, match="whole number"):
         Settings.from_controls(**dict(CONTROLS, k=2.5))
 
@@ -295,6 +297,21 @@ def test_sampling_run_ends_with_the_same_length_and_an_explanation(app_models):
     assert frame.state == "done" and not frame.greedy
     assert len(frame.spec.token_ids) == len(frame.base.token_ids) == 12
     assert frame.spec.text() and all(e.draws is not None for e in frame.spec.steps if e.draft)
+
+
+@pytest.mark.parametrize("temperature, trees", [(0.7, True), (1.0, False)])
+def test_the_app_samples_trees_where_they_paid_and_chains_above(app_models, temperature, trees):  # noqa: F811
+    """The tiny Medusa in the app: sampled at 0.7 its steps are trees (the sibling walk is recorded
+    and the output is the baseline's length), at 1.0 chains."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["medusa"], temperature=temperature,
+                 seed=5, max_new_tokens=16)
+    frame = final(runner.playground(s, Policy(), real_models, never))
+    assert frame.state == "done" and len(frame.spec.token_ids) == len(frame.base.token_ids) == 16
+    drafted = [e for e in frame.spec.steps if e.draft]
+    assert drafted and all((e.tree is not None) == trees for e in drafted), [e.tree for e in drafted]
+    if trees:
+        assert any(len(e.tree.tokens) > s.k for e in drafted)  # the app's 2k-candidate trees, not chains
+        assert all(e.tree.walk for e in drafted)  # each step's sibling walk, for the inspector
 
 
 def test_compare_keeps_going_when_one_drafter_cannot_load(app_models, tmp_path):

@@ -36,8 +36,8 @@ class GenerationConfig:
     # tree of k = 4 nodes is most often a straight line, so the app asks for more (settings.py).
     tree_nodes: int = 0
     # Let a tree drafter propose trees where the engine can verify them (greedy or sampled); False:
-    # chains only. The app samples with chains: on its examples 2k-node trees paid less than chains
-    # when sampling (docs/performance.md, "Trees when sampling"), and the page draws sampled chains.
+    # chains only. The app samples with chains above temperature 0.85, where 2k-node trees paid less
+    # than chains on its examples (docs/performance.md, "Trees when sampling"; ui/settings.py).
     trees: bool = True
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()

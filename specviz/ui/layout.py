@@ -14,7 +14,7 @@ from . import distribution, exactness, hardware, reading, replay, serving
 from .examples import Example, load_examples, note_html
 from .handlers import Handlers, Session, zero_gpu
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
-from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
+from .settings import GREEDY, SAMPLED_TREES_UP_TO, SAMPLING, SAMPLING_TEMPERATURE, Settings
 
 REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
@@ -85,7 +85,9 @@ def _settings(policy: Policy) -> dict:
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
         with gr.Group(visible=not d.greedy) as sampling_group:
             temperature = gr.Slider(0.05, 2.0, value=d.temperature or SAMPLING_TEMPERATURE, step=0.05,
-                                    label="temperature")
+                                    label="temperature", elem_id="sv-temperature",
+                                    info=f"EAGLE and Medusa draft trees up to {SAMPLED_TREES_UP_TO}, chains above: "
+                                         "what paid more on the examples")
             top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
         # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
