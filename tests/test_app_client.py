@@ -69,6 +69,27 @@ def test_stop_ends_the_run_early(client, app_models):
     assert summary["speculative"]["tokens"] < 400
 
 
+def test_a_script_hears_a_long_prefills_progress_while_it_runs(client, app_models, monkeypatch):
+    """docs/app.md's `submit` loop: the summary streams the status, the prefill's chunks
+    counted (chunks of 4 tokens here, each made 0.35 s slower, so the heartbeat sees them)."""
+    import specviz.engine.generate as generate
+    from specviz.ui import runner
+
+    monkeypatch.setattr(generate, "PREFILL_CHUNK", 4)
+    real = runner.speculative_generate
+
+    def slow(*args, on_prefill, **kwargs):
+        return real(*args, on_prefill=lambda done, total: (time.sleep(0.35), on_prefill(done, total)), **kwargs)
+
+    monkeypatch.setattr(runner, "speculative_generate", slow)
+    job = client.submit(**dict(SETTINGS, max_new_tokens=4), prompt=PROMPT, target=app_models["target"],
+                        drafter="prompt lookup", api_name="/generate")
+    said = [(summary["state"], summary["message"]) for *_, summary in job]
+    assert any(state == "running" and "reading the prompt (prefill: " in message and " tokens read, " in message
+               for state, message in said), said
+    assert said[-1][0] == "done"
+
+
 def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, tmp_path):
     missing = generate(client, target_folder=str(tmp_path / "no-such-model"))
     assert missing["state"] == "error" and "does not exist" in missing["message"]

@@ -1,9 +1,9 @@
 """The app below the page: what visitors may ask for, how runs report progress and failure."""
 from __future__ import annotations
 
-import re
 import copy
 import html
+import re
 import sys
 import threading
 import time
@@ -184,6 +184,29 @@ def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_
     firsts = [next(i for i, m in enumerate(messages) if phase in m) for phase in phases]
     assert firsts == sorted(firsts), messages  # in that order, each said
     assert runner.model_name("default") == "SmolLM2-135M (embedded)"  # never "Generating with default"
+
+
+def test_a_long_prefill_says_how_much_of_the_prompt_is_read(app_models, monkeypatch):  # noqa: F811
+    """The engine reads a prompt in chunks; while a slow one is read the status counts them,
+    with a progress bar (here: chunks of 4 tokens, each taking 0.35 s more than it would)."""
+    import specviz.engine.generate as generate
+
+    monkeypatch.setattr(generate, "PREFILL_CHUNK", 4)
+    real = runner.speculative_generate
+
+    def slow(*args, on_prefill, **kwargs):
+        return real(*args, on_prefill=lambda done, total: (time.sleep(0.35), on_prefill(done, total)), **kwargs)
+
+    monkeypatch.setattr(runner, "speculative_generate", slow)
+    s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=4)
+    frames = [(f.message, f.fraction) for f in runner.playground(s, Policy(), real_models, never)]
+    n = len(real_models.encode_prompt(real_models.load(app_models["target"]), PROMPT))
+    reading = [(m, f) for m, f in frames if "reading the prompt (prefill: " in m]
+    assert reading, [m for m, _ in frames]
+    for message, fraction in reading:
+        done = int(re.search(r"prefill: ([\d,]+) of", message).group(1).replace(",", ""))
+        assert f"of {n:,} tokens read, {fraction:.0%})" in message and done % 4 == 0 and fraction == done / n
+    assert frames[-1][0].startswith("Done") and frames[-1][1] is None
 
 
 def test_slow_work_is_counted_in_seconds_while_it_runs():

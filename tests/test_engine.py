@@ -151,6 +151,67 @@ def test_cancel_stops_after_the_current_step(target, prompts):
     assert seen[-1].stats.stop_reason == "cancelled" and len(seen) == 4
 
 
+@pytest.mark.parametrize("drafter", ["pld", "eagle", "medusa"])
+def test_a_long_prompt_is_read_in_chunks_with_the_same_output_and_its_progress_told(target, prompts, monkeypatch,
+                                                                                     drafter):
+    """The prefill reads PREFILL_CHUNK tokens a forward (7 here, on a 40-token prompt): the
+    output is the one-pass prefill's, token for token, for chain and tree drafters that read
+    the prompt's states (their drafts too: the states are the one pass's), and the reader hears
+    each chunk."""
+    import specviz.engine.generate as generate
+    from test_heads import make
+
+    def run(chunk: int):
+        monkeypatch.setattr(generate, "PREFILL_CHUNK", chunk)
+        told = {"spec": [], "base": []}
+        cfg = GenerationConfig(max_new_tokens=20, k=3)
+        spec = PromptLookup() if drafter == "pld" else make(drafter, target)
+        steps, end = collect(speculative_generate(target, spec, prompts[3], cfg,
+                                                  on_prefill=lambda *a: told["spec"].append(a)))
+        _, base = collect(baseline_generate(target, prompts[3], cfg, on_prefill=lambda *a: told["base"].append(a)))
+        assert end.token_ids == base.token_ids
+        return (end.token_ids, [s.draft for s in steps]), told
+
+    whole, told_once = run(10_000)
+    chunked, told = run(7)
+    assert chunked == whole
+    assert told_once["spec"] == [(39, 39)]  # all but the last prompt token: it rides with the first step
+    assert told["spec"] == told["base"] == [(n, 39) for n in (7, 14, 21, 28, 35, 39)]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "qwen3-moe", "mistral"])
+def test_chunked_prefill_on_transformers_caches_too(monkeypatch, family):
+    """Families the fast path does not take (transformers' own cache: chunks too) and a sliding
+    one (its RollbackCache takes the prefill whole): the same tokens and drafts either way."""
+    import specviz.engine.generate as generate
+    from specviz.bench import matrix
+    from specviz.bench.families import tiny_model
+
+    model, ids = tiny_model(family, matrix.VOCAB), matrix.prompt()
+
+    def run(chunk: int):
+        monkeypatch.setattr(generate, "PREFILL_CHUNK", chunk)
+        told = []
+        steps, end = collect(speculative_generate(model, DraftModel(model), ids, GenerationConfig(max_new_tokens=12, k=3),
+                                                  on_prefill=lambda *a: told.append(a)))
+        return end.token_ids, [s.draft for s in steps], len(told)
+
+    whole, chunked = run(10_000), run(9)
+    assert chunked[:2] == whole[:2]
+    assert chunked[2] == (1 if family == "mistral" else 5)  # 39 tokens: chunks of 9, or whole when sliding
+
+
+def test_stop_during_a_long_prefill_ends_the_run_between_chunks(target, prompts, monkeypatch):
+    import specviz.engine.generate as generate
+
+    monkeypatch.setattr(generate, "PREFILL_CHUNK", 8)
+    read = []
+    events = list(speculative_generate(target, PromptLookup(), prompts[3], GenerationConfig(max_new_tokens=10),
+                                       should_stop=lambda: len(read) >= 2, on_prefill=lambda n, _: read.append(n)))
+    assert read == [8, 16] and len(events) == 1  # two chunks of five, then the run's end and nothing else
+    assert events[0].stats.stop_reason == "cancelled" and events[0].token_ids == ()
+
+
 def test_sampling_is_reproducible_per_seed(target, prompts):
     def run(seed):
         cfg = GenerationConfig(max_new_tokens=30, sampling=Sampling(temperature=1.0, top_p=0.95, seed=seed))

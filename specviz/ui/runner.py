@@ -328,19 +328,33 @@ def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, shoul
     yield from _measure_curve(target.model, frame, worker)
     should_stop.start()
     started = clock()
-    steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop),
-                       baseline_generate(target.model, ids, cfg, should_stop))
+    read = {"spec": 0, "base": 0}  # prompt tokens each run's prefill has read (the engine reads in chunks)
+
+    def reading(which: str):
+        return lambda done, _total: read.__setitem__(which, done)
+
+    steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop, on_prefill=reading("spec")),
+                       baseline_generate(target.model, ids, cfg, should_stop, on_prefill=reading("base")))
     labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
     traces = {"spec": frame.spec, "base": frame.base}
+
+    def prefill(which: str) -> str:
+        """"prefill of N tokens", with how far it has read once a long prompt's first chunk is in
+        (all but the prompt's last token, which rides with the first step)."""
+        frame.fraction = read[which] / len(ids) if read[which] else None
+        if not read[which]:
+            return f"prefill of {n}"
+        return f"prefill: {read[which]:,} of {n} read, {frame.fraction:.0%}"
 
     def say(_waited: int = 0) -> str:  # seconds since generation began, not since this wait began
         s = int(clock() - started)
         made = max(len(t.token_ids) for t in traces.values())
-        if not made:  # each run first reads the whole prompt in one target pass
-            return f"Generating with {name}: reading the prompt (prefill of {n})… {s} s"
+        if not made:  # each run first reads the whole prompt
+            return f"Generating with {name}: reading the prompt ({prefill('spec')})… {s} s"
         if not traces["base"].token_ids and not traces["base"].done:  # runs take turns: now the baseline's prefill
             return (f"Generating with {name}: the speculative run has {count(made, 'token')}; the baseline is "
-                    f"reading the prompt (prefill of {n})… {s} s")
+                    f"reading the prompt ({prefill('base')})… {s} s")
+        frame.fraction = None
         return f"Generating with {name}: {count(made, 'token')} so far, {s} s"
 
     frame.message = say()
