@@ -78,8 +78,15 @@ def prompts():
 # Tests against a real vLLM server (tests/test_vllm_server.py) cost minutes: vLLM for CPU installs
 # once (~10 min, 3.5 GB, scripts/serve-vllm.sh --install-only) and each server takes ~3 min to
 # start. They run only when asked: `python -m pytest --vllm -m vllm` (or SPECVIZ_VLLM_TESTS=1).
+# The same for a real llama.cpp server (tests/test_llamacpp_server.py): llama-server builds once
+# (~9 min) and starts in seconds; `python -m pytest --llamacpp -m llamacpp` (or SPECVIZ_LLAMACPP_TESTS=1).
+LANES = {"vllm": "starts real vLLM servers (minutes): run with --vllm -m vllm",
+         "llamacpp": "starts real llama.cpp servers (a first run builds one, ~9 min): run with --llamacpp -m llamacpp"}
+
+
 def pytest_addoption(parser):
     parser.addoption("--vllm", action="store_true", help="run the tests that start real vLLM servers")
+    parser.addoption("--llamacpp", action="store_true", help="run the tests that start real llama.cpp servers")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -90,9 +97,10 @@ def pytest_collection_modifyitems(config, items):
     def rank(item):
         return 0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
     items.sort(key=rank)
-    if config.getoption("--vllm") or os.environ.get("SPECVIZ_VLLM_TESTS") == "1":
-        return
-    skip = pytest.mark.skip(reason="starts real vLLM servers (minutes): run with --vllm -m vllm")
-    for item in items:
-        if "vllm" in item.keywords:
-            item.add_marker(skip)
+    for lane, reason in LANES.items():
+        if config.getoption(f"--{lane}") or os.environ.get(f"SPECVIZ_{lane.upper()}_TESTS") == "1":
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if lane in item.keywords:
+                item.add_marker(skip)

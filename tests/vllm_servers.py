@@ -27,9 +27,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, spec: str):
-        self.port = free_port()
-        self.proc = subprocess.Popen([str(SCRIPT), "--spec", spec, "--port", str(self.port)], cwd=ROOT,
+    """One server started by a serve script, ready once the script prints `banner ... at URL`."""
+
+    def __init__(self, spec: str, script=SCRIPT, banner: str = "vLLM is serving", extra: tuple[str, ...] = ()):
+        self.port, self.banner, self.name = free_port(), banner, banner.split()[0]
+        self.proc = subprocess.Popen([str(script), "--spec", spec, "--port", str(self.port), *extra], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.url, self.log = None, []
@@ -39,7 +41,7 @@ class Server:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.log.append(line)
-            if line.startswith("vLLM is serving") and " at http" in line:
+            if line.startswith(self.banner) and " at http" in line:
                 self.url = line.rsplit(" at ", 1)[1].strip()
                 self.ready.set()
         self.ready.set()  # exited
@@ -47,7 +49,7 @@ class Server:
     def wait(self, deadline: float) -> str:
         self.ready.wait(max(0.0, deadline - time.monotonic()))
         if self.url is None:
-            raise RuntimeError("vLLM did not start:\n" + "".join(self.log[-30:]))
+            raise RuntimeError(f"{self.name} did not start:\n" + "".join(self.log[-30:]))
         return self.url
 
     def stop(self) -> None:

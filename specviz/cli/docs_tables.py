@@ -160,7 +160,31 @@ def load_caption(doc: dict, path: str) -> str:
     else:  # sweeps written before the command was recorded: say what they ran
         how = (f"model {cfg['model']}, {cfg['requests']} requests per level and arm, {cfg['max_tokens']} tokens "
                f"each, prompts from the {cfg['suite']} suite")
-    return (f"Measured {doc['started'][:10]} on {where}, Python {env['python']}; {how}. "
+    servers = cfg.get("servers")  # what the sweep's servers ran, where the file says
+    on = (f" Servers: {servers['engine']}; speculative `{servers['speculative']}`, baseline `{servers['baseline']}`."
+          if servers else "")
+    return (f"Measured {doc['started'][:10]} on {where}, Python {env['python']}; {how}.{on} "
+            f"Results: [`{path}`](/{path}).")
+
+
+# --- llama.cpp and specviz on one prompt (schema specviz-engine-speed) ------------------------
+
+def engine_speed_table(doc: dict) -> str:
+    """Each engine's arms with its speedup over its own plain decoding."""
+    rows = [[r["engine"], r["setting"], r["weights"], _f(r["tokens_per_s"], 1),
+             " / ".join(f"{t:.1f}" for t in r["runs_tokens_per_s"]), _x(r["speedup"]), _f(r["alpha"]),
+             _f(r["tau"]), r["identical"] or "-"] for r in doc["rows"]]
+    return _md(["engine", "setting", "weights", "tokens/s (median)", "each run", "vs its own plain", "alpha", "tau",
+                "same text as plain"], rows)
+
+
+def engine_speed_caption(doc: dict, path: str) -> str:
+    env, cfg = doc["environment"], doc["config"]
+    load = env.get("load_average_before")
+    where = f"{env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else "")
+    return (f"Measured {doc['created'][:10]} on {where}: the `{cfg['prompt']}` prompt, greedy, {cfg['max_new_tokens']} "
+            f"new tokens, medians of {cfg['repeats']} interleaved runs, {cfg['threads']} thread per engine; "
+            f"{cfg['llamacpp']}; specviz through `{cfg['specviz_bench']}`; `{cfg['command']}`. "
             f"Results: [`{path}`](/{path}).")
 
 
@@ -208,6 +232,7 @@ KINDS = {
     "bench-categories": (bench_categories, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
     "load": (load_table, load_caption),
+    "engine-speed": (engine_speed_table, engine_speed_caption),
     "matrix": (matrix_table, matrix_caption),
 }
 

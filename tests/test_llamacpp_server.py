@@ -1,0 +1,128 @@
+"""specviz against a real llama.cpp server (llama-server on the embedded model's Q4_1 GGUF): n-gram
+speculation on and off, read through generate, bench, the Serving tab's handler and a load sweep.
+
+Skipped unless asked for (`python -m pytest --llamacpp -m llamacpp`): the first run builds
+llama-server (~9 min on 2 cores, once; scripts/serve-llamacpp.sh --build-only does it ahead).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from html import unescape
+
+import pytest
+
+from llamacpp_servers import ROOT, SLOTS, servers
+from specviz.serving.figures import REBUILT
+from specviz.serving.steps import COUNTERS
+
+# One worker runs them all (pytest-xdist's loadgroup): the servers start once.
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.xdist_group("llamacpp")]
+
+# Repetition gives ngram lookup something to find: its drafts are kept here.
+ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
+K = 4  # the drafts' length the spec server was started with (llamacpp_servers.SPEC_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def urls():
+    spec, base, stop = servers()
+    yield spec, base
+    stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_generate_reads_llamacpps_own_counts_and_rebuilds_its_steps(urls):
+    spec, base = urls
+    r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    st, sv = out["stats"], out["server"]
+    assert "quick brown fox" in out["text"]
+    assert sv["engine"] == "llama.cpp"
+    # Steps are rebuilt from the running draft counters: one entry per step that drafted.
+    assert len(sv["per_step_accepted"]) == len(sv["per_step_drafted"]) == st["steps"] > 0
+    assert sum(sv["per_step_accepted"]) == st["accepted"] > 0 and sum(sv["per_step_drafted"]) == st["drafted"]
+    assert all(0 <= a <= d <= K for a, d in zip(sv["per_step_accepted"], sv["per_step_drafted"]))
+    assert st["acceptance_rate"] == pytest.approx(st["accepted"] / st["drafted"])
+    # llama.cpp streams one chunk per token (a token ending inside a UTF-8 character rides with the next)
+    assert all(c["tokens"] in (1, 2, None) for c in sv["chunks"])
+    # The server-wide counters moved by exactly this request's drafts (nothing else ran).
+    delta = sv["metrics_delta"]
+    assert delta["draft_tokens"] == st["drafted"] and delta["accepted_tokens"] == st["accepted"]
+    assert out["baseline"]["stats"]["tokens"] > 0 and "identical_to_baseline" in out
+
+
+def test_generate_prints_rebuilt_steps_as_groups(urls):
+    spec, _ = urls
+    r = cli("generate", "--server", spec, "--prompt", ECHO, "--max-new-tokens", "32")
+    assert r.returncode == 0, r.stderr
+    assert "⟨" in r.stdout and "rebuilt from llama.cpp's running draft counters" in r.stdout
+
+
+def test_a_plain_llamacpp_server_is_told_its_own_flag(urls):
+    _, base = urls
+    r = cli("generate", "--server", base, "--prompt", "Say hi.", "--max-new-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    assert "This llama.cpp server is not speculating" in r.stdout and "--spec-type" in r.stdout
+    assert "--speculative-config" not in r.stdout and "⟨" not in r.stdout
+
+
+def test_bench_compares_decode_only_rates(urls, tmp_path):
+    spec, base = urls
+    path = tmp_path / "bench.json"
+    r = cli("bench", "--server", spec, "--baseline-server", base, "--category", "code", "--limit", "1",
+            "--max-new-tokens", "24", "--repeats", "1", "--json", str(path), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_text())
+    assert {row["category"] for row in doc["summary"]} == {"code", "all"}
+    assert {run["arm"] for run in doc["runs"]} == {"spec", "base"}
+    assert all(run["decode_tokens_per_s"] > 0 for run in doc["runs"])  # llama.cpp's timings, every run
+    assert all(row["rate"] == "decode" for row in doc["summary"])
+    assert "decode only" in r.stdout
+
+
+def test_the_serving_tab_draws_llamacpps_steps(urls):
+    """The app's Serving engine handler (what the tab and its /serving API run) on the real servers."""
+    from specviz.ui import Policy
+    from specviz.ui.handlers import Session
+    from specviz.ui.limits import Line
+    from specviz.ui.serving import ServingRuns
+
+    spec, base = urls
+    policy = Policy()
+    runs = ServingRuns(policy, Line(policy.concurrency, policy.max_waiting, policy.runs_per_visitor))
+    *_, last = runs.run(Session(), None, server=spec, baseline=base, model="", prompt=ECHO, mode="greedy",
+                        temperature=0.0, seed=0, max_new_tokens=48, chat=True)
+    summary, panel = last[-2], unescape(last[2]).replace("&#x27;", "'")
+    assert summary["state"] == "done", summary["message"]
+    s, b = summary["speculative"], summary["baseline"]
+    assert s["engine"] == "llama.cpp" and s["steps_from"] == COUNTERS and s["spec"]["drafted"] > 0
+    assert s["decode_tokens_per_s"] > 0 and b["decode_tokens_per_s"] > 0
+    # one box per rebuilt step: the steps that drafted say what they kept, and the caption says how they were found
+    assert panel.count(" drafts · ") == len(s["spec"]["per_step_drafted"]) and REBUILT in panel
+    assert "quick brown fox" in s["text"]
+
+
+def test_a_small_load_sweep_measures_both_arms(urls, tmp_path):
+    spec, base = urls
+    levels = [1, 2, SLOTS]  # -np SLOTS: no request waits for a free slot
+    r = cli("load", "--server", spec, "--baseline-server", base, "--concurrency", ",".join(map(str, levels)),
+            "--requests", str(SLOTS), "--max-tokens", "16", "--warmup", "1", "--out", str(tmp_path), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    from specviz.serving.load_report import read_json
+
+    doc = read_json(tmp_path / "load.json")
+    assert [lv["concurrency"] for lv in doc["levels"]] == levels
+    for lv in doc["levels"]:
+        s, b = lv["speculative"], lv["baseline"]
+        assert s["requests"] == b["requests"] == SLOTS and s["failed"] == b["failed"] == 0
+        assert s["tokens_per_s"] > 0 and b["tokens_per_s"] > 0
+        assert s["acceptance_source"] == "metrics" and b["acceptance_rate"] is None
+    assert (tmp_path / "load.html").stat().st_size > 100_000  # plotly inlined: opens offline
