@@ -119,9 +119,11 @@ def test_each_kind_of_draft_pays_its_own_drafting_cost():
     short, instead of both paying the blended cost."""
     length = DraftLength(4, 16, dynamic=True)
     cost = lambda m: 0.05 * (1 + 0.05 * (m - 1))  # noqa: E731
-    for _ in range(30):
-        length.record(4, 3, 0.0, cost(5), 3)  # copied: free
-        length.record(4, 3, 4 * 0.0125, cost(5), 0)  # the model's: 12.5 ms a token
+    outcomes = random.Random(3)
+    for _ in range(30):  # both kinds' tokens kept independently, 3 in 4 (the same draws for both)
+        kept = next((i for i in range(4) if outcomes.random() >= 0.75), 4)
+        length.record(4, kept, 0.0, cost(5), 3)  # copied: free
+        length.record(4, kept, 4 * 0.0125, cost(5), 0)  # the model's: 12.5 ms a token
     t1 = length.verify_cost(1)
     assert length.draft_cost(3) == 0.0 and length.draft_cost(0) * t1 == pytest.approx(0.0125, rel=0.05)
     assert length.alpha_of(0) == pytest.approx(length.alpha_of(3))
@@ -196,3 +198,17 @@ def test_a_drafter_that_stops_being_useful_is_probed_and_one_that_starts_is_foun
         length.record(j, kept(rng, 0.0 if step < 60 else 0.9, j), 0.0, T1 * cpu(j + 1))
     assert max(chosen[30:60]) <= 2 and chosen[30:60].count(0) >= 8, chosen  # single-token probes at most
     assert statistics.mean(chosen[80:]) >= 4, chosen  # and back, drafting long
+
+
+def test_drafts_that_break_at_one_position_are_not_priced_as_independent_tokens():
+    """A copy that holds for five tokens, then breaks, step after step: alpha alone (5 kept, 1
+    refused a step: 0.83) prices 10-16-token drafts; acceptance by position sees that the 6th
+    token is never kept, and drafts five or six. (On a JSON edit dynamic k had fallen to 0.66x
+    fixed k's speed drafting 10, 9, 10, then 16 tokens of which none were kept.)"""
+    length = DraftLength(4, 16, dynamic=True)
+    chosen = []
+    for _ in range(20):
+        j = length.next()
+        chosen.append(j)
+        length.record(j, min(j, 5), 0.0, T1 * cpu(j + 1))
+    assert all(5 <= j <= 6 for j in chosen[-10:]), chosen

@@ -10,6 +10,12 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
   gets tried again instead of being shut off for good). Drafts whose drafter names their
   kind (`Drafter.plan`: prompt lookup's n-gram length; a hybrid's model drafts) get a rate
   per kind, whose prior is the overall rate;
+- acceptance by depth: real drafts are not accepted independently token by token (a copy
+  holds for a span, then breaks), so beyond the first token E(j) uses the acceptance of
+  position l given l - 1 accepted, counted per position and kind (discounted like alpha)
+  and shrunk towards the position before it where few drafts reached it. With alpha alone a run of
+  accepted copies priced 10-16-token drafts that broke after a few: on a JSON edit dynamic k
+  fell to 0.66x fixed k's speed;
 - T(m) = T(1) * v(m): the machine's speed now times the shape of the cost curve, learned
   apart (verify_estimate.py), so a slow step or a size timed long ago cannot decide the run;
 - c_draft: measured draft seconds per drafted token, as a fraction of T(1) (per kind where
@@ -26,7 +32,6 @@ from __future__ import annotations
 
 import math
 
-from ..core.theory import expected_tokens
 from .verify_estimate import VerifyCost
 
 DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of ~5 steps
@@ -46,6 +51,8 @@ class DraftLength:
         self.draft_ratio: float | None = None  # draft seconds per drafted token / T(1), averaged
         self.ratio_by_kind: dict[int, float] = {}
         self.idle: dict[int | None, int] = {}  # kind -> steps in a row that drafted nothing
+        # kind -> per draft position l = 1..k_max: [accepted, reached] (reached: drafted with l - 1 kept)
+        self.depth: dict[int | None, list[list[float]]] = {}
 
     @property
     def alpha(self) -> float:
@@ -57,6 +64,20 @@ class DraftLength:
             return self.alpha
         acc, rej = self.by_kind[kind]
         return (acc + 2 * PRIOR * self.alpha) / (acc + rej + 2 * PRIOR)
+
+    def expected(self, first: float, kind=None) -> list[float]:
+        """E(j) for j = 0..k_max: expected tokens of a step drafting j (of this kind), when its
+        first draft is accepted with probability `first` and each later one as its position has
+        been (a position no draft reached: as the one before it, so alpha's geometric law)."""
+        gains, kept, rate = [1.0], 1.0, first
+        depth = self.depth.get(kind)
+        for l in range(1, self.k_max + 1):
+            if l > 1 and depth:  # accepted at l given l - 1 were, shrunk towards position l - 1's rate
+                acc, reached = depth[l - 1]
+                rate = (acc + 2 * PRIOR * rate) / (reached + 2 * PRIOR)
+            kept *= rate
+            gains.append(gains[-1] + kept)
+        return gains
 
     def verify_cost(self, m: int) -> float | None:
         """Estimated seconds to verify m tokens now (None before any step)."""
@@ -75,7 +96,8 @@ class DraftLength:
             return self.k  # nothing measured yet: start where the user said
         alpha, c = self.alpha_of(kind), self.draft_cost(kind)
         v = self.cost.ratios(self.k_max + 1)
-        rates = [expected_tokens(alpha, j) / (v[j + 1] + c * j) for j in range(self.k_max + 1)]
+        gains = self.expected(alpha, kind)
+        rates = [gains[j] / (v[j + 1] + c * j) for j in range(self.k_max + 1)]
         best = max(range(self.k_max + 1), key=lambda j: (rates[j], -j))  # ties: the shorter
         if best == 0 and self.idle.get(kind, 0) >= PROBE_GAP:
             return 1  # the cheapest look at whether this kind of draft has started to work
@@ -95,6 +117,13 @@ class DraftLength:
             if kind is not None:
                 self.ratio_by_kind[kind] = _mean(self.ratio_by_kind.get(kind), per)
         self.accepted, self.rejected = _counted(self.accepted, self.rejected, drafted, accepted)
+        fade = DISCOUNT if drafted else IDLE_DISCOUNT
+        for l, counts in enumerate(self.depth.setdefault(kind, [[0.0, 0.0] for _ in range(self.k_max)]), start=1):
+            counts[0] *= fade
+            counts[1] *= fade
+            if l <= drafted and l <= accepted + 1:  # drafted, and every draft before it was kept
+                counts[1] += 1
+                counts[0] += l <= accepted
         if kind is not None:
             self.by_kind[kind] = _counted(*self.by_kind.get(kind, (0.0, 0.0)), drafted, accepted)
 
