@@ -8,9 +8,8 @@ stop when the tests end. The script builds llama-server once into $SPECVIZ_LLAMA
 from __future__ import annotations
 
 import os
-import time
 
-from vllm_servers import ROOT, Server
+from vllm_servers import ROOT, Server, start_pair
 
 SCRIPT = ROOT / "scripts" / "serve-llamacpp.sh"
 START_S = 1200  # a first run builds llama-server (~9 min on 2 busy cores); a built one starts in seconds
@@ -26,13 +25,5 @@ def servers():
     if spec and base:
         return spec, base, lambda: None
     banner = "llama-server is serving"
-    started = [Server("ngram-simple", SCRIPT, banner, ("--", *SPEC_FLAGS, "-np", str(SLOTS))),
-               Server("off", SCRIPT, banner, ("--", "-np", str(SLOTS)))]
-    deadline = time.monotonic() + START_S
-    try:
-        urls = [s.wait(deadline) for s in started]
-    except Exception:
-        for s in started:
-            s.stop()
-        raise
-    return urls[0], urls[1], lambda: [s.stop() for s in started]
+    return start_pair(Server("ngram-simple", SCRIPT, banner, ("--", *SPEC_FLAGS, "-np", str(SLOTS))),
+                      Server("off", SCRIPT, banner, ("--", "-np", str(SLOTS))), START_S)

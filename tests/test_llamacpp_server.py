@@ -7,13 +7,12 @@ llama-server (~9 min on 2 cores, once; scripts/serve-llamacpp.sh --build-only do
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from html import unescape
 
 import pytest
 
-from llamacpp_servers import ROOT, SLOTS, servers
+from llamacpp_servers import SLOTS, servers
+from vllm_servers import cli
 from specviz.serving.figures import REBUILT
 from specviz.serving.steps import COUNTERS
 
@@ -31,10 +30,6 @@ def urls():
     yield spec, base
     stop()
 
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
 
 
 def test_generate_reads_llamacpps_own_counts_and_rebuilds_its_steps(urls):

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 
-from vllm_servers import ROOT, servers, suffix_server
+from vllm_servers import cli, servers, suffix_server
 
 # One worker runs them all (pytest-xdist's loadgroup): the servers start once, on fixed ports.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm")]
@@ -27,10 +25,6 @@ def urls():
     yield spec, base
     stop()
 
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
 
 
 def test_generate_reports_the_servers_own_acceptance(urls):

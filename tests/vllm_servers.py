@@ -12,6 +12,7 @@ import pathlib
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -66,8 +67,12 @@ def servers():
     spec, base = os.environ.get("SPECVIZ_VLLM_URL"), os.environ.get("SPECVIZ_VLLM_BASELINE_URL")
     if spec and base:
         return spec, base, lambda: None
-    started = [Server("ngram"), Server("off")]
-    deadline = time.monotonic() + START_S
+    return start_pair(Server("ngram"), Server("off"))
+
+
+def start_pair(spec: "Server", base: "Server", seconds: float = START_S):
+    """(spec_url, baseline_url, stop) once both answer; both stopped if either does not."""
+    started, deadline = [spec, base], time.monotonic() + seconds
     try:
         urls = [s.wait(deadline) for s in started]
     except Exception:
@@ -75,6 +80,12 @@ def servers():
             s.stop()
         raise
     return urls[0], urls[1], lambda: [s.stop() for s in started]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m specviz ARGS` from the repository root, as a user would run it."""
+    return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
 
 
 def suffix_server():
