@@ -319,7 +319,7 @@ def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should
 
 def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline, clock,
                worker: Worker):
-    name, n = model_name(target.name), count(len(ids), "token")
+    name, n = model_name(target.name), f"{len(ids):,} token{'' if len(ids) == 1 else 's'}"  # "4,000 tokens"
     frame.dtype = str(target.dtype)
     frame.state, frame.message, frame.fraction = "running", f"Warming up {name} (untimed)…", None
     yield frame
@@ -344,7 +344,7 @@ def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, shoul
         frame.fraction = read[which] / len(ids) if read[which] else None
         if not read[which]:
             return f"prefill of {n}"
-        return f"prefill: {read[which]:,} of {n} read, {frame.fraction:.0%}"
+        return f"prefill: {read[which]:,} of {n} read, {frame.fraction:.0%}"  # "1,536 of 4,000 tokens read, 38%"
 
     def say(_waited: int = 0) -> str:  # seconds since generation began, not since this wait began
         s = int(clock() - started)
