@@ -12,6 +12,7 @@ import contextlib
 import pathlib
 import shutil
 import socket
+import time
 
 import pytest
 from tiny_folder import make_tiny_model_dir
@@ -79,6 +80,21 @@ def app_policy(folders: dict[str, str], **overrides):
     )
     base.update(overrides)
     return Policy(**base)
+
+
+def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35) -> None:
+    """The app's speculative runs read their prompt `chunk` tokens a forward, each chunk taking
+    `seconds` more, so a status heartbeat (every second from the second on) sees the prefill's progress."""
+    import specviz.engine.generate as generate
+    from specviz.ui import runner
+
+    monkeypatch.setattr(generate, "PREFILL_CHUNK", chunk)
+    real = runner.speculative_generate
+
+    def slow(*args, on_prefill, **kwargs):
+        return real(*args, on_prefill=lambda done, total: (time.sleep(seconds), on_prefill(done, total)), **kwargs)
+
+    monkeypatch.setattr(runner, "speculative_generate", slow)
 
 
 def free_port() -> int:

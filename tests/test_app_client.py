@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from app_server import PROMPT, app_models, app_policy, serve_app, slow_prefill  # noqa: F401 (app_models is a fixture)
 from gradio_client import Client
 from tiny_folder import make_tiny_model_dir
 
@@ -72,16 +72,7 @@ def test_stop_ends_the_run_early(client, app_models):
 def test_a_script_hears_a_long_prefills_progress_while_it_runs(client, app_models, monkeypatch):
     """docs/app.md's `submit` loop: the summary streams the status, the prefill's chunks
     counted (chunks of 4 tokens here, each made 0.35 s slower, so the heartbeat sees them)."""
-    import specviz.engine.generate as generate
-    from specviz.ui import runner
-
-    monkeypatch.setattr(generate, "PREFILL_CHUNK", 4)
-    real = runner.speculative_generate
-
-    def slow(*args, on_prefill, **kwargs):
-        return real(*args, on_prefill=lambda done, total: (time.sleep(0.35), on_prefill(done, total)), **kwargs)
-
-    monkeypatch.setattr(runner, "speculative_generate", slow)
+    slow_prefill(monkeypatch)
     job = client.submit(**dict(SETTINGS, max_new_tokens=4), prompt=PROMPT, target=app_models["target"],
                         drafter="prompt lookup", api_name="/generate")
     said = [(summary["state"], summary["message"]) for *_, summary in job]

@@ -11,7 +11,7 @@ import types
 
 import pytest
 import torch
-from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
+from app_server import PROMPT, app_models, slow_prefill  # noqa: F401 (app_models is a fixture)
 from conftest import tiny_llama
 
 from specviz.core.errors import SpecvizError
@@ -189,15 +189,7 @@ def test_the_status_names_each_phase_warm_up_prefill_of_n_tokens_then_tokens_so_
 def test_a_long_prefill_says_how_much_of_the_prompt_is_read(app_models, monkeypatch):  # noqa: F811
     """The engine reads a prompt in chunks; while a slow one is read the status counts them,
     with a progress bar (here: chunks of 4 tokens, each taking 0.35 s more than it would)."""
-    import specviz.engine.generate as generate
-
-    monkeypatch.setattr(generate, "PREFILL_CHUNK", 4)
-    real = runner.speculative_generate
-
-    def slow(*args, on_prefill, **kwargs):
-        return real(*args, on_prefill=lambda done, total: (time.sleep(0.35), on_prefill(done, total)), **kwargs)
-
-    monkeypatch.setattr(runner, "speculative_generate", slow)
+    slow_prefill(monkeypatch)
     s = Settings(prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=4)
     frames = [(f.message, f.fraction) for f in runner.playground(s, Policy(), real_models, never)]
     n = len(real_models.encode_prompt(real_models.load(app_models["target"]), PROMPT))

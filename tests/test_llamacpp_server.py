@@ -31,7 +31,6 @@ def urls():
     stop()
 
 
-
 def test_generate_reads_llamacpps_own_counts_and_rebuilds_its_steps(urls):
     spec, base = urls
     r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",

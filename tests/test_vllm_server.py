@@ -26,7 +26,6 @@ def urls():
     stop()
 
 
-
 def test_generate_reports_the_servers_own_acceptance(urls):
     spec, base = urls
     r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
