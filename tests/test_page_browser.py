@@ -31,6 +31,17 @@ def url(app_models):  # noqa: F811
         yield address
 
 
+def progress_bar_width(page) -> float:
+    """The status's progress bar, in px, beside the longest message it comes with (a long
+    prompt's prefill count): drawn into the page as the app draws it."""
+    from specviz.render.status import status_html
+
+    long = status_html("Generating with SmolLM2-135M (embedded): the speculative run has 0 tokens; the baseline is "
+                       "reading the prompt (prefill: 1,536 of 3,960 tokens read, 39%)… 12 s", "running", 0.39)
+    page.locator("#sv-status .sv-status").evaluate("(el, html) => { el.outerHTML = html; }", long)
+    return page.locator("#sv-status progress").bounding_box()["width"]
+
+
 def run(page, tokens: int) -> None:
     box = page.locator("#sv-max-new-tokens input[type=number]")
     box.fill(str(tokens))
@@ -46,6 +57,7 @@ def test_the_step_buttons_sit_above_the_panels_and_wait_for_a_run(browser, url):
         assert page.locator(button).is_disabled(), f"{button} is on before any run or trace"
     buttons = page.locator("#sv-replay-next").bounding_box()
     panels = page.locator("#sv-spec").bounding_box()
+    assert progress_bar_width(page) >= 80, "a long status message squeezes its progress bar away"
     assert 0 <= panels["y"] - (buttons["y"] + buttons["height"]) <= NEAR, (buttons, panels)
     run(page, 24)
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
@@ -160,6 +172,7 @@ def test_a_phone_sees_every_tab_every_verdict_and_hover_cards_inside_their_panel
         assert page.get_by_role("tab", name=tab).is_visible(), f"the {tab} tab is hidden on a phone"
     intro = page.locator(".sv-header").inner_text()
     assert "Left:" not in intro and "Right:" not in intro  # the panels are stacked here
+    assert progress_bar_width(page) >= 80, "a long status message squeezes its progress bar away"
     run(page, 40)
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
     page.wait_for_function("!document.querySelector('#sv-replay-next').disabled", timeout=HANG)
