@@ -20,6 +20,7 @@ LAYERS = (
     ("engine",),  # the decoding loop, one verify step, dynamic k, runs taking turns
     ("render",),  # events and traces to HTML and figures
     ("traces",),  # trace files, replaying them, each token's display text
+    ("run",),  # one way to ask for a run: drafter specs, settings, the race, prompt suites
     ("ui", "bench", "serving", "train"),  # the applications
     ("cli",),  # the command line
     ("",),  # the package face: specviz/__init__.py and __main__.py
