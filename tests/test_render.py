@@ -543,6 +543,62 @@ def test_a_prediction_far_from_the_measurement_says_why_in_a_visible_line():
     assert gap_html(replace(h, predicted=h.speedup * 1.05)) == ""  # close enough: nothing to explain
 
 
+def _gap_curve():
+    from specviz.engine.verify_cost import VerifyCurve
+    return VerifyCurve((1, 2, 8), (1.0, 1.0, 1.5), 1)
+
+
+GAP_CURVE = _gap_curve()
+
+
+def _gap_pair(spec_prefill: float, step_verify: float, base_times=(0.05,) * 32) -> tuple[Trace, Trace]:
+    """32 tokens each way; the speculative run's 8 steps keep 24 of 32 drafts, each drafting 10 ms;
+    the baseline reads the prompt in 1 s (20 of its 50 ms steps) and takes `base_times` a token.
+    Read with GAP_CURVE, a verify pass of 5 tokens is priced at 1.25 steps (62.5 ms)."""
+    spec = _ended(spec_trace((step(0, [1, 2, 3, 4], 3, 5), Labels(draft=tuple("abcd"), token="e"))),
+                  tokens=32, steps=8, target_calls=9, drafted=32, accepted=24, draft_time=0.08,
+                  verify_time=8 * step_verify, prefill_time=spec_prefill,
+                  elapsed=spec_prefill + 0.08 + 8 * step_verify)
+    base = Trace("baseline", speculative=False)
+    for i, t in enumerate(base_times):
+        base.add(TokenEvent(step=i, token=1, p=0.5, time=t, elapsed=1.0 + sum(base_times[:i + 1])), Labels(token="a"))
+    return spec, _ended(base, tokens=32, steps=32, target_calls=33, verify_time=sum(base_times), prefill_time=1.0,
+                        elapsed=1.0 + sum(base_times))
+
+
+def test_the_gap_line_names_what_made_the_run_faster_than_predicted():
+    """Measured beat predicted because the speculative run read the prompt in 0.2 s where the
+    baseline took 1 s: the line said its steps "spent 10 ms beyond ..., which the prediction does
+    not count", time that would make it slower, and not the faster prompt read."""
+    spec, base = _gap_pair(spec_prefill=0.2, step_verify=0.0725)
+    h = headline(spec, base, GAP_CURVE)
+    assert h.unmodelled == pytest.approx(0.01)  # the issue's case: time left out, and still faster
+    assert h.speedup > 1.1 * h.predicted
+    line = html.unescape(gap_html(h))
+    assert 'data-direction="faster"' in line
+    assert "read the prompt 800 ms faster than the baseline" in line
+    assert "beyond its drafting" not in line and "does not count" not in line
+
+
+def test_the_gap_line_names_what_made_the_run_slower_than_predicted():
+    spec, base = _gap_pair(spec_prefill=1.0, step_verify=0.15)
+    h = headline(spec, base, GAP_CURVE)
+    assert h.speedup < h.predicted / 1.1
+    line = html.unescape(gap_html(h))
+    assert 'data-direction="slower"' in line and "each speculative step spent 87.5 ms beyond" in line
+    assert "read the prompt" not in line and "run it again" not in line  # the same prompt read, a steady baseline
+
+
+def test_the_gap_line_says_when_the_machines_speed_moved_more_than_the_gap():
+    """The same prompt's speedup moved 2.04x -> 3.05x between runs: a baseline whose tokens took 50 ms
+    in its first half and 80 ms in its second tells the reader the gap may be noise."""
+    spec, base = _gap_pair(spec_prefill=1.0, step_verify=0.15, base_times=(0.05,) * 16 + (0.08,) * 16)
+    h = headline(spec, base, GAP_CURVE)
+    assert h.noise == pytest.approx(0.375)
+    line = html.unescape(gap_html(h))
+    assert "speed moved by 37% within these runs, more than the gap" in line and "run it again" in line
+
+
 def test_the_prediction_counts_the_prompt_both_runs_read_as_the_measurement_does():
     """Measured speedups are over engine time, prefill included; a long prompt dilutes them. A 1.6 s
     prefill is 16 target steps: (16 + 16 tokens) / (16 + 16 / decode speedup)."""

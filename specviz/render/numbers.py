@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..core.divergence import Divergence, first_divergence, tie_tolerance
+from ..core.events import TokenEvent
 from ..core.theory import predicted_from_steps, predicted_speedup
 from .status import count
 from .trace import Trace
@@ -44,6 +45,14 @@ class Headline:
     prefill: float = 0.0  # the prompt's pass, in target decode steps: both runs pay it, so the prediction counts it
     v: float | None = None  # verify cost of k + 1 tokens / one token, from the measured curve (None: assumed 1)
     verified: float = 1.0  # mean tokens in one verify pass: k + 1, or a tree's nodes + 1
+    # Where the speculative run's time parted from the prediction's, in seconds (positive: slower than
+    # predicted): all of it, its prompt read against the baseline's, and its steps beyond the costs counted.
+    gap_time: float | None = None
+    gap_prefill: float = 0.0
+    gap_steps: float = 0.0
+    # How much this machine's speed moved within these runs, as a fraction: the baseline's time per
+    # token between its two halves, and the two runs' reading of the same prompt (None: too little to tell).
+    noise: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -81,16 +90,44 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
         # The measured speedup counts the prefill both runs share (engine time, prefill included):
         # so does the prediction, or a long prompt would look like a miss.
         predicted = (prefill + s.tokens) / (prefill + s.tokens / predicted)
-    unmodelled = None
+    unmodelled = gap_time = None
+    gap_prefill = gap_steps = 0.0
     if predicted is not None and s.steps:
         verify_steps = (1.0 if v is None else v) if not varied else sum(costs) / len(costs)
         unmodelled = s.verify_time / s.steps - verify_steps * base_step
+    if predicted is not None and predicted > 0 and speedup is not None:
+        # The time the speculative run would have taken had it sped up exactly as predicted, against the
+        # baseline's measured time; the difference is what the gap line explains, part by part.
+        gap_time = s.elapsed - s.tokens * b.elapsed / (b.tokens * predicted)
+        gap_prefill = s.prefill_time - b.prefill_time
+        gap_steps = s.steps * unmodelled if unmodelled is not None else 0.0
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
         alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,
         calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
         v=v, verified=verified, varied=varied, unmodelled=unmodelled, prefill=prefill,
+        gap_time=gap_time, gap_prefill=gap_prefill, gap_steps=gap_steps, noise=noise(spec, base),
     )
+
+
+NOISE_PREFILL = 0.05  # seconds each prompt read must take before comparing the two says anything
+
+
+def noise(spec: Trace, base: Trace) -> float | None:
+    """How far this machine's speed moved within the two runs, as a fraction: the baseline's mean time
+    per token in its second half against its first, and the two runs' reads of the same prompt (the
+    same work twice). A speedup measured here can move by as much from one run to the next."""
+    times = [e.time for e in base.events if isinstance(e, TokenEvent)]
+    moved = []
+    half = len(times) // 2
+    if half >= MIN_TOKENS // 2:
+        first, second = sum(times[:half]) / half, sum(times[half:]) / (len(times) - half)
+        if min(first, second) > 0:
+            moved.append(abs(second - first) / max(first, second))
+    s, b = spec.stats(), base.stats()
+    if min(s.prefill_time, b.prefill_time) >= NOISE_PREFILL:
+        moved.append(abs(s.prefill_time - b.prefill_time) / max(s.prefill_time, b.prefill_time))
+    return max(moved) if moved else None
 
 
 def _card(label: str, value: str, hint: str, key: str) -> tuple[str, str, str, str]:
@@ -177,22 +214,59 @@ def headline_html(h: Headline) -> str:
 
 
 GAP = 0.10  # predicted and measured further apart than this: the page says why, in a visible line
+PART = 0.15  # a part of the gap smaller than this share of it is not worth a clause
 
 
 def gap_html(h: Headline) -> str:
-    """One visible line when the prediction misses the measurement by more than GAP: by how much,
-    and the per-step time the prediction does not count, which is where the difference went."""
+    """One visible line when the prediction misses the measurement by more than GAP: by how much, which
+    way, what pushed the run that way (the parts of its time the prediction does not count, or counts
+    differently), and whether this machine's speed moved by more than the gap while the runs ran."""
     if h.predicted is None or h.speedup is None or abs(h.predicted / h.speedup - 1) <= GAP:
         return ""
-    where = ""
-    if h.unmodelled is not None and h.unmodelled > 0:
-        where = (f": each speculative step spent {1e3 * h.unmodelled:.1f} ms beyond its drafting and its verify pass "
-                 "at the curve's price (picking tokens, copies to the host, what the views record), which the "
-                 "prediction does not count")
-    elif h.v is None:
-        where = ": no verify-cost curve was measured, so verifying is assumed to cost one step"
-    return (f'<div class="sv-prediction-gap" data-gap="{h.predicted / h.speedup:.2f}">Predicted {h.predicted:.2f}×, '
+    slower = h.speedup < h.predicted
+    why = [clause for size, clause in sorted(_gap_parts(h, slower), reverse=True)]
+    where = f": {'; '.join(why)}" if why else ""
+    moved = abs(h.speedup / h.predicted - 1)
+    if h.noise is not None and h.noise >= moved:
+        where += (f". This machine's speed moved by {h.noise:.0%} within these runs, more than the gap "
+                  f"({moved:.0%}): run it again before reading much into it")
+    return (f'<div class="sv-prediction-gap" data-gap="{h.predicted / h.speedup:.2f}" '
+            f'data-direction="{"slower" if slower else "faster"}">Predicted {h.predicted:.2f}×, '
             f"measured {h.speedup:.2f}×{escape(where)}.</div>")
+
+
+def _gap_parts(h: Headline, slower: bool) -> list[tuple[float, str]]:
+    """(seconds, clause) for each part of the run's time that pushed it the way it went: slower than
+    predicted (time the prediction does not count) or faster (time it counts that was not spent)."""
+    sign = 1 if slower else -1
+    total = abs(h.gap_time) if h.gap_time else 0.0
+    parts = []
+    if h.unmodelled is not None and sign * h.unmodelled > 0:
+        ms = 1e3 * abs(h.unmodelled)
+        if h.v is None:
+            said = (f"each speculative step's verify pass took {ms:.1f} ms {'more' if slower else 'less'} than the "
+                    "one target step assumed (no verify-cost curve was measured)")
+        elif slower:
+            said = (f"each speculative step spent {ms:.1f} ms beyond its drafting and its verify pass at the "
+                    "curve's price (picking tokens, copies to the host, what the views record), which the "
+                    "prediction does not count")
+        else:
+            said = (f"each speculative step's verify pass took {ms:.1f} ms less than this machine's verify-cost "
+                    "curve prices it (the machine ran faster than when the curve was measured)")
+        parts.append((abs(h.gap_steps), said))
+    if sign * h.gap_prefill > 0:
+        parts.append((abs(h.gap_prefill),
+                      f"the speculative run read the prompt {1e3 * abs(h.gap_prefill):.0f} ms "
+                      f"{'slower' if slower else 'faster'} than the baseline read the same prompt"))
+    rest = (h.gap_time or 0.0) - h.gap_prefill - h.gap_steps
+    if sign * rest > 0 and h.varied:  # predicted from each step's own kept drafts: only the prices differ
+        parts.append((abs(rest), f"{1e3 * abs(rest):.0f} ms {'more' if slower else 'less'} went to steps of "
+                                 "uneven sizes than their mean verify price counts"))
+    elif sign * rest > 0:
+        parts.append((abs(rest), f"its steps produced {'fewer' if slower else 'more'} tokens each than "
+                                 f"α = {h.alpha:.2f} predicts ({1e3 * abs(rest):.0f} ms "
+                                 f"{'lost' if slower else 'saved'})"))
+    return [(size, said) for size, said in parts if not total or size >= PART * total]
 
 
 def agreement(spec: Trace, base: Trace) -> tuple[bool | None, int | None]:
