@@ -21,7 +21,7 @@ LAYERS = (
     ("render",),  # events and traces to HTML and figures
     ("traces",),  # trace files, replaying them, each token's display text
     ("run",),  # one way to ask for a run: drafter specs, settings, the race, prompt suites
-    ("ui", "bench", "serving", "train"),  # the applications
+    ("ui", "bench", "serving", "train", "audit"),  # the applications
     ("cli",),  # the command line
     ("",),  # the package face: specviz/__init__.py and __main__.py
 )
