@@ -274,7 +274,7 @@ def test_stop_mid_run_compares_the_common_prefix_and_calls_it_identical(app_mode
     assert frame.state == "stopped" and len(spec) != len(base)
     summary = playground_summary(frame)
     assert summary["identical"] is True and summary["compared_tokens"] == min(len(spec), len(base))
-    check = playground_values(frame)[1]
+    check = playground_values(frame)["check"]
     assert 'data-identical="true"' in check and "both runs produced" in check
 
 
@@ -396,7 +396,7 @@ def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_i
     _, _, gpu, bars = hardware.show(session, hardware.GPU, 0.1, 0.05)
     assert "GPU-like" in gpu and len(bars.data) == 4
     # After a replay of the run (step-through), the block re-times what is on screen.
-    r = replay.step_through(session)[-1]
+    r = replay.step_through(session)["replay"]
     assert 'data-curve="measured"' in hardware.show(session, hardware.GPU, 0, 0)[1]  # no step shown yet
     replay.step(r, session, +3)
     assert session.last is not frame and len(session.last.spec.steps) == 3

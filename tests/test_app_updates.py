@@ -95,8 +95,36 @@ def test_a_frame_without_charts_leaves_them_on_the_page():
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")], state="running")
     frame.charts = False
     values = playground_values(frame)
-    assert values[5:11] == [gr.skip()] * 6  # four charts, the step slider, the inspector
-    assert "sv-status" in values[0] and isinstance(values[-1], dict)  # status and summary still update
-    assert compare_values(frame)[2:4] == [gr.skip()] * 2
+    left = ["acceptance", "throughput", "lengths", "positions", "step", "inspector"]
+    assert [name for name, v in values.items() if v == gr.skip()] == left
+    assert "sv-status" in values["status"] and isinstance(values["summary"], dict)  # these still update
+    assert [name for name, v in compare_values(frame).items() if v == gr.skip()] == ["speed", "quality"]
     frame.charts = True
-    assert all(v != gr.skip() for v in playground_values(frame))
+    assert all(v != gr.skip() for v in playground_values(frame).values())
+
+
+def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
+    """The page's outputs go by name: views.py's names must be layout.py's (a new output
+    forgotten in one of them fails here), and a handler wired to outputs it does not fill, or
+    filling one it is not wired to, raises instead of leaving a block blank."""
+    import gradio as gr
+
+    from specviz.ui import layout
+    from specviz.ui.page import named
+    from specviz.ui.policy import Policy
+    from specviz.ui.views import compare_values, error_frame, playground_values
+
+    frame = error_frame("x")
+    with gr.Blocks():
+        *_, playground, _ = layout._playground_tab(Policy())
+        *_, compare = layout._compare_tab(Policy())
+    assert list(playground_values(frame)) == list(playground)  # /generate returns them in this order
+    assert list(compare_values(frame)) == list(compare)
+    shown = named(lambda: playground_values(frame), playground)()
+    assert shown[playground["status"]] == playground_values(frame)["status"]
+    for slip in ({**playground_values(frame), "extra": 1}, {k: v for k, v in playground_values(frame).items()
+                                                            if k != "summary"}):
+        with pytest.raises(ValueError, match="must agree"):
+            named(lambda: slip, playground)()
+        with pytest.raises(ValueError, match="must agree"):
+            next(named(lambda: (yield slip), playground)())

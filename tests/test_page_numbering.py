@@ -20,7 +20,6 @@ from specviz.ui.replay import play_phases, race, ready, step, step_through
 from specviz.ui.runner import Frame
 from specviz.ui.views import playground_values
 
-STATUS, SLIDER, INSPECTOR = 0, 9, 10  # playground_values' order
 STEP = re.compile(r"Step (\d+) of (\d+)")
 
 
@@ -46,36 +45,37 @@ def test_replay_step_through_and_inspector_name_the_same_step_alike(sampled):  #
     rec, _ = sampled
     n = len(rec.spec.steps)
     session = after_run(rec)
-    *values, _, r = step_through(session)
-    *values, _, r = step(r, session, +1)  # the first step shown
-    assert STEP.search(values[STATUS]).groups() == ("1", str(n))
-    assert STEP.search(values[INSPECTOR]).groups() == ("1", str(n))  # was "Step 0 of 0"
-    *values, _, r = step(r, session, +1)
-    assert STEP.search(values[STATUS]).group(0) == STEP.search(values[INSPECTOR]).group(0) == f"Step 2 of {n}"
-    assert values[SLIDER].value == 2 and values[SLIDER].minimum == 1  # the slider counts from 1 too
+    r = step_through(session)["replay"]
+    values = step(r, session, +1)  # the first step shown
+    assert STEP.search(values["status"]).groups() == ("1", str(n))
+    assert STEP.search(values["inspector"]).groups() == ("1", str(n))  # was "Step 0 of 0"
+    values = step(r, session, +1)
+    assert STEP.search(values["status"]).group(0) == STEP.search(values["inspector"]).group(0) == f"Step 2 of {n}"
+    assert values["step"].value == 2 and values["step"].minimum == 1  # the slider counts from 1 too
     # played in phases, the next step is step 3 from its first phase to its last
-    messages = [v[STATUS] for *v, _, _ in play_phases(r, session, 10.0, sleep=lambda s: None)]
+    messages = [v["status"] for v in play_phases(r, session, 10.0, sleep=lambda s: None)]
     assert {STEP.search(m).group(0) for m in messages} == {f"Step 3 of {n}"}
-    *values, _, r = step(r, session, -3)  # back before the first step: no "Step 0"
-    assert "Step 0" not in values[STATUS] and "Before step 1" in values[STATUS]
-    for *values, _, _ in race(r, session, 10.0, clock=lambda: 0.0, sleep=lambda s: None):
-        assert "Step 0" not in values[STATUS] + str(values[INSPECTOR])
+    values = step(r, session, -3)  # back before the first step: no "Step 0"
+    assert "Step 0" not in values["status"] and "Before step 1" in values["status"]
+    for values in race(r, session, 10.0, clock=lambda: 0.0, sleep=lambda s: None):
+        assert "Step 0" not in values["status"] + str(values["inspector"])
 
 
 def test_next_step_plays_the_last_run_when_no_trace_is_loaded(sampled):  # noqa: F811
     rec, _ = sampled
     session = after_run(rec)
-    *values, _, r = step(None, session, +1)
-    assert r is not None and r.position == 1 and STEP.search(values[STATUS]).group(1) == "1"
-    *values, _, r = step(None, Session(), +1)
-    assert r is None and 'data-state="error"' in values[STATUS]
+    values = step(None, session, +1)
+    r = values["replay"]
+    assert r is not None and r.position == 1 and STEP.search(values["status"]).group(1) == "1"
+    values = step(None, Session(), +1)
+    assert values["replay"] is None and 'data-state="error"' in values["status"]
 
 
 def test_the_step_buttons_are_on_only_when_there_is_something_to_play(sampled):  # noqa: F811
     rec, _ = sampled
     assert [b.interactive for b in ready(None, Session())] == [False] * 6
     assert [b.interactive for b in ready(None, after_run(rec))] == [True] * 6
-    *_, r = step(None, after_run(rec), +1)
+    r = step(None, after_run(rec), +1)["replay"]
     # a loaded trace with no run of the visitor's own: everything but "Step through this run"
     assert [b.interactive for b in ready(r, Session())] == [False] + [True] * 5
 
@@ -88,12 +88,12 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     assert STEP.search(handlers.inspect(session, 2)).group(0) == f"Step 2 of {n}"
     assert session.pinned == 1
     values = playground_values(session.last, session.pinned)  # the run's next update
-    assert STEP.search(values[INSPECTOR]).group(0) == f"Step 2 of {n}"
-    assert values[SLIDER].value == 2  # the slider stays there too
+    assert STEP.search(values["inspector"]).group(0) == f"Step 2 of {n}"
+    assert values["step"].value == 2  # the slider stays there too
     handlers.inspect(session, n)  # back to the newest step: follow again
     assert session.pinned is None
     values = playground_values(session.last, session.pinned)
-    assert values[SLIDER].value >= n - 1 and STEP.search(values[INSPECTOR]).group(1) != "2"
+    assert values["step"].value >= n - 1 and STEP.search(values["inspector"]).group(1) != "2"
     handlers.inspect(session, 2)
     assert handlers.arm(session).pinned is None  # a new run follows from its start
 

@@ -39,40 +39,41 @@ def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path): 
     path = tmp_path / "app.json"
     trace_file.save(path, rec)
     session = Session()
-    *values, _, r, card, prompt, _ = open_trace(str(path), session, Policy())
-    assert "app.json" in values[0] and "Play race" in values[0] and "No tokens yet" in values[3]
+    values = open_trace(str(path), session, Policy())
+    r, card, prompt = values["replay"], values["about"], values["prompt"]
+    assert "app.json" in values["status"] and "Play race" in values["status"] and "No tokens yet" in values["spec"]
     assert prompt == PROMPT and "sampling, k 4" in card  # the page says what was run
 
     clock = Clock()
     frames = list(race(r, session, 2.0, clock=clock, sleep=clock.sleep))
-    *values, _, _ = frames[-1]
+    values = frames[-1]
     total = max(rec.spec.end.stats.elapsed, rec.base.end.stats.elapsed)
     assert clock.now == pytest.approx(total / 2)  # the slower run's engine time, at twice its speed
-    assert 'data-state="done"' in values[0]
-    assert values[3].count('data-kind="accepted"') == sum(e.accepted for e in rec.spec.steps)
-    assert values[4].count('data-kind="baseline"') == len(rec.base.events)
+    assert 'data-state="done"' in values["status"]
+    assert values["spec"].count('data-kind="accepted"') == sum(e.accepted for e in rec.spec.steps)
+    assert values["base"].count('data-kind="baseline"') == len(rec.base.events)
     assert session.last.spec.events == rec.spec.events  # the step inspector reads the replay
 
-    *values, _, _ = step(r, session, -1)  # back from the end: one step before the last
-    assert f"Step {len(rec.spec.steps) - 1} of {len(rec.spec.steps)}" in values[0]
+    values = step(r, session, -1)  # back from the end: one step before the last
+    assert f"Step {len(rec.spec.steps) - 1} of {len(rec.spec.steps)}" in values["status"]
     r.position = 0
-    *values, _, _ = step(r, session, +1)
+    values = step(r, session, +1)
     first = rec.spec.steps[0]
-    assert f"{len(first.draft)} drafted, {first.accepted} kept" in values[0]
-    assert values[3].count('data-kind="rejected"') == len(first.draft) - first.accepted
+    assert f"{len(first.draft)} drafted, {first.accepted} kept" in values["status"]
+    assert values["spec"].count('data-kind="rejected"') == len(first.draft) - first.accepted
 
 
 def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
     path = tmp_path / "pause.json"
     trace_file.save(path, sampled[0])
     session = Session()
-    *_, r, _, _, _ = open_trace(str(path), session, Policy())
+    r = open_trace(str(path), session, Policy())["replay"]
     clock = Clock()
     frames = race(r, session, 1.0, clock=clock, sleep=clock.sleep)
     next(frames)  # the race has started
     pause(r)
-    *values, _, _ = list(frames)[-1]
-    assert 'data-state="stopped"' in values[0] and f"Paused at step {r.position}" in values[0]
+    values = list(frames)[-1]
+    assert 'data-state="stopped"' in values["status"] and f"Paused at step {r.position}" in values["status"]
     shown = len(session.last.spec.events) + len(session.last.base.events)
     assert 0 < shown < len(sampled[0].spec.events) + len(sampled[0].base.events) and not r.playing
 
@@ -80,23 +81,25 @@ def test_pause_stops_a_race_where_it_is(sampled, tmp_path):  # noqa: F811
 def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_line(sampled, tmp_path):  # noqa: F811
     big = tmp_path / "big.json"
     big.write_text(" " * 9_000_000 + trace_file.dumps(sampled[0]))
-    *values, _, r, card, prompt, _ = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
+    values = open_trace(str(big), Session(), hosted_policy(memory=16 << 30))
+    r, card = values["replay"], values["about"]
     # one size unit on the page, in the docs and in the limits: "8 MB" (it said 8.4 MB for 8 MiB)
-    assert r is None and 'data-state="error"' in values[0]
-    assert re.search(r"big.json is 9\.\d MB: this app replays trace files of up to 8 MB<", values[0])
+    assert r is None and 'data-state="error"' in values["status"]
+    assert re.search(r"big.json is 9\.\d MB: this app replays trace files of up to 8 MB<", values["status"])
     assert "up to 8 MB" in card  # under the file box too, where the reader dropped it
     assert launch_options()["max_file_size"] >= 8_000_000  # Gradio's own limit, a backstop behind the app's
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
-    *values, _, r, card, prompt, _ = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
-    assert "has no &#x27;drafter&#x27;" in values[0] and "<script>" not in values[0]
+    values = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
+    assert "has no &#x27;drafter&#x27;" in values["status"] and "<script>" not in values["status"]
 
 
 def test_a_file_that_is_not_json_gets_a_sentence_and_the_file_box_is_emptied(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
-    *values, _, r, card, prompt, box = open_trace(str(notes), Session(), Policy())
-    assert r is None and "notes.txt is not a trace" in values[0] and ".json" in values[0]
+    values = open_trace(str(notes), Session(), Policy())
+    r, box = values["replay"], values["upload"]
+    assert r is None and "notes.txt is not a trace" in values["status"] and ".json" in values["status"]
     assert box is None  # emptied, ready for the right file
 
 
@@ -117,13 +120,15 @@ def test_stepping_through_a_run_keeps_it_for_download_and_another_step_through(s
     session = Session()
     session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
     session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
-    *values, _, r = step_through(session)
+    values = step_through(session)
+    r = values["replay"]
     list(play_phases(r, session, 10.0, sleep=lambda s: None))  # a step played: the page shows the replay
     assert len(session.last.spec.steps) == 1  # the step inspector reads what is shown
     back = trace_file.load(offer_download(session).value["path"])  # the run itself, not the replay
     assert back.spec.events == rec.spec.events and back.info.drafter == "d"
-    *values, _, again = step_through(session)
-    assert again is not None and "Stepping through this run" in values[0]
+    values = step_through(session)
+    again = values["replay"]
+    assert again is not None and "Stepping through this run" in values["status"]
 
 
 def test_next_step_in_phases_draws_drafts_pending_then_checked_then_judged(sampled):  # noqa: F811
@@ -131,10 +136,10 @@ def test_next_step_in_phases_draws_drafts_pending_then_checked_then_judged(sampl
     session = Session()
     session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True)
     session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
-    *_, r = step_through(session)
+    r = step_through(session)["replay"]
     first = next(e for e in rec.spec.steps if e.draft)
     r.position = rec.spec.steps.index(first)
-    panels = [values[3] for *values, _, _ in play_phases(r, session, 10.0, sleep=lambda s: None)]
+    panels = [values["spec"] for values in play_phases(r, session, 10.0, sleep=lambda s: None)]
     k, shown = len(first.draft), shown_tokens(first)
     assert [p.count('data-kind="drafted"') for p in panels] == [k, 0, 0, 0]
     assert [p.count('data-kind="checking"') for p in panels] == [0, k, 0, 0]
@@ -156,7 +161,7 @@ def test_an_uploaded_trace_is_re_timed_with_the_costs_of_the_machine_that_record
     path = tmp_path / "h200.json"
     trace_file.save(path, replace(rec, curve=H200, info=replace(rec.info, device="cuda: NVIDIA H200")))
     session = Session()
-    *_, r, _, _, _ = open_trace(str(path), session, Policy())
+    r = open_trace(str(path), session, Policy())["replay"]
     step(r, session, +3)
     figure, caption, line, _ = hardware.show(session, hardware.THIS, 0.1, 0.05)
     assert 'data-curve="recorded"' in caption and "the machine that recorded this run (cuda: NVIDIA H200)" in caption
@@ -168,7 +173,7 @@ def test_an_uploaded_trace_is_re_timed_with_the_costs_of_the_machine_that_record
     session.last = session.run = Frame(base=rec.base, runs=[rec.spec], state="done", greedy=False, final=True,
                                        curve=H200)
     session.settings = Settings(prompt=PROMPT, target="tiny", drafter="d", temperature=0.9)
-    *_, r = step_through(session)
+    r = step_through(session)["replay"]
     step(r, session, +3)
     assert 'data-curve="measured"' in hardware.show(session, hardware.THIS, 0.1, 0.05)[1]
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..render import distribution as view
+from .page import Page
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,10 @@ def at_run_settings(session, step, row, temperature, top_p):
     return (*show(session, step, row, temperature, top_p), temperature, top_p)
 
 
-def wire(c: Controls, session, step: gr.Slider) -> None:
+def wire(c: Controls, page: Page) -> None:
     """Redraw when the step changes (a run, a replay or the visitor moves it) or a control moves."""
-    inputs, outputs = [session, step, c.row, c.temperature, c.top_p], [c.plot, c.card, c.row]
+    step = page.step
+    inputs, outputs = [page.session, step, c.row, c.temperature, c.top_p], [c.plot, c.card, c.row]
     instant = dict(queue=False, api_visibility="private", show_progress="hidden")
     step.change(at_run_settings, inputs, [*outputs, c.temperature, c.top_p], **instant)
     for control in (c.row, c.temperature, c.top_p):

@@ -24,6 +24,7 @@ from ..render.status import status_html
 from ..render.trace import Trace
 from . import runner
 from .limits import Line
+from .page import Page
 from .policy import Policy
 from .settings import Settings
 
@@ -179,19 +180,21 @@ def queued(line: Line, session, run):
     yield from line.run(session, None, status, lambda: None, lambda _: run())
 
 
-def wire(c: Controls, policy: Policy, models, drafter, controls: dict, line: Line, session, handlers) -> None:
+def wire(c: Controls, page: Page) -> None:
     """The button runs `draw` with the playground's drafter and the settings on the left, in
-    its turn in `line` (the handlers' Line) and the visitor's Session, whose stop flag this
+    its turn in the handlers' Line and the visitor's Session, whose stop flag this
     block's Stop and the page's other Stop buttons set (the draws held the one line with no
     way to end them: a Generate waited behind 60 draws for 105 s)."""
+    policy, handlers, session, controls = page.policy, page.handlers, page.session, page.settings
+
     def run(session, n, d, *values):
         settings = dict(zip(controls, values))
-        yield from queued(line, session, lambda: draw(policy, models, n, d, should_stop=session.should_stop,
-                                                      **settings))
+        yield from queued(handlers.line, session, lambda: draw(policy, page.models, n, d,
+                                                               should_stop=session.should_stop, **settings))
 
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(
-        run, [session, c.n, drafter, *controls.values()], [c.status, c.plot, c.result], api_visibility="private",
-        concurrency_limit=1, concurrency_id="exactness")
+        run, [session, c.n, page.drafter, *controls.values()], [c.status, c.plot, c.result],
+        api_visibility="private", concurrency_limit=1, concurrency_id="exactness")
     # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
     c.stop.click(handlers.stop, session, session, api_name="exactness_stop", **instant)

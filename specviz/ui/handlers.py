@@ -105,7 +105,7 @@ class Handlers:
 
     def _stream(self, session: Session, request, controls: dict, run, values, remember: bool):
         def status(message, state, ahead=None):
-            return [*values(notice(message, state, ahead)), session]
+            return {**values(notice(message, state, ahead)), "session": session}
 
         def frames(settings: Settings):
             if remember:
@@ -113,7 +113,7 @@ class Handlers:
             for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
                 if remember:
                     session.last = session.run = frame
-                yield [*values(frame), session]
+                yield {**values(frame), "session": session}
 
         yield from self.line.run(session, request, status, lambda: Settings.from_controls(**controls), frames)
 

@@ -17,6 +17,7 @@ from ..core.errors import SpecvizError
 from ..core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 from ..render.hardware import curve_caption, curve_figure, retime_figure, retime_html
 from ..render.numbers import headline
+from .page import Page
 
 THIS, GPU, CUSTOM = "this machine, as measured", "GPU-like (verify flat to 16 tokens)", "custom"
 SLOPE, C = 0.10, 0.05  # the custom sliders' start: roughly this project's CPU with a small draft model
@@ -59,12 +60,12 @@ def controls() -> Controls:
     return Controls(curve, caption, profile, slope, c, result, bars)
 
 
-def wire(c: Controls, session, after: list) -> None:
-    """Redraw the block after each of `after` (the events that put a run on screen) and when
+def wire(c: Controls, page: Page) -> None:
+    """Redraw the block after each event that puts a run on screen (page.on_screen) and when
     a control changes; moving a slider picks the custom profile."""
-    inputs, outputs = [session, c.profile, c.slope, c.c], [c.curve, c.caption, c.result, c.bars]
+    inputs, outputs = [page.session, c.profile, c.slope, c.c], [c.curve, c.caption, c.result, c.bars]
     instant = dict(queue=False, api_visibility="private")
-    for event in after:
+    for event in page.on_screen:
         event.then(show, inputs, outputs, **instant)
     c.profile.change(show, inputs, outputs, **instant)
     for slider in (c.slope, c.c):

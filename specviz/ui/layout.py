@@ -11,8 +11,10 @@ from ..engine.generate import K_MAX
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS, WIDTHS
 from . import distribution, exactness, hardware, reading, replay, serving
+from .views import CHARTS
 from .examples import Example, load_examples, note_html
 from .handlers import Handlers, Session, zero_gpu
+from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .settings import GREEDY, SAMPLED_TREES_UP_TO, SAMPLING, SAMPLING_TEMPERATURE, Settings
 
@@ -147,33 +149,39 @@ def _playground_tab(policy: Policy):
                               info="none, prompt lookup, suffix decoding (copies from the prompt and your earlier answers), layer skip, the trained EAGLE / Medusa / distilled drafters (NAME+pld: copy where the text repeats, NAME elsewhere; suffix+NAME likewise), or a draft model sharing the target's tokenizer")
         run = gr.Button("Generate", variant="primary", scale=1, min_width=110, elem_id="sv-generate")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-stop")
-    # What the page shows before (and after a reload during) a run: never blank blocks.
-    outputs = [gr.HTML(status_html(READY), label="status", elem_id="sv-status"),
-               gr.HTML(label="greedy check", elem_id="sv-check"),
-               gr.HTML(label="headline numbers", elem_id="sv-headline")]
+    # What the page shows before (and after a reload during) a run: never blank blocks. By name,
+    # as views.playground_values fills them; this order is /generate's.
+    shown = dict(status=gr.HTML(status_html(READY), label="status", elem_id="sv-status"),
+                 check=gr.HTML(label="greedy check", elem_id="sv-check"),
+                 headline=gr.HTML(label="headline numbers", elem_id="sv-headline"))
     gr.HTML(legend_html(short=True), elem_classes="sv-legend-box")
     reading.controls()
     steps = replay.stepper()  # right above the panels it animates
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
-        outputs.append(gr.HTML(panel_html(Trace("speculative"), "Speculative", placeholder=WAITING),
-                               label="speculative text", elem_id="sv-spec", min_width=300))
-        outputs.append(gr.HTML(panel_html(Trace("baseline", speculative=False), "Baseline · plain decoding",
-                                          placeholder=WAITING), label="baseline text", elem_id="sv-base", min_width=300))
+        shown["spec"] = gr.HTML(panel_html(Trace("speculative"), "Speculative", placeholder=WAITING),
+                                label="speculative text", elem_id="sv-spec", min_width=300)
+        shown["base"] = gr.HTML(panel_html(Trace("baseline", speculative=False), "Baseline · plain decoding",
+                                           placeholder=WAITING), label="baseline text", elem_id="sv-base", min_width=300)
     # The inspector right under the panels: the step buttons above them change both.
     with gr.Accordion("Step inspector", open=True, elem_id="sv-inspector-box"):
         step = gr.Slider(1, 2, value=1, step=1, label="step", interactive=False, elem_id="sv-step")
         inspector = gr.HTML(step_html(Trace("speculative"), 0), label="step inspector", elem_id="sv-inspector")
-    blank = empty_figures()
+    blank = dict(zip(CHARTS, empty_figures()))
+    chart = dict(show_label=False, min_width=300)
     with gr.Row(elem_classes="sv-charts"):  # two by two; one column on a phone (assets/style.css)
-        charts = [gr.Plot(blank[0], label="acceptance chart", show_label=False, min_width=300, elem_id="sv-chart-acceptance"),
-                  gr.Plot(blank[1], label="throughput chart", show_label=False, min_width=300, elem_id="sv-chart-throughput")]
+        shown["acceptance"] = gr.Plot(blank["acceptance"], label="acceptance chart", elem_id="sv-chart-acceptance",
+                                      **chart)
+        shown["throughput"] = gr.Plot(blank["throughput"], label="throughput chart", elem_id="sv-chart-throughput",
+                                      **chart)
     with gr.Row(elem_classes="sv-charts"):
-        charts += [gr.Plot(blank[2], label="accepted lengths chart", show_label=False, min_width=300, elem_id="sv-chart-lengths"),
-                   gr.Plot(blank[3], label="draft positions chart", show_label=False, min_width=300, elem_id="sv-chart-positions")]
-    outputs += [*charts, step, inspector]
+        shown["lengths"] = gr.Plot(blank["lengths"], label="accepted lengths chart", elem_id="sv-chart-lengths",
+                                   **chart)
+        shown["positions"] = gr.Plot(blank["positions"], label="draft positions chart", elem_id="sv-chart-positions",
+                                     **chart)
+    shown |= dict(step=step, inspector=inspector)
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
-        outputs.append(gr.JSON(label="summary", elem_id="sv-summary"))
-    return drafter, run, stop, step, inspector, outputs, steps
+        shown["summary"] = gr.JSON(label="summary", elem_id="sv-summary")
+    return drafter, run, stop, shown, steps
 
 
 def _compare_tab(policy: Policy):
@@ -185,17 +193,18 @@ def _compare_tab(policy: Policy):
                                     "then taking turns, three times")
         run = gr.Button("Compare", variant="primary", scale=1, min_width=110, elem_id="sv-compare")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
-    outputs = [gr.HTML(status_html("Pick drafters and press Compare."), label="status", elem_id="sv-compare-status"),
-               gr.Dataframe(headers=HEADERS, label="comparison", interactive=False, elem_id="sv-compare-table", wrap=True,
-                            column_widths=WIDTHS)]
-    # Full width, one above the other: horizontal bars need room for the run names.
-    outputs += [gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
-                gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality")]
-    outputs.append(gr.HTML(side_by_side_html(Trace("baseline", speculative=False), []), label="outputs side by side",
-                           elem_id="sv-compare-panels"))
+    shown = dict(status=gr.HTML(status_html("Pick drafters and press Compare."), label="status",
+                                elem_id="sv-compare-status"),
+                 table=gr.Dataframe(headers=HEADERS, label="comparison", interactive=False,
+                                    elem_id="sv-compare-table", wrap=True, column_widths=WIDTHS),
+                 # Full width, one above the other: horizontal bars need room for the run names.
+                 speed=gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
+                 quality=gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality"),
+                 panels=gr.HTML(side_by_side_html(Trace("baseline", speculative=False), []),
+                                label="outputs side by side", elem_id="sv-compare-panels"))
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
-        outputs.append(gr.JSON(label="summary", elem_id="sv-compare-summary"))
-    return drafters, run, stop, outputs
+        shown["summary"] = gr.JSON(label="summary", elem_id="sv-compare-summary")
+    return drafters, run, stop, shown
 
 
 def build_app(policy: Policy | None = None, models=None, examples: list[Example] | None = None,
@@ -208,7 +217,6 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         from ..modeling import models
     examples = load_examples() if examples is None else examples
     handlers = Handlers(policy, models)
-    server_runs = serving.ServingRuns(policy, handlers.line, engines)
     # Every run enters its handler at once and waits in the handlers' Line, which can say
     # "busy, N ahead of you"; Gradio's limit only bounds the threads, with room to refuse a few.
     # preprocess=False: Settings checks the raw values, so a script's "abc" or 1e30 gets a sentence.
@@ -226,35 +234,40 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                 controls = dict(prompt=prompt) | controls
                 with gr.Tabs(overflow_behavior="wrap"):  # a phone hid Compare and Serving behind "..."
                     with gr.Tab("Playground", id="playground"):
-                        drafter, run, stop, step, inspector, outputs, steps = _playground_tab(policy)
+                        drafter, run, stop, shown, steps = _playground_tab(policy)
+                        page = Page(policy, models, handlers, session, controls, drafter, run, shown["step"], shown,
+                                    queued)
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
                         replay_controls = replay.controls(steps, policy)
                         hardware_controls = hardware.controls()
                     with gr.Tab("Compare drafters", id="compare"):
-                        drafters, cmp_run, cmp_stop, cmp_outputs = _compare_tab(policy)
+                        drafters, cmp_run, cmp_stop, cmp_shown = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
-                        server_controls = serving.controls(policy, server_runs)
+                        server_controls = serving.controls(policy, serving.ServingRuns(policy, handlers.line, engines))
         _wire_examples(examples, picker, prompt, drafter, note, policy)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
-        generate = run.click(handlers.arm, session, session, **instant).then(
-            handlers.generate, session, [*outputs, session], inputs_kwargs=play,
+        outputs = page.shown()
+        page.generate = run.click(handlers.arm, session, session, **instant).then(
+            named(handlers.generate, outputs), session, list(outputs.values()), inputs_kwargs=play,
             api_name="generate", **queued)
-        replayed = replay.wire(replay_controls, policy, session, outputs, generate, run, controls["prompt"])
-        hardware.wire(hardware_controls, session, [generate, *replayed])
-        distribution.wire(dist_controls, session, step)
-        exactness.wire(exact_controls, policy, models, drafter, controls, handlers.line, session, handlers)
+        page.on_screen.append(page.generate)
+        replay.wire(replay_controls, page)  # before hardware: it follows the replay's events too
+        hardware.wire(hardware_controls, page)
+        distribution.wire(dist_controls, page)
+        exactness.wire(exact_controls, page)
+        outputs = {**cmp_shown, "session": session}
         comparing = cmp_run.click(handlers.arm, session, session, **instant).then(
-            handlers.compare, [session, drafters], [*cmp_outputs, session], inputs_kwargs=controls,
+            named(handlers.compare, outputs), [session, drafters], list(outputs.values()), inputs_kwargs=controls,
             api_name="compare", **queued)
-        serving.wire(server_controls, server_runs, session, controls, handlers, queued)
+        serving.wire(server_controls, page)
         # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
-        cancels = dict(cancels=[generate, comparing]) if zero_gpu() else {}
+        cancels = dict(cancels=[page.generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
         # always_last: a drag sends many values; the one it ends on must arrive, and last
-        step.input(handlers.inspect, [session, step], inspector, trigger_mode="always_last", **instant)
+        page.step.input(handlers.inspect, [session, page.step], shown["inspector"], trigger_mode="always_last",
+                        **instant)
     demo.queue(default_concurrency_limit=policy.concurrency, max_size=slots)  # a flood beyond: Gradio's 503
     return demo
-

@@ -27,6 +27,7 @@ from ..render.status import status_html, step_label
 from ..traces import replay as playback
 from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
+from .page import Page, named
 from .policy import Policy
 from .runner import Frame, throttle
 from .views import error_frame, playground_values
@@ -107,33 +108,35 @@ def controls(steps: Stepper, policy: Policy) -> Controls:
     return Controls(download, upload, about, steps)
 
 
-def wire(c: Controls, policy: Policy, session, outputs: list, generate, run, prompt) -> list:
-    """Connect the block: the download follows each playground run; the replay fills `outputs`
-    (the playground's, in playground_values order) and the session the step inspector reads,
-    and a loaded trace puts its prompt in the `prompt` box, so the page shows what was asked.
-    The step buttons are off while a `run` goes and on once there is a run or a trace. Returns
-    the events that put a replayed run on screen, for blocks that follow it."""
+def wire(c: Controls, page: Page) -> None:
+    """Connect the block: the download follows each playground run; the replay fills the
+    Playground's outputs and the session the step inspector reads, and a loaded trace puts its
+    prompt in the prompt box, so the page shows what was asked. The step buttons are off while
+    a run goes and on once there is a run or a trace. The events that put a replayed run on
+    screen join page.on_screen, for blocks that follow it."""
     state = gr.State(None)
-    shown = [*outputs, session, state]
+    shown = page.shown(replay=state)
+    outputs = list(shown.values())
     instant = dict(queue=False, api_visibility="private")
     s = c.stepper
-    run.click(lambda: [None] + [gr.Button(interactive=False)] * len(s.buttons), None, [state, *s.buttons],
-              **instant)
-    generate.then(offer_download, session, c.download, **instant).then(
-        ready, [state, session], s.buttons, **instant)
-    opened = c.upload.upload(lambda path, s: open_trace(path, s, policy), [c.upload, session],
-                             [*shown, c.about, prompt, c.upload], **instant)
-    opened.then(ready, [state, session], s.buttons, **instant)
+    page.run.click(lambda: [None] + [gr.Button(interactive=False)] * len(s.buttons), None, [state, *s.buttons],
+                   **instant)
+    page.generate.then(offer_download, page.session, c.download, **instant).then(
+        ready, [state, page.session], s.buttons, **instant)
+    opening = page.shown(replay=state, about=c.about, prompt=page.prompt, upload=c.upload)
+    opened = c.upload.upload(named(lambda path, s: open_trace(path, s, page.policy), opening),
+                             [c.upload, page.session], list(opening.values()), **instant)
+    opened.then(ready, [state, page.session], s.buttons, **instant)
     # A race mostly sleeps between events, so a few may run beside the models' line.
-    raced = s.play.click(race, [state, session, s.speed], shown, api_visibility="private", concurrency_limit=4,
-                         concurrency_id="replay")
+    raced = s.play.click(named(race, shown), [state, page.session, s.speed], outputs, api_visibility="private",
+                         concurrency_limit=4, concurrency_id="replay")
     s.pause.click(pause, state, state, **instant)
-    back = s.previous.click(lambda r, s: step(r, s, -1), [state, session], shown, **instant)
-    on = s.next.click(lambda r, s: step(r, s, +1), [state, session], shown, **instant)
-    live = s.live.click(step_through, session, shown, **instant)
-    phased = s.phases.click(play_phases, [state, session, s.speed], shown, api_visibility="private",
-                            concurrency_limit=4, concurrency_id="replay")
-    return [opened, raced, back, on, live, phased]
+    back = s.previous.click(named(lambda r, s: step(r, s, -1), shown), [state, page.session], outputs, **instant)
+    on = s.next.click(named(lambda r, s: step(r, s, +1), shown), [state, page.session], outputs, **instant)
+    live = s.live.click(named(step_through, shown), page.session, outputs, **instant)
+    phased = s.phases.click(named(play_phases, shown), [state, page.session, s.speed], outputs,
+                            api_visibility="private", concurrency_limit=4, concurrency_id="replay")
+    page.on_screen += [opened, raced, back, on, live, phased]
 
 
 def ready(r, session) -> list:
@@ -191,8 +194,8 @@ def _frame(r: Replay, spec, base, state: str, message: str, fraction: float | No
                  recorded_on=(info.device or "unknown") if r.from_file and r.recording.curve else None)
 
 
-def _values(frame: Frame, session, r: Replay | None) -> list:
-    """The playground's values for `frame`; a trace that passed the checks but still cannot be
+def _values(frame: Frame, session, r: Replay | None) -> dict:
+    """The playground's values for `frame`, the session and the replay by name; a trace that passed the checks but still cannot be
     drawn says so in the status line instead of breaking the page."""
     try:
         values = playground_values(frame, session.pinned)
@@ -203,7 +206,7 @@ def _values(frame: Frame, session, r: Replay | None) -> list:
     # The step inspector reads the shown frame; the live run (session.run) stays, so Download
     # trace and Step through this run still work after a replay.
     session.last = frame
-    return [*values, session, r]
+    return {**values, "session": session, "replay": r}
 
 
 def _about(r: Replay) -> str:
@@ -229,8 +232,8 @@ def _card(r: Replay) -> str:
 
 def open_trace(path, session, policy: Policy):
     """Load an uploaded trace and show it before its first step: values for the playground's
-    outputs, the session, the replay state, the trace's card, the prompt box and the file box
-    (emptied after a refusal, so the next file can go straight in)."""
+    outputs, the session, the replay state, the trace's card (`about`), the prompt box and the
+    file box (`upload`, emptied after a refusal, so the next file can go straight in)."""
     try:
         if not path:
             raise SpecvizError("Choose a trace file to replay.")
@@ -239,13 +242,14 @@ def open_trace(path, session, policy: Policy):
                                "'Download trace' saves")
         r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name, from_file=True)
     except SpecvizError as e:  # said in the status and under the file box, where the reader is
-        return [*_values(error_frame(str(e)), session, None), status_html(str(e), "error"), gr.skip(), None]
+        return {**_values(error_frame(str(e)), session, None), "about": status_html(str(e), "error"),
+                "prompt": gr.skip(), "upload": None}
     spec, base = playback.fresh(r.recording)
     n = playback.step_count(r.recording)
     session.pinned = None
     message = f"{_about(r)}. {n} steps: Play race, or Next step to go one at a time."
-    return [*_values(_frame(r, spec, base, "done", message), session, r), _card(r), r.recording.info.prompt,
-            gr.skip()]
+    return {**_values(_frame(r, spec, base, "done", message), session, r), "about": _card(r),
+            "prompt": r.recording.info.prompt, "upload": gr.skip()}
 
 
 def _playing(r: Replay | None, session) -> Replay | None:

@@ -26,6 +26,7 @@ from ..serving.state import explain
 from . import uploads
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
+from .page import Page
 from .policy import MEASURED_LOAD, Policy
 from .runner import readable
 from .settings import Settings
@@ -70,6 +71,7 @@ class Controls:
     load_show: gr.Button
     load_status: gr.HTML
     load_plot: gr.Plot
+    runs: "ServingRuns"  # the tab's handlers
 
 
 def ready(policy: Policy) -> str:
@@ -133,7 +135,7 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
         uploads.guard("#sv-load-file", MAX_LOAD_BYTES, sweep_too_large, ("#sv-load-status",))
         load_plot = gr.Plot(None if isinstance(figure, dict) else figure, show_label=False, elem_id="sv-load-plot")
     return Controls(server, baseline, model, run, stop, outputs, load_file, load_path, load_show, load_status,
-                    load_plot)
+                    load_plot, runs)
 
 
 def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> list:
@@ -293,13 +295,14 @@ def _tps(run) -> str:
     return f"{rate(run):.1f} tok/s"
 
 
-def wire(c: Controls, runs: ServingRuns, session, controls: dict, handlers, queued: dict) -> None:
+def wire(c: Controls, page: Page) -> None:
     """Run takes the URLs, the model and the page's shared settings by name (API: /serving),
     in the handlers' Line and their Session (so the page's other Stop buttons and runs agree)."""
-    inputs = dict(server=c.server, baseline=c.baseline, model=c.model) | {name: controls[name] for name in SETTINGS}
+    runs, session, handlers = c.runs, page.session, page.handlers
+    inputs = dict(server=c.server, baseline=c.baseline, model=c.model) | {name: page.settings[name] for name in SETTINGS}
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(
-        runs.run, session, [*c.outputs, session], inputs_kwargs=inputs, api_name="serving", **queued)
+        runs.run, session, [*c.outputs, session], inputs_kwargs=inputs, api_name="serving", **page.queued)
     # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
     c.stop.click(handlers.stop, session, session, api_name="serving_stop", **instant)
     c.load_file.upload(runs.show_upload, c.load_file, [c.load_status, c.load_plot], **instant)

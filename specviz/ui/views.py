@@ -46,13 +46,16 @@ def playground_summary(frame: Frame) -> dict:
     }
 
 
-def _charts(frame: Frame, pinned: int | None = None) -> list:
+CHARTS = ("acceptance", "throughput", "lengths", "positions")  # playground_figures' order
+
+
+def _charts(frame: Frame, pinned: int | None = None) -> dict:
     """The four charts, the step slider and the inspector; left as they are (gr.skip) when the
     frame does not redraw them (runner.throttle paces them). The slider counts steps from 1, as
     every label does; the inspector follows the newest step that drafted something (the last
     steps of a run often draft nothing: no room left), unless the reader `pinned` an older one."""
     if not frame.charts:
-        return [gr.skip()] * 6
+        return dict.fromkeys((*CHARTS, "step", "inspector"), gr.skip())
     spec, base = frame.spec, frame.base
     steps = spec.steps
     n_steps = len(steps)
@@ -60,42 +63,44 @@ def _charts(frame: Frame, pinned: int | None = None) -> list:
     # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
     bounds = dict(minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1)
     if pinned is not None and pinned < n_steps:
-        # The value too: an update drawn before the reader's choice arrived may have moved the slider.
-        return [*playground_figures(spec, base), gr.Slider(value=pinned + 1, **bounds), step_html(spec, pinned, total)]
-    last = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
-    return [*playground_figures(spec, base), gr.Slider(value=last + 1, **bounds), step_html(spec, last, total)]
+        shown = pinned  # the value too: an update drawn before the reader's choice may have moved the slider
+    else:
+        shown = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
+    return {**dict(zip(CHARTS, playground_figures(spec, base))), "step": gr.Slider(value=shown + 1, **bounds),
+            "inspector": step_html(spec, shown, total)}
 
 
-def playground_values(frame: Frame, pinned: int | None = None) -> list:
-    """status, check, headline, two panels, four charts, step slider, inspector, summary.
-    `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on."""
+def playground_values(frame: Frame, pinned: int | None = None) -> dict:
+    """The Playground's outputs by name (layout.py's): status, check, headline, the two panels,
+    four charts, step slider, inspector, summary. `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on."""
     spec, base = frame.spec, frame.base
     started = bool(spec.events or base.events)
-    return [
-        status_html(frame.message, frame.state, frame.fraction),
-        agreement_html(spec, base, frame.greedy, frame.dtype) if started else "",
-        headline_html(headline(spec, base, frame.curve)) if started else "",
-        panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
-        panel_html(base, "Baseline · plain decoding", _run_note(base)),
-        *_charts(frame, pinned),
-        playground_summary(frame),
-    ]
+    return {
+        "status": status_html(frame.message, frame.state, frame.fraction),
+        "check": agreement_html(spec, base, frame.greedy, frame.dtype) if started else "",
+        "headline": headline_html(headline(spec, base, frame.curve)) if started else "",
+        "spec": panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
+        "base": panel_html(base, "Baseline · plain decoding", _run_note(base)),
+        **_charts(frame, pinned),
+        "summary": playground_summary(frame),
+    }
 
 
-def compare_values(frame: Frame) -> list:
-    """status, table, two charts, side-by-side panels, summary."""
+def compare_values(frame: Frame) -> dict:
+    """The Compare tab's outputs by name (layout.py's): status, table, two charts, the outputs
+    side by side, summary."""
     rows = compare_rows(frame.base, frame.runs, getattr(frame, "rounds", ()))
     speed, quality = compare_figures(rows) if frame.charts else (gr.skip(), gr.skip())
     summary = {"state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
                "rows": rows,
                "runs": [_run_dict(t) for t in [frame.base, *frame.runs]]}
-    return [
-        status_html(frame.message, frame.state, frame.fraction),
-        {"headers": HEADERS, "data": table_values(rows)},
-        speed, quality,
-        side_by_side_html(frame.base, frame.runs),
-        summary,
-    ]
+    return {
+        "status": status_html(frame.message, frame.state, frame.fraction),
+        "table": {"headers": HEADERS, "data": table_values(rows)},
+        "speed": speed, "quality": quality,
+        "panels": side_by_side_html(frame.base, frame.runs),
+        "summary": summary,
+    }
 
 
 def error_frame(message: str, greedy: bool = True) -> Frame:
