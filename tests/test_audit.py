@@ -5,12 +5,21 @@ Fixed seeds throughout: every p-value here is the same on every run.
 """
 from __future__ import annotations
 
+import json
 import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from scipy.stats import ncx2
 
+from conftest import noisy_copy, tiny_llama
+from specviz import DraftModel, PromptLookup, Sampling
+from specviz.audit import report
+from specviz.audit.controls import RawQ
+from specviz.audit.engines import Generate, Local
 from specviz.audit.stats import chi_square, compare, detectable_tv, joint, noncentral_survival
+from specviz.cli.main import main
 
 OUTCOMES = ("a", "b", "c", "d", "e", "f")
 P = (0.3, 0.25, 0.2, 0.12, 0.08, 0.05)
@@ -77,3 +86,154 @@ def test_a_difference_of_the_stated_size_is_caught_at_least_as_often_as_promised
 
     assert caught(tv) >= 0.75
     assert caught(tv / 4) < 0.3
+
+
+def test_the_verdict_withholds_judgement_without_drafts_or_draws_and_states_the_power_beside_a_pass():
+    c = compare(sample(P, 300, 1), sample(P, 300, 2), depth=2)
+    word, sentence = report.verdict(c, drafted=0, accepted=0)
+    assert word == report.NO_VERDICT and "nothing was drafted" in sentence
+    few = compare(sample(P, 10, 1), sample(P, 10, 2), depth=2)
+    assert report.verdict(few, drafted=12, accepted=5)[0] == report.NO_VERDICT
+    word, sentence = report.verdict(c, drafted=400, accepted=100)
+    assert word == report.EXACT and f"TV {c.detectable:.3f} or more with 80% probability" in sentence
+    assert "never exercised" in report.verdict(c, drafted=400, accepted=400)[1]
+
+
+# --- a served engine, over HTTP ----------------------------------------------------------------
+
+class Served:
+    """A fake OpenAI-compatible server streaming one token per chunk, drawn from `weights` with the
+    request's seed, with llama.cpp's running draft counters (it claims one draft per token)."""
+
+    def __init__(self, weights):
+        self.weights, self.bodies = weights, []
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self._send(b'{"data": [{"id": "fake"}]}', "application/json")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                served.bodies.append(body)
+                r = random.Random(body["seed"])
+                lines = []
+                for i in range(body["max_tokens"]):
+                    t = {"predicted_n": i + 1, "draft_n": i + 1, "draft_n_accepted": i}
+                    piece = r.choices(OUTCOMES, served.weights)[0]
+                    lines.append({"choices": [{"delta": {"content": piece}}], "timings": t})
+                text = "".join(f"data: {json.dumps(e)}\n\n" for e in lines) + "data: [DONE]\n\n"
+                self._send(text.encode(), "text/event-stream")
+
+            def _send(self, data, kind):
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    made = {"spec": Served(P), "base": Served(P), "lossy": Served(shifted(0.15))}
+    yield made
+    for s in made.values():
+        s.server.shutdown()
+
+
+def audit_cli(capsys, tmp_path, *args):
+    out = tmp_path / "audit.json"
+    code = main(["audit", "--json", str(out), *args])
+    return code, capsys.readouterr(), json.loads(out.read_text()) if out.exists() else None
+
+
+def test_a_server_pair_is_audited_with_the_requests_sampling_fields_and_its_drafts(servers, capsys, tmp_path):
+    code, printed, data = audit_cli(capsys, tmp_path, "--server", servers["spec"].url, "--baseline-server",
+                                    servers["base"].url, "--draws", "200", "--tokens", "2", "--top-k", "20")
+    assert code == 0, printed.out
+    first, second = data["results"]
+    assert first["verdict"] == report.EXACT and first["drafted"] == 400 and first["accepted"] == 200
+    assert second["setting"] == "temperature 1, top-k 20, top-p 0.9"
+    body = servers["spec"].bodies[-1]
+    assert (body["top_k"], body["top_p"], body["min_p"], body["repeat_last_n"]) == (20, 0.9, 0.0, -1)
+    # the plain side draws from other seeds: the same seed both ways would correlate the two samples
+    assert {b["seed"] for b in servers["spec"].bodies}.isdisjoint(b["seed"] for b in servers["base"].bodies)
+    assert "catches TV >=" in printed.out and "audit:" not in printed.out  # progress goes to stderr
+
+
+def test_a_server_that_samples_another_distribution_fails_and_shows_both_side_by_side(servers, capsys, tmp_path):
+    code, printed, data = audit_cli(capsys, tmp_path, "--server", servers["lossy"].url, "--baseline-server",
+                                    servers["base"].url, "--draws", "200", "--tokens", "2", "--top-k", "0",
+                                    "--top-p", "1")
+    assert code == 1 and len(data["results"]) == 1
+    result = data["results"][0]
+    assert result["verdict"] == report.NOT_EXACT
+    rows = {r["outcome"]: (r["speculative"], r["plain"]) for r in result["outcomes"]}
+    assert rows["aa"][0] < rows["aa"][1]  # the likeliest outcome lost mass
+    assert "first tokens" in printed.out and "NOT exact" in printed.out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--server", "http://127.0.0.1:9"], "go together"),
+    (["--temperature", "0"], "give a temperature above 0"),
+    (["--lossy", "raw-q", "--engine", "transformers"], "specviz's own engine"),
+    (["--ensemble-weight", "0.5"], "--engine transformers"),
+])
+def test_bad_requests_get_one_sentence(capsys, args, words):
+    assert main(["audit", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+# --- local engines on a tiny model ----------------------------------------------------------
+
+PROMPT = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+V = 8
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_llama(vocab=V, seed=3)
+
+
+def test_transformers_generate_reports_what_prompt_lookup_drafted_and_kept(small):
+    s = Sampling(temperature=1.0)
+    e = Generate(small, "hf-pld", PROMPT, s, tokens=3, k=3)
+    draws = [e.draw(seed) for seed in range(5)]
+    assert all(len(d.tokens) == 3 for d in draws)
+    assert sum(d.drafted for d in draws) > 0 and 0 <= sum(d.accepted for d in draws) <= sum(d.drafted for d in draws)
+    assert e.kwargs["top_k"] == 0  # off, not the model's own default
+    assert Generate(small, "hf", PROMPT, s, tokens=3).draw(0).drafted == 0
+
+
+def test_specviz_draws_count_the_drafts_behind_the_tokens(small):
+    e = Local(small, PromptLookup(), PROMPT, Sampling(temperature=1.0), tokens=3, k=3)
+    d = e.draw(0)
+    assert len(d.tokens) == 3 and d.drafted >= 1
+
+
+@pytest.mark.slow  # 900 sampled runs on a tiny model
+def test_q_taken_before_the_warpers_is_caught_and_the_exact_rule_passes_at_300_draws(small):
+    """transformers #47932's bug, rebuilt (controls.RawQ): at temperature 0.5 the draft's raw q is
+    flatter than the q its tokens came from. 300 draws each way catch it (p ~ 3e-5); the same
+    drafter verified against its real q passes."""
+    draft = noisy_copy(small, 0.1, seed=11)
+    s = Sampling(temperature=0.5)
+    plain = [Local(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(300)]
+
+    def audit(drafter):
+        e = Local(small, drafter, PROMPT, s, 3, k=3)
+        draws = [e.draw(i) for i in range(300)]
+        assert sum(d.drafted for d in draws) > sum(d.accepted for d in draws) > 0  # drafts kept and refused
+        return compare([d.tokens for d in draws], plain, 3)
+
+    exact, lossy = audit(DraftModel(draft)), audit(RawQ(DraftModel(draft)))
+    assert not exact.different and exact.p > 0.1
+    assert lossy.different and lossy.p < 1e-3

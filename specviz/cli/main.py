@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 
 from .. import bench
+from ..audit import command as audit_command
 from ..bench import matrix_command
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     load_command.add_arguments(sub.add_parser("load", help="sweep concurrency on two servers, speculation on and off"))
     matrix_command.add_arguments(sub.add_parser("matrix", help="every model family x precision x drafter on tiny "
                                                 "random models, against plain decoding"))
+    audit_command.add_arguments(sub.add_parser("audit", help="is an engine's speculative sampling exact? many seeded "
+                                               "short completions with and without speculation, compared"))
     docs_tables.add_arguments(sub.add_parser("docs", help="redraw the measured tables in README.md and docs/ from "
                                              "their committed results files"))
     return parser
@@ -95,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             return load_command.main(args)
         if args.command == "docs":
             return docs_tables.main(args)
+        if args.command == "audit":
+            return audit_command.main(args)
         if args.command == "matrix":
             return matrix_command.main(args)
         return bench.main(args)

@@ -43,14 +43,16 @@ def server_model(url: str, timeout_s: float = 10.0) -> str:
 def stream_completion(url: str, prompt: str, *, model: str | None = None, max_tokens: int = 128,
                       temperature: float = 0.0, seed: int | None = None, chat: bool = True,
                       timeout_s: float = 120.0, on_chunk: Callable[[ServerRun], None] | None = None,
-                      stop: Callable[[], bool] | None = None, messages: list[dict] | None = None) -> ServerRun:
+                      stop: Callable[[], bool] | None = None, messages: list[dict] | None = None,
+                      params: dict | None = None) -> ServerRun:
     """Stream one completion: chat messages (chat=True) or a raw prompt (/v1/completions).
 
     Never raises for a failed request: the run keeps what arrived and says why in `.error`
     (a load sweep counts failures; the CLI prints them). Raises SpecvizError only for a URL
     that is not one. `on_chunk(run)` is called after every chunk; `stop()` returning True
     closes the stream early (the run keeps its chunks, error "stopped"). `messages` (chat only)
-    sends a whole conversation instead of `prompt` as one user turn."""
+    sends a whole conversation instead of `prompt` as one user turn. `params`: more request fields
+    (sampling settings such as top_k), sent as given."""
     base = base_url(url)
     run = ServerRun(url=base, model=model or "")
     if not run.model:
@@ -66,6 +68,7 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
             "timings_per_token": True}
     if seed is not None:
         body["seed"] = int(seed)
+    body.update(params or {})
     if chat:
         body["messages"] = messages or chat_messages([("user", prompt)])
     else:

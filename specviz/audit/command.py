@@ -1,0 +1,211 @@
+"""`python -m specviz audit`: is this engine's speculative sampling exact?
+
+Draws --draws short completions (--tokens each) with speculation and as many without, one seed
+each (the plain side's seeds are another range: the same seed on both sides would correlate
+them and hide differences), for the temperature alone and with top-k/top-p, and tests that
+both sides follow one distribution (stats.py). The engine is
+
+    local specviz       --target MODEL --drafter NAME (every drafter `generate` takes)
+    transformers        --engine transformers --drafter pld (prompt lookup) or a draft model
+                        (`draft`: the distilled drafter exported as a transformers model)
+    a server            --server URL --baseline-server URL2 (the same model without speculation)
+
+The default prompt asks again what was just answered, so prompt lookup drafts the earlier
+answer from the first token and a sampled answer often refuses it. --lossy raw-q (specviz) and
+--ensemble-weight W (transformers) are controls that must fail (controls.py). Exit status: 0
+consistent with exact, 1 not exact, 3 no verdict (too few draws, nothing drafted), 2 an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import replace
+
+from ..core.errors import SpecvizError
+from ..core.sampling import Sampling
+from . import report
+from .engines import Generate, Local, Server, outcomes
+from .stats import ALPHA, compare
+
+# A question asked twice: the conversation repeats, so prompt lookup copies the first answer.
+TURNS = (("user", "Name one colour."), ("assistant", "Blue."), ("user", "Name one colour."))
+PLAIN_SEEDS = 1_000_000  # the plain side's seeds start here past the first seed
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", help="model id or folder ('default': the embedded SmolLM2-135M)")
+    p.add_argument("--drafter", default="pld", help="the drafter, as `generate` names them (default pld); "
+                   "with --engine transformers: pld, or a draft model (id, folder, or 'draft' for the distilled one)")
+    p.add_argument("--engine", choices=("specviz", "transformers"), default="specviz",
+                   help="the local engine that speculates (default specviz)")
+    p.add_argument("--k", type=int, default=4, help="draft length (default %(default)s)")
+    p.add_argument("--draws", type=int, default=500, help="completions each way per setting (default %(default)s)")
+    p.add_argument("--tokens", type=int, default=3, help="tokens per completion, tested jointly (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=1.0, help="(default %(default)s)")
+    p.add_argument("--top-k", type=int, default=50, help="the second setting's top-k (default %(default)s; 0 = off)")
+    p.add_argument("--top-p", type=float, default=0.9, help="the second setting's top-p (default %(default)s; "
+                   "--top-k 0 --top-p 1: one setting only)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="both settings (1 = off)")
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--prompt", help="one user turn instead of the default repeated question")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="fail below this p over all tests (default %(default)s)")
+    p.add_argument("--time-cap", type=float, default=0, metavar="SECONDS",
+                   help="stop drawing after this long and judge what was drawn (default: no cap)")
+    p.add_argument("--json", metavar="FILE", help="also write the results (specviz-audit v1) to FILE")
+    c = p.add_argument_group("controls that must fail")
+    c.add_argument("--lossy", choices=("raw-q",), help="specviz with q taken before the warpers (transformers "
+                   "issue #47932), for a draft-model drafter")
+    c.add_argument("--ensemble-weight", type=float, help="transformers' assistant_ensemble_weight (DIVERSE "
+                   "verification, lossy by design)")
+    s = p.add_argument_group("a serving engine instead of a local model")
+    s.add_argument("--server", metavar="URL", help="an OpenAI-compatible server with speculation (vLLM, llama.cpp)")
+    s.add_argument("--baseline-server", metavar="URL", help="the same model served without speculation")
+    s.add_argument("--model", help="the served model's name (default: the first the server lists)")
+
+
+def settings(args) -> list[Sampling]:
+    """The temperature alone, then with top-k/top-p (unless both are off)."""
+    plain = Sampling(temperature=args.temperature, repetition_penalty=args.repetition_penalty).validate()
+    if plain.greedy:
+        raise SpecvizError("the audit samples: give a temperature above 0 (greedy runs are compared token for "
+                           "token by `generate`)")
+    filtered = replace(plain, top_k=args.top_k, top_p=args.top_p).validate()
+    return [plain] if filtered == plain else [plain, filtered]
+
+
+def describe(s: Sampling) -> str:
+    parts = [f"temperature {s.temperature:g}"]
+    parts += [f"top-k {s.top_k}"] if s.top_k else []
+    parts += [f"top-p {s.top_p:g}"] if s.top_p < 1 else []
+    parts += [f"repetition penalty {s.repetition_penalty:g}"] if s.repetition_penalty != 1 else []
+    return ", ".join(parts)
+
+
+def check(args) -> None:
+    if args.draws < 1 or args.tokens < 1 or args.k < 1:
+        raise SpecvizError("--draws, --tokens and --k must be at least 1")
+    if bool(args.server) != bool(args.baseline_server):
+        raise SpecvizError("--server and --baseline-server go together: the audit compares the engine with "
+                           "speculation against the same model without")
+    if args.model and not args.server:
+        raise SpecvizError("--model goes with --server")
+    if args.lossy and (args.server or args.engine != "specviz"):
+        raise SpecvizError("--lossy is a control for specviz's own engine")
+    if args.ensemble_weight is not None and args.engine != "transformers":
+        raise SpecvizError("--ensemble-weight is transformers' option: add --engine transformers")
+
+
+def engines(args):
+    """(a function from a Sampling to (speculative, plain) engines, a function from an outcome
+    to text, what was audited)."""
+    turns = [("user", args.prompt)] if args.prompt else list(TURNS)
+    if args.server:
+        from ..modeling.chat import chat_messages
+
+        messages = chat_messages(turns)
+        return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model),
+                            Server(args.baseline_server, messages, s, args.tokens, args.model))),
+                lambda o: "".join(o), {"server": args.server, "baseline_server": args.baseline_server})
+    from ..drafters.choose import make_drafter
+    from ..modeling import models
+    from ..modeling.chat import chat_messages
+    from ..modeling.text import encode_chat
+
+    target = models.load(args.target, progress=_progress)
+    ids = encode_chat(target.tokenizer, chat_messages(turns)) if target.is_chat else \
+        list(target.tokenizer(" ".join(t for _, t in turns))["input_ids"])
+    eos = target.eos_token_ids
+
+    def show(o):
+        return repr(models.decode(target, o))[1:-1]
+
+    what = {"target": args.target, "drafter": args.drafter, "engine": args.engine, "prompt_tokens": len(ids)}
+    if args.engine == "transformers":
+        peer, assistant = "hf-pld", None
+        if args.drafter.strip().lower() not in ("pld", "prompt-lookup", "ngram"):
+            from ..bench.drafters import DRAFT_HF, make_drafters
+
+            name = DRAFT_HF if args.drafter.strip() == "draft" else args.drafter
+            peer, assistant = "hf-assisted", make_drafters([name], target)[0].model
+            if assistant is None:
+                raise SpecvizError(f"transformers' generate takes a draft model or prompt lookup, not {args.drafter!r}")
+        extra = {} if args.ensemble_weight is None else {"assistant_ensemble_weight": args.ensemble_weight}
+        return ((lambda s: (Generate(target.model, peer, ids, s, args.tokens, args.k, eos, assistant, extra),
+                            Generate(target.model, "hf", ids, s, args.tokens, args.k, eos))), show, what)
+    drafter = make_drafter(args.drafter, target, progress=_progress)
+    if drafter is None:
+        raise SpecvizError("the drafter 'none' drafts nothing: there would be no speculation to audit")
+    if args.lossy:
+        from .controls import RawQ
+
+        drafter = RawQ(drafter)
+    return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos),
+                        Local(target.model, None, ids, s, args.tokens, args.k, eos))), show, what)
+
+
+def _progress(message: str, fraction: float) -> None:
+    print(f"{message} ...", file=sys.stderr, flush=True)
+
+
+def draw_both(spec, plain, draws: int, first_seed: int, deadline: float | None, label: str, every: float = 5.0):
+    """Alternate speculative and plain draws (a busy machine slows both alike), telling progress on
+    stderr; stop at the deadline. Returns the two lists of draws."""
+    a, b, shown, start = [], [], time.monotonic(), time.monotonic()
+    for i in range(draws):
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"audit: {label}: the time cap stopped the draws at {i} each way", file=sys.stderr, flush=True)
+            break
+        a.append(spec.draw(first_seed + i))
+        b.append(plain.draw(first_seed + PLAIN_SEEDS + i))
+        now = time.monotonic()
+        if now - shown > every and i + 1 < draws:
+            shown = now
+            left = (now - start) / (i + 1) * (draws - i - 1)
+            print(f"audit: {label}: {i + 1} of {draws} draws each way, ~{left / 60:.1f} min left",
+                  file=sys.stderr, flush=True)
+    return a, b
+
+
+def audit_one(spec, plain, s: Sampling, args, show, deadline) -> dict:
+    label = describe(s)
+    a, b = draw_both(spec, plain, args.draws, args.first_seed, deadline, label)
+    both, depth = outcomes(a + b, args.tokens)
+    sa, sb = both[:len(a)], both[len(a):]
+    c = compare(sa, sb, depth, args.alpha)
+    drafted, accepted = sum(d.drafted for d in a), sum(d.accepted for d in a)
+    word, sentence = report.verdict(c, drafted, accepted)
+    return {"setting": label, "sampling": {k: v for k, v in s.__dict__.items() if k != "seed"},
+            "speculative": spec.settings(), "plain": plain.settings(), "verdict": word, "sentence": sentence,
+            "drafted": drafted, "accepted": accepted, "refused": drafted - accepted,
+            "comparison": c.to_dict(), "outcomes": report.side_by_side(sa, sb, depth, show)}
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def main(args) -> int:
+    check(args)
+    samplings = settings(args)
+    make, show, what = engines(args)
+    deadline = time.monotonic() + args.time_cap if args.time_cap else None
+    results = []
+    for s in samplings:
+        spec, plain = make(s)
+        results.append(audit_one(spec, plain, s, args, show, deadline))
+        report.print_result(results[-1])
+    if args.json:
+        data = {"format": report.FORMAT, "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
+                "versions": versions(), "command": "python -m specviz " + " ".join(sys.argv[1:]),
+                "audited": what, "draws": args.draws, "tokens": args.tokens, "first_seed": args.first_seed,
+                "plain_seeds_from": args.first_seed + PLAIN_SEEDS, "results": results}
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+    words = {r["verdict"] for r in results}
+    return 1 if report.NOT_EXACT in words else 3 if report.NO_VERDICT in words else 0

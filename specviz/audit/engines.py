@@ -1,0 +1,166 @@
+"""The engines an audit draws from: each gives one short completion per seed, with the drafts
+its speculation proposed and kept on the way, and says how it mapped the sampling settings.
+
+    Local      specviz's own loop, speculative (any drafter) or plain
+    Generate   transformers' `generate`: plain, prompt lookup or an assistant model
+    Server     an OpenAI-compatible server (vLLM, llama.cpp, SGLang) through serving/client.py
+
+A server sends text, not token ids: its draws are kept as the text of each streamed chunk when
+every chunk held one token (llama.cpp, a plain vLLM), else as the completion's whole text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core.sampling import Sampling
+from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
+
+
+@dataclass(frozen=True)
+class Draw:
+    tokens: tuple | None  # the first tokens of the completion (ids; a server's chunk texts); None: unknown
+    text: str = ""  # a server's completion as text (the outcome when tokens are unknown)
+    drafted: int = 0  # draft tokens the speculation proposed while emitting them
+    accepted: int = 0
+
+
+class Local:
+    """specviz's engine on a loaded model: `drafter` None draws plainly (baseline_generate)."""
+
+    def __init__(self, model, drafter, prompt_ids: list[int], sampling: Sampling, tokens: int, k: int = 4,
+                 eos: tuple[int, ...] = (), label: str = "specviz"):
+        self.model, self.drafter, self.prompt = model, drafter, list(prompt_ids)
+        self.sampling, self.tokens, self.k, self.eos, self.label = sampling, tokens, k, eos, label
+
+    def settings(self) -> dict:
+        shown = {k: v for k, v in self.sampling.__dict__.items() if k != "seed"}  # each draw has its own
+        return {"engine": "specviz", **shown, "k": self.k,
+                "mapping": "the settings as given (the engine's own sampler)"}
+
+    def draw(self, seed: int) -> Draw:
+        s = replace(self.sampling, seed=seed)
+        if self.drafter is None:
+            cfg = GenerationConfig(max_new_tokens=self.tokens, sampling=s, eos_token_ids=self.eos, top=0, raw_top=0)
+            *_, end = baseline_generate(self.model, self.prompt, cfg)
+            return Draw(tuple(end.token_ids))
+        # Room for a whole draft past the last token wanted, so the first steps are not cut short.
+        cfg = GenerationConfig(max_new_tokens=self.tokens + self.k, k=self.k, sampling=s, eos_token_ids=self.eos,
+                               top=0, raw_top=0)
+        out, drafted, accepted = [], 0, 0
+        events = speculative_generate(self.model, self.drafter, self.prompt, cfg, remember=False)
+        for ev in events:
+            emitted = getattr(ev, "emitted", None)
+            if emitted is None:
+                break  # the RunEnd: the run stopped (end of turn) before `tokens`
+            out += emitted
+            drafted += len(ev.draft)
+            accepted += ev.accepted
+            if len(out) >= self.tokens:
+                events.close()
+                break
+        return Draw(tuple(out[:self.tokens]), drafted=drafted, accepted=accepted)
+
+
+class _Counting:
+    """A transformers candidate generator that counts what it proposes and what is kept."""
+
+    def __init__(self, inner, counts: list[int]):
+        self._inner, self._counts = inner, counts
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get_candidates(self, input_ids, **kwargs):
+        ids, logits = self._inner.get_candidates(input_ids, **kwargs)
+        self._counts[0] += ids.shape[1] - input_ids.shape[1]
+        return ids, logits
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        self._counts[1] += int(num_matches)
+        return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
+
+
+class Generate:
+    """transformers' `generate` on the same model: peer "hf" (plain), "hf-pld" (prompt lookup,
+    `prompt_lookup_num_tokens`) or "hf-assisted" (`assistant_model`); `extra` goes to generate as
+    given (e.g. `assistant_ensemble_weight`, its lossy DIVERSE verification). Seeds torch's global
+    generator per draw, as a user of generate does."""
+
+    def __init__(self, model, peer: str, prompt_ids: list[int], sampling: Sampling, tokens: int, k: int = 4,
+                 eos: tuple[int, ...] = (), assistant=None, extra: dict | None = None):
+        from ..bench.peers import generate_kwargs
+
+        self.model, self.peer, self.prompt, self.tokens = model, peer, list(prompt_ids), tokens
+        self.sampling, self.extra = sampling, dict(extra or {})
+        self.kwargs = generate_kwargs(peer, k, False, sampling, tokens, eos, assistant)
+        # top_k=None would leave a model's own generation_config default in force (often 50): 0 is off.
+        self.kwargs.update(top_k=sampling.top_k, **self.extra)
+        self.label = {"hf": "transformers generate", "hf-pld": "transformers prompt lookup",
+                      "hf-assisted": "transformers assisted"}[peer]
+
+    def settings(self) -> dict:
+        import transformers
+
+        shown = {k: v for k, v in self.kwargs.items() if k not in ("assistant_model", "eos_token_id", "pad_token_id")}
+        return {"engine": "transformers", "version": transformers.__version__, "peer": self.peer, **shown,
+                "mapping": "temperature, top_k (0 = off), top_p and repetition_penalty passed one to one; the "
+                           "same order of processing (penalty, temperature, top-k, top-p); torch.manual_seed(seed)"}
+
+    def draw(self, seed: int) -> Draw:
+        from ..bench.peers import run_peer
+
+        counts = [0, 0]
+        choose = self.model._get_candidate_generator
+        self.model._get_candidate_generator = lambda *a, **kw: _Counting(choose(*a, **kw), counts)
+        try:
+            ids, _ = run_peer(self.model, self.prompt, self.kwargs, seed)
+        finally:
+            del self.model._get_candidate_generator  # the class's own again
+        return Draw(tuple(ids[:self.tokens]), drafted=counts[0], accepted=counts[1])
+
+
+def server_params(sampling: Sampling) -> dict:
+    """The request's sampling fields, under the names vLLM and llama.cpp's servers read (each
+    ignores the other's). top-k -1 and min-p 0 switch those samplers off in both (llama.cpp's own
+    defaults are top-k 40, min-p 0.05); llama.cpp's penalty looks at the whole context only with
+    repeat_last_n -1 (its default is the last 64 tokens)."""
+    return {"top_k": sampling.top_k or -1, "top_p": sampling.top_p, "min_p": 0.0,
+            "repetition_penalty": sampling.repetition_penalty, "repeat_penalty": sampling.repetition_penalty,
+            "repeat_last_n": -1}
+
+
+class Server:
+    """An OpenAI-compatible server, one streamed chat completion per draw."""
+
+    def __init__(self, url: str, messages: list[dict], sampling: Sampling, tokens: int, model: str | None = None):
+        self.url, self.messages, self.sampling, self.tokens, self.model = url, messages, sampling, tokens, model
+        self.label, self.engine = url, None
+
+    def settings(self) -> dict:
+        return {"engine": self.engine or "server", "url": self.url, "temperature": self.sampling.temperature,
+                **server_params(self.sampling), "seed": "the draw's",
+                "mapping": "the request's own fields (vLLM and llama.cpp names both sent); a server-side "
+                           "default the request cannot reach is not seen here"}
+
+    def draw(self, seed: int) -> Draw:
+        from ..core.errors import SpecvizError
+        from ..serving.client import stream_completion
+
+        run = stream_completion(self.url, "", model=self.model, max_tokens=self.tokens,
+                                temperature=self.sampling.temperature, seed=seed, messages=self.messages,
+                                params=server_params(self.sampling))
+        if run.error:
+            raise SpecvizError(run.error)
+        self.model, self.engine = run.model, run.engine or self.engine
+        one_each = run.chunks and all(c.tokens == 1 for c in run.chunks)
+        tokens = tuple(c.text for c in run.chunks) if one_each else None
+        spec = run.spec
+        return Draw(tokens, run.text, spec.drafted if spec else 0, spec.accepted if spec else 0)
+
+
+def outcomes(draws: list[Draw], tokens: int) -> tuple[list[tuple], int]:
+    """(one outcome per draw, the depth to test): the first tokens, or, when any draw's tokens
+    are unknown (a server that sent several per chunk), each completion's whole text at depth 1."""
+    if all(d.tokens is not None for d in draws):
+        return [tuple(d.tokens) for d in draws], tokens
+    return [(d.text,) for d in draws], 1
