@@ -98,3 +98,26 @@ def test_enough_draws_get_a_p_value_and_too_few_get_a_sentence_not_consistent():
     assert "Too few draws to judge: 9 each way" in nine and "consistent" not in nine
     many = verdict_html(Counter({1: 12, 2: 13}), Counter({1: 13, 2: 12}))
     assert MIN_DRAWS <= 25 and "p-value" in many and "consistent with one distribution" in many
+
+
+def test_no_drafts_get_no_verdict_however_many_draws():
+    from specviz.ui.exactness import verdict_html
+
+    html = verdict_html(Counter({1: 30, 2: 30}), Counter({1: 31, 2: 29}), drafted=0)
+    assert "Nothing was drafted in 60 draws" in html and "consistent" not in html and 'data-p="none"' in html
+
+
+def test_the_check_points_at_transformers_generate_and_at_the_operators_servers(app_models):  # noqa: F811
+    """The same draws, verdict and progress with transformers' generate as the engine that
+    speculates (prompt lookup: its drafts are counted); a serving engine needs the operator's pair."""
+    from specviz.modeling import models
+    from specviz.ui import Policy, exactness
+
+    controls = dict(prompt=PROMPT, target=app_models["target"], mode="sampling", temperature=1.0, k=2,
+                    max_new_tokens=8)
+    updates = list(exactness.draw(Policy(), models, 20, "prompt lookup", engine="transformers generate", **controls))
+    status, _, result = updates[-1]
+    assert "Done: 20 first tokens each way" in status and any("Drawn" in u[0] for u in updates[:-1])
+    assert "(20 draws each way)" in result and "Nothing was drafted" not in result  # judged, with drafts
+    refused = list(exactness.draw(Policy(), models, 20, "prompt lookup", engine="serving engine", **controls))
+    assert "SPECVIZ_BASELINE_SERVER_URL" in refused[-1][0] and 'data-state="error"' in refused[-1][0]

@@ -27,12 +27,11 @@ from dataclasses import replace
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from . import report
-from .engines import Generate, Local, Server, outcomes
+from .engines import PLAIN_SEEDS, Generate, Local, Server, outcomes
 from .stats import ALPHA, compare
 
 # A question asked twice: the conversation repeats, so prompt lookup copies the first answer.
 TURNS = (("user", "Name one colour."), ("assistant", "Blue."), ("user", "Name one colour."))
-PLAIN_SEEDS = 1_000_000  # the plain side's seeds start here past the first seed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

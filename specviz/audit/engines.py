@@ -15,6 +15,10 @@ from dataclasses import dataclass, replace
 from ..core.sampling import Sampling
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
 
+# The plain side's seeds start this far past the speculative side's: one seed both ways would tie
+# the two samples together (a drafter that agrees makes both draw alike) and hide a difference.
+PLAIN_SEEDS = 1_000_000
+
 
 @dataclass(frozen=True)
 class Draw:

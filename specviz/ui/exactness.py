@@ -1,5 +1,8 @@
 """The "Is sampling exact?" block: the first token drawn N times speculatively and N times
-plainly (same settings, seeds 0..N-1), both histograms, and a chi-square p-value.
+plainly (same settings, seeds 0..N-1 and another N), both histograms, and a chi-square p-value.
+The engine that speculates is specviz's, transformers' `generate` (prompt lookup, or the drafter's
+model as its assistant) or the operator's serving engine (specviz/audit/engines.py draws from the
+last two, as `python -m specviz audit` does).
 
 Cheap: each speculative draw is one prefill, one draft and one verify step; each plain draw
 one prefill and one token. The greedy check above compares whole texts token for token;
@@ -14,6 +17,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import plotly.graph_objects as go
 
+from ..audit.engines import PLAIN_SEEDS, Generate, Server
 from ..core.errors import SpecvizError
 from ..core.events import StepEvent, TokenEvent
 from ..core.exactness import chi_square
@@ -33,6 +37,8 @@ SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
 # with 5 expected draws a bin (core/exactness.py), 20 allow a few bins and some power; 9 said
 # "consistent with one distribution" about almost any two samplers.
 MIN_DRAWS = 20
+ENGINES = ("specviz", "transformers generate", "serving engine")
+SERVED_TOKENS = 2  # a server's draws: the text of its first two tokens (a speculative chunk holds several)
 
 
 def limit(policy: Policy) -> int:
@@ -43,6 +49,7 @@ def limit(policy: Policy) -> int:
 @dataclass(frozen=True)
 class Controls:
     n: gr.Slider
+    engine: gr.Radio
     run: gr.Button
     stop: gr.Button
     status: gr.HTML
@@ -59,12 +66,15 @@ def controls(policy: Policy) -> Controls:
         with gr.Row(elem_classes="sv-actions"):
             n = gr.Slider(MIN_DRAWS, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
                           elem_id="sv-exact-n", scale=3, min_width=160)
+            engine = gr.Radio(list(ENGINES), value=ENGINES[0], label="engine that speculates",
+                              elem_id="sv-exact-engine", scale=2, min_width=160,
+                              info="the serving engine: the operator's server pair (Serving tab)")
             run = gr.Button("Draw and compare", variant="primary", elem_id="sv-exact-run", min_width=120)
             stop = gr.Button("Stop", variant="stop", elem_id="sv-exact-stop", min_width=80)
         status = gr.HTML(elem_id="sv-exact-status")
         plot = gr.Plot(show_label=False, elem_id="sv-exact-plot")
         result = gr.HTML(elem_id="sv-exact-result")
-    return Controls(n, run, stop, status, plot, result)
+    return Controls(n, engine, run, stop, status, plot, result)
 
 
 def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
@@ -83,12 +93,17 @@ def figure(spec: Counter, base: Counter, names: dict) -> go.Figure:
     return fig
 
 
-def verdict_html(spec: Counter, base: Counter) -> str:
+def verdict_html(spec: Counter, base: Counter, drafted: int | None = None) -> str:
+    """The verdict; `drafted`: draft tokens the speculative draws proposed (None: not counted)."""
     stat, dof, p = chi_square(spec, base)
     n = min(sum(spec.values()), sum(base.values()))
     if n < MIN_DRAWS:
         text = (f"Too few draws to judge: {n} each way, and the test needs at least {MIN_DRAWS} each way "
                 "before its p-value says anything. Draw again with more.")
+        return f'<div class="sv-exact" data-p="none">{text}</div>'
+    if drafted == 0:
+        text = (f"Nothing was drafted in {n} draws: the speculative side was plain decoding, so agreeing "
+                "would prove nothing. Choose a drafter or prompt that drafts.")
         return f'<div class="sv-exact" data-p="none">{text}</div>'
     if not dof:
         text = ("Nothing to test yet: no two tokens came up often enough (5 expected draws each way) to "
@@ -110,20 +125,58 @@ def _loading(gen, frame):
         yield status_html(frame.message, "loading", frame.fraction), gr.skip(), gr.skip()
 
 
-def _first(events) -> int:
-    """The first token a run emits (closing the run there: one step is all it takes)."""
+def _first(events) -> tuple[int, int]:
+    """(the first token a run emits, draft tokens proposed for it), closing the run there."""
     for e in events:
         if isinstance(e, StepEvent) and e.emitted:
-            return e.emitted[0]
+            return e.emitted[0], len(e.draft)
         if isinstance(e, TokenEvent):
-            return e.token
+            return e.token, 0
     raise SpecvizError("the run ended before its first token")
 
 
-def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, **controls):
+def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, prompt: str):
+    """(speculative, plain): each a function from a seed to (outcome, drafts proposed), for the
+    engine chosen; outcomes are token ids, or a server's text."""
+    if engine == "serving engine":
+        if not (policy.server_url and policy.baseline_server_url):
+            raise SpecvizError("The serving engine needs both servers named: SPECVIZ_SERVER_URL and "
+                               "SPECVIZ_BASELINE_SERVER_URL (the Serving tab's pair).")
+        messages = [{"role": "user", "content": prompt}]
+        pair = [Server(url, messages, cfg.sampling, SERVED_TOKENS) for url in
+                (policy.server_url, policy.baseline_server_url)]
+        return [lambda seed, e=e: (lambda d: (d.text, d.drafted))(e.draw(seed)) for e in pair]
+    if engine == "transformers generate":
+        from ..drafters.draft_model import DraftModel
+        from ..drafters.prompt_lookup import PromptLookup
+
+        if isinstance(made, PromptLookup):
+            peer, assistant = "hf-pld", None
+        elif isinstance(made, DraftModel):
+            peer, assistant = "hf-assisted", made.model
+        else:
+            raise SpecvizError("transformers' generate drafts by prompt lookup or with a draft model: choose one "
+                               "of those as the drafter.")
+        eos = cfg.eos_token_ids
+        spec = Generate(target.model, peer, ids, cfg.sampling, cfg.k + 1, cfg.k, eos, assistant)
+        plain = Generate(target.model, "hf", ids, cfg.sampling, 1, cfg.k, eos)
+        return [lambda seed, e=e: (lambda d: (d.tokens[0], d.drafted))(e.draw(seed)) for e in (spec, plain)]
+
+    def spec(seed):
+        c = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
+        return _first(speculative_generate(target.model, made, ids, c))
+
+    def plain(seed):
+        c = replace(cfg, max_new_tokens=1, sampling=replace(cfg.sampling, seed=seed))
+        return _first(baseline_generate(target.model, ids, c))
+
+    return [spec, plain]
+
+
+def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: str = ENGINES[0], **controls):
     """Stream (status, plot, result) while drawing; a problem is one status line. Stop
     (should_stop) ends the draws after the current one and judges those drawn so far."""
-    spec, base, names = Counter(), Counter(), {}
+    spec, base, names, drafted = Counter(), Counter(), {}, 0
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("draws")])
     stopped = False
     try:
@@ -139,20 +192,22 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, **contro
                                                        policy.model_bytes), frame)
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
         cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
+        draw_spec, draw_plain = samplers(engine, policy, target, made, ids, cfg, s.prompt)
         start, shown = time.monotonic(), 0.0
         for seed in range(n):
             if should_stop():
                 stopped = True
                 break
-            c = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
-            spec[_first(speculative_generate(target.model, made, ids, c))] += 1
-            base[_first(baseline_generate(target.model, ids, replace(c, max_new_tokens=1)))] += 1
+            token, proposed = draw_spec(seed)
+            spec[token] += 1
+            drafted += proposed
+            base[draw_plain(PLAIN_SEEDS + seed)[0]] += 1
             now = time.monotonic()
             if policy.max_run_seconds and now - start > policy.max_run_seconds:
                 break
             if now - shown > 1.0 or seed == n - 1:
                 shown = now
-                names.update({t: models.decode(target, [t]) for t in set(spec) | set(base) if t not in names})
+                names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
                 yield (status_html(f"Drawn {seed + 1} of {n} first tokens each way…", "running", (seed + 1) / n),
                        figure(spec, base, names), gr.skip())
     except runner._Stopped:
@@ -162,12 +217,17 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, **contro
         yield status_html(runner.readable(e, policy.hosted), "error"), gr.skip(), ""
         return
     drawn = sum(spec.values())
-    names.update({t: models.decode(target, [t]) for t in set(spec) | set(base) if t not in names})
+    names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
     if stopped:
         done = status_html(f"Stopped after {drawn} of {n} first tokens each way.", "stopped")
     else:
         done = status_html(f"Done: {drawn} first tokens each way.", "done")
-    yield done, figure(spec, base, names), verdict_html(spec, base)
+    yield done, figure(spec, base, names), verdict_html(spec, base, drafted)
+
+
+def _name(models, target, outcome) -> str:
+    """A drawn token's text (a server's draws are text already)."""
+    return outcome if isinstance(outcome, str) else models.decode(target, [outcome])
 
 
 def queued(line: Line, session, run):
@@ -187,14 +247,14 @@ def wire(c: Controls, page: Page) -> None:
     way to end them: a Generate waited behind 60 draws for 105 s)."""
     policy, handlers, session, controls = page.policy, page.handlers, page.session, page.settings
 
-    def run(session, n, d, *values):
+    def run(session, n, engine, d, *values):
         settings = dict(zip(controls, values))
-        yield from queued(handlers.line, session, lambda: draw(policy, page.models, n, d,
+        yield from queued(handlers.line, session, lambda: draw(policy, page.models, n, d, engine=engine,
                                                                should_stop=session.should_stop, **settings))
 
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(
-        run, [session, c.n, page.drafter, *controls.values()], [c.status, c.plot, c.result],
+        run, [session, c.n, c.engine, page.drafter, *controls.values()], [c.status, c.plot, c.result],
         api_visibility="private", concurrency_limit=1, concurrency_id="exactness")
     # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
     c.stop.click(handlers.stop, session, session, api_name="exactness_stop", **instant)
