@@ -157,3 +157,16 @@ def test_suffix_speculation_drafts_a_repeated_request_from_the_servers_memory(su
     assert again["mean_accepted_length"] > first["mean_accepted_length"]
     delta = runs[1]["server"]["metrics_delta"]
     assert delta["draft_tokens"] == again["drafted"] and delta["accepted_tokens"] == again["accepted"]
+
+
+def test_the_audit_finds_vllms_ngram_sampling_consistent_with_plain_sampling(urls, tmp_path):
+    """`python -m specviz audit` on the pair (issue 56): vLLM sends several tokens per chunk with
+    speculation, so the audit compares the completions' texts; drafts are read from its fields."""
+    spec, base = urls
+    path = tmp_path / "audit.json"
+    r = cli("audit", "--server", spec, "--baseline-server", base, "--draws", "200", "--json", str(path))
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(path.read_text())
+    for result in doc["results"]:
+        assert result["drafted"] > 0 and result["comparison"]["depth"] in (1, 3)
+    assert r.returncode == 0, r.stdout  # not exact: the side-by-side table is in the output
