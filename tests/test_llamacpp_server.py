@@ -12,7 +12,7 @@ from html import unescape
 import pytest
 
 from llamacpp_servers import SLOTS, servers
-from vllm_servers import cli
+from vllm_servers import audit, cli
 from specviz.serving.figures import REBUILT
 from specviz.serving.steps import COUNTERS
 
@@ -126,10 +126,7 @@ def test_the_audit_finds_llamacpps_ngram_sampling_consistent_with_plain_sampling
     """`python -m specviz audit` on the pair (issue 56): the repeated question gets drafts proposed
     and refused, and the sampled completions of both servers pass the two-sample tests."""
     spec, base = urls
-    path = tmp_path / "audit.json"
-    r = cli("audit", "--server", spec, "--baseline-server", base, "--draws", "200", "--json", str(path))
-    assert r.returncode in (0, 1), r.stderr
-    doc = json.loads(path.read_text())
+    r, doc = audit(spec, base, tmp_path / "audit.json")
     for result in doc["results"]:
         assert result["drafted"] > result["accepted"] >= 0 and result["speculative"]["engine"] == "llama.cpp"
     assert r.returncode == 0, r.stdout  # not exact: the side-by-side table is in the output

@@ -7,6 +7,7 @@ end. No mock stands in for them.
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -86,6 +87,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     """`python -m specviz ARGS` from the repository root, as a user would run it."""
     return subprocess.run([sys.executable, "-m", "specviz", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
+
+
+def audit(spec: str, base: str, path, draws: int = 200) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m specviz audit` on a server pair (the default repeated question): the process and its
+    --json results (issue 56)."""
+    r = cli("audit", "--server", spec, "--baseline-server", base, "--draws", str(draws), "--json", str(path))
+    assert r.returncode in (0, 1), r.stderr  # 1: not exact, which the caller judges with the table in stdout
+    return r, json.loads(path.read_text())
 
 
 def suffix_server():

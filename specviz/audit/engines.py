@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..core.events import RunEnd
 from ..core.sampling import Sampling
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
 
@@ -53,10 +54,9 @@ class Local:
         out, drafted, accepted = [], 0, 0
         events = speculative_generate(self.model, self.drafter, self.prompt, cfg, remember=False)
         for ev in events:
-            emitted = getattr(ev, "emitted", None)
-            if emitted is None:
-                break  # the RunEnd: the run stopped (end of turn) before `tokens`
-            out += emitted
+            if isinstance(ev, RunEnd):
+                break  # the run stopped (end of turn) before `tokens`
+            out += ev.emitted
             drafted += len(ev.draft)
             accepted += ev.accepted
             if len(out) >= self.tokens:
@@ -114,6 +114,8 @@ class Generate:
         from ..bench.peers import run_peer
 
         counts = [0, 0]
+        # generate() builds its candidate generator per call: wrap that one call's, on this model
+        # instance only (the class keeps its own; draws never run two at once on one model).
         choose = self.model._get_candidate_generator
         self.model._get_candidate_generator = lambda *a, **kw: _Counting(choose(*a, **kw), counts)
         try:
