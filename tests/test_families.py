@@ -23,8 +23,10 @@ from test_sampling_distribution import assert_matches
 
 RESULTS = pathlib.Path(__file__).parents[1] / "assets" / "models" / "matrix-cpu.json"
 REQUIRED = {"llama", "llama-rope-scaling", "qwen2", "qwen3", "qwen3-moe", "phi3", "olmo2", "granite", "gpt2",
-            "gpt-neox", "falcon", "opt", "mistral", "mixtral", "gemma2", "gemma3", "cohere2", "gpt-oss"}
-NO_LAYER_STACK = {"gpt2", "falcon", "opt"}  # their blocks are not a `model.layers` list: layer skip refuses
+            "gpt-neox", "falcon", "opt", "mistral", "mixtral", "gemma2", "gemma3", "cohere2", "gpt-oss",
+            # GPT-style stacks and Llama 4's text model (issue 57)
+            "bloom", "gpt-j", "gpt-neo", "codegen", "gpt-bigcode", "mpt", "dbrx", "llama4-text"}
+NO_COPYING = {"gpt-bigcode"}  # its tiny model's greedy text repeats nothing of the prompt: nothing to look up
 
 
 def test_the_matrix_covers_the_families_the_issue_names():
@@ -38,17 +40,14 @@ def test_every_drafter_matches_plain_decoding_in_every_precision(family):
     assert {(c.dtype, c.drafter) for c in cells} == {(d, n) for d in matrix.DTYPES for n in matrix.DRAFTERS}
     for c in cells:
         where = f"{c.family} {c.dtype} {c.drafter}: {c.detail}"
-        if c.outcome == "refused":
-            # Only what the family cannot have, said in one sentence that says what to do instead.
-            assert c.drafter == "layerskip" and family in NO_LAYER_STACK, where
-            assert "\n" not in c.detail and "use prompt lookup" in c.detail, where
-        elif c.dtype == "fp32":
+        assert c.outcome != "refused", where  # every family has every drafter, layer skip included
+        if c.dtype == "fp32":
             assert c.outcome == "identical", where
         else:  # half precision: identical, or parted at a tie the precision's rounding explains
             assert c.outcome in ("identical", "near-tie"), where
     # The accept paths ran too: trained heads and copying drafters had drafts kept.
     kept = {c.drafter for c in cells if c.accepted}
-    assert {"pld", "eagle", "medusa"} <= kept, kept
+    assert ({"eagle", "medusa"} if family in NO_COPYING else {"pld", "eagle", "medusa"}) <= kept, kept
     committed = {(c["dtype"], c["drafter"]): c["outcome"] for c in json.loads(RESULTS.read_text())["cells"]
                  if c["family"] == family}
     for c in cells:  # the docs' table says what this machine sees (a near-tie may land elsewhere)

@@ -30,6 +30,18 @@ def _mixed(**extra) -> dict:
     return dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"], **extra)
 
 
+def _gpt(vocab: int, **shape) -> dict:
+    """GPT-style configs name their sizes their own way: `shape` gives them; the tokens are shared."""
+    return dict(vocab_size=vocab, bos_token_id=0, eos_token_id=1, pad_token_id=1, tie_word_embeddings=False, **shape)
+
+
+def _dbrx(config):
+    # transformers 5.25's DBRX attention reads rope_theta from attn_config, which a config built in
+    # code lacks (a checkpoint's config.json carries it)
+    config.attn_config.rope_theta = config.rope_parameters["rope_theta"]
+    return config
+
+
 def _configs() -> dict[str, Callable[[int], object]]:
     import transformers as tf
 
@@ -62,6 +74,27 @@ def _configs() -> dict[str, Callable[[int], object]]:
         "gpt-oss": lambda v: tf.GptOssConfig(**_common(v, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                                                        **_mixed())),
         "starcoder2": lambda v: tf.Starcoder2Config(**_common(v, sliding_window=WINDOW)),
+        # GPT-style stacks (`transformer.h`, `transformer.blocks`): learned, rotary or ALiBi positions
+        "bloom": lambda v: tf.BloomConfig(**_gpt(v, hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS)),
+        "gpt-j": lambda v: tf.GPTJConfig(**_gpt(v, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, rotary_dim=8,
+                                                n_positions=512)),
+        "gpt-neo": lambda v: tf.GPTNeoConfig(**_gpt(v, hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS,
+                                                    attention_types=[[["global", "local"], LAYERS // 2]],
+                                                    window_size=WINDOW, max_position_embeddings=512)),
+        "codegen": lambda v: tf.CodeGenConfig(**_gpt(v, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, rotary_dim=8,
+                                                     n_positions=512, n_ctx=512)),
+        "gpt-bigcode": lambda v: tf.GPTBigCodeConfig(**_gpt(v, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+                                                            n_positions=512)),
+        "mpt": lambda v: tf.MptConfig(**_gpt(v, d_model=HIDDEN, n_layers=LAYERS, n_heads=HEADS, max_seq_len=512)),
+        "dbrx": lambda v: _dbrx(tf.DbrxConfig(**_gpt(v, d_model=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
+                                                     max_seq_len=512, attn_config={"kv_n_heads": KV_HEADS, "clip_qkv": 8.0},
+                                                     ffn_config={"ffn_hidden_size": 2 * HIDDEN,
+                                                                 "moe_num_experts": 4, "moe_top_k": 2}))),
+        # Llama 4's text model: chunked and full layers, experts, and its base at `.model`, not the
+        # `language_model` its base_model_prefix names
+        "llama4-text": lambda v: tf.Llama4TextConfig(**_common(v, head_dim=16, intermediate_size_mlp=2 * HIDDEN,
+                                                               num_local_experts=4, num_experts_per_tok=1,
+                                                               attention_chunk_size=WINDOW)),
     }
 
 

@@ -212,7 +212,7 @@ def matrix_table(doc: dict) -> str:
         rows.append(row)
     legend = (f"Each cell: {' / '.join(doc['dtypes'])}. `=` identical to plain decoding; `≈` parted at a near-tie "
               "within the precision's rounding (docs/exactness.md); `✗` differs beyond it (a bug); `-` refused "
-              "before the run:")
+              "before the run" + (":" if reasons else " (none was)."))
     notes = [f"({i}) {r}." for i, r in enumerate(reasons, 1)]
     return "\n".join([_md(["family", *doc["drafters"]], rows), "", legend, *notes])
 

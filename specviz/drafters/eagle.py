@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.errors import SpecvizError
+from ..modeling import stack
 from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from ..modeling.packing import draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
@@ -254,7 +255,8 @@ def _load(out: EagleHead, state: dict, like: EagleHead) -> EagleHead:
 
 def init_from_target(head: EagleHead, target) -> None:
     """Start the output norm at the target's final norm: the features it predicts live there."""
-    norm = getattr(getattr(target, target.base_model_prefix, None), "norm", None)
+    found = stack.find(target)
+    norm = found.norm if found is not None else None
     if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == head.norm.weight.shape:
         with torch.no_grad():
             head.norm.weight.copy_(norm.weight)

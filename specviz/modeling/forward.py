@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from ..core.errors import SpecvizError
-from . import llama_fast
+from . import llama_fast, stack
 
 
 class ForwardObserver(Protocol):
@@ -175,7 +175,7 @@ def _grab(module, args, output) -> None:
 
 
 def _decoder_states(model, ids: torch.Tensor, cache, logits_to_keep: int, layers: tuple[int, ...]):
-    decoder = model.get_decoder()
+    decoder = stack.body(model)
     if not any(hook is _grab for hook in decoder._forward_hooks.values()):
         decoder.register_forward_hook(_grab)
     _grabbed.armed, _grabbed.h = True, None

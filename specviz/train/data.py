@@ -183,6 +183,7 @@ def record_taps(target_loaded, folder: str | pathlib.Path | None, taps: tuple[in
 
     from ..modeling import llama_fast
     from ..modeling.forward import model_device
+    from ..modeling.stack import body
 
     say = log or (lambda m: None)
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
@@ -206,7 +207,7 @@ def record_taps(target_loaded, folder: str | pathlib.Path | None, taps: tuple[in
             if fast:
                 _, found = llama_fast.states(model, ids, llama_fast.new_cache(model), layers=taps, final=False)
             else:
-                hs = model.get_decoder()(input_ids=ids.view(1, -1), output_hidden_states=True).hidden_states
+                hs = body(model)(input_ids=ids.view(1, -1), output_hidden_states=True).hidden_states
                 found = [hs[t][0] for t in taps]
             out.append(torch.cat(found, -1).half().cpu())
         tmp = folder / f".{taps_name(name, taps)}.tmp"

@@ -57,6 +57,7 @@ def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generato
     batch (cache, mask, positions) the step it writes eos."""
     from transformers import DynamicCache
 
+    from ..modeling import stack
     from ..modeling.forward import cache_kwargs
 
     device = next(model.parameters()).device
@@ -64,12 +65,15 @@ def _generate_hf(model, prompts, max_new_tokens, eos, pad, temperature, generato
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # each row counts from its own first real token
     cache = DynamicCache()
-    body, head = _body(model), model.get_output_embeddings()
+    body, head = stack.body(model), model.get_output_embeddings()
+    # ALiBi families (BLOOM, MPT) take no position ids: they read positions off the mask
+    positioned = stack.takes(body, "position_ids")
 
     def forward(ids, mask, pos):  # last position's logits; the head sees (B, H), which keeps
         # bf16 on the plain matmul path (a (B, 1, H) input took a batched copy of the weight)
-        out = body(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_kwargs(body, cache))
-        return head(out.last_hidden_state[:, -1])
+        where = {"position_ids": pos} if positioned else {}
+        out = body(input_ids=ids, attention_mask=mask, **where, **cache_kwargs(body, cache))
+        return head(_final_states(out)[:, -1])
 
     logits = forward(ids, mask, pos)
     rows = torch.arange(len(prompts))  # which prompt each batch row still is
@@ -225,7 +229,7 @@ def teacher_force(model, sequences: list[torch.Tensor], top_k: int, pad: int = 0
 
 
 def _force(model, sequences, top_k, pad):
-    from ..modeling import llama_fast
+    from ..modeling import llama_fast, stack
 
     device = next(model.parameters()).device
     lengths = [len(s) for s in sequences]
@@ -240,7 +244,7 @@ def _force(model, sequences, top_k, pad):
         ids = torch.full((len(sequences), max(lengths)), pad, dtype=torch.long)
         for i, s in enumerate(sequences):
             ids[i, :len(s)] = s
-        h = _body(model)(input_ids=ids.to(device)).last_hidden_state
+        h = _final_states(stack.body(model)(input_ids=ids.to(device)))
         flat = torch.cat([h[i, :n] for i, n in enumerate(lengths)])  # the real positions
         head = model.get_output_embeddings()
     return _records(flat, lengths, head, top_k)
@@ -265,9 +269,9 @@ def _top(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return p.half().cpu(), t.cpu()
 
 
-def _body(model):
-    """The decoder stack without the LM head (its output is post final norm)."""
-    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
+def _final_states(out) -> torch.Tensor:
+    """The final hidden states from a decoder body's output (a ModelOutput, or a tuple from older code)."""
+    return out[0] if isinstance(out, tuple) else out.last_hidden_state
 
 
 def bf16_copy(model):
