@@ -511,6 +511,19 @@ def test_compare_rows_put_the_baseline_first_and_measure_speedup_against_it():
     assert side_by_side_html(base, [lookup]).count('class="sv-panel"') == 2
 
 
+def test_every_compared_run_has_its_own_colour_with_ten_drafters():
+    """The throughput chart took SERIES[i % 7] by row, the baseline's row counted: with ten drafters
+    prompt lookup (row 1) and layer skip (row 8) were both orange."""
+    names = ["baseline", "prompt lookup", "draft model", "eagle", "medusa", "suffix", "hybrid", "tiny draft",
+             "layer skip", "none", "distilled"]
+    rows = [dict(run=n, tokens_per_s=10.0, speedup=1.0, alpha=0.5, tau=1.5, target_calls=8) for n in names]
+    speed, quality = compare_figures(rows)
+    for bars in (speed.data[0], *quality.data):
+        looks = list(zip(bars.marker.color, bars.marker.pattern.shape))
+        assert len(set(looks)) == len(names) and looks[0][0] == "#7A7A7A"  # the baseline grey, every run apart
+    assert speed.data[0].marker.color[1] != speed.data[0].marker.color[8]
+
+
 def test_compare_and_the_playground_count_target_passes_by_one_rule():
     """Compare said 49 target calls for 48 baseline tokens (the prefill counted) while the
     playground said 96 for 96: both now count the passes while generating, one per step."""

@@ -20,6 +20,10 @@ COLORS = {
     "baseline": "#7A7A7A", "speculative": "#0072B2", "cumulative": "#222222",
 }
 SERIES = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+# Compare's runs, one colour each: Okabe-Ito's, then Paul Tol's muted ones that stand apart from
+# them; past these, the colours come round again with a hatching, so no two runs look alike.
+RUNS = SERIES + ("#882255", "#332288", "#999933", "#44AA99", "#000000")
+HATCHES = ("", "/", "x", ".")
 FONT = dict(family="Inter, 'Segoe UI', system-ui, sans-serif", size=13, color="#1f2328")
 
 
@@ -199,6 +203,21 @@ def playground_figures(spec: Trace, base: Trace) -> tuple[go.Figure, ...]:
     return acceptance_figure(spec), throughput_figure(spec, base), accepted_length_figure(spec), position_figure(spec)
 
 
+def run_colors(names: list[str]) -> tuple[list[str], list[str]]:
+    """(colour, hatching) of each of Compare's runs: the baseline grey, every other run its own
+    (prompt lookup and layer skip were both orange once SERIES came round again)."""
+    colors, hatches, n = [], [], 0
+    for name in names:
+        if name == "baseline":
+            colors.append(COLORS["baseline"])
+            hatches.append("")
+            continue
+        colors.append(RUNS[n % len(RUNS)])
+        hatches.append(HATCHES[n // len(RUNS) % len(HATCHES)])
+        n += 1
+    return colors, hatches
+
+
 def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
     """Bar charts for the Compare tab, one bar per run (rows from render.compare.compare_rows).
 
@@ -217,13 +236,14 @@ def compare_figures(rows: list[dict]) -> tuple[go.Figure, go.Figure]:
     if not rows:
         return waiting_for(speed), waiting_for(quality)
     names = [r["run"] for r in rows]
-    colors = [COLORS["baseline"] if r["run"] == "baseline" else SERIES[i % len(SERIES)] for i, r in enumerate(rows)]
+    colors, hatches = run_colors(names)
+    marker = dict(color=colors, pattern=dict(shape=hatches, fgcolor="#ffffff", solidity=0.3))
     labels = ["" if r["speedup"] is None else f"{r['speedup']:.2f}×" for r in rows]
-    speed.add_bar(y=names, x=[r["tokens_per_s"] or 0 for r in rows], orientation="h", marker_color=colors,
+    speed.add_bar(y=names, x=[r["tokens_per_s"] or 0 for r in rows], orientation="h", marker=marker,
                   text=labels, textposition="auto", showlegend=False,
                   hovertemplate="%{y}<br>%{x:.1f} tokens/s<extra></extra>")
     for col, key in enumerate(("alpha", "tau", "target_calls"), start=1):
-        quality.add_bar(y=names, x=[r[key] or 0 for r in rows], orientation="h", marker_color=colors,
+        quality.add_bar(y=names, x=[r[key] or 0 for r in rows], orientation="h", marker=marker,
                         showlegend=False, row=1, col=col, hovertemplate="%{y}<br>%{x:.3~f}<extra></extra>")
     for fig in (speed, quality):
         fig.update_yaxes(autorange="reversed", title_text="")  # first run on top, as in the table
