@@ -131,9 +131,30 @@ def test_every_runs_model_work_is_on_one_worker_thread_not_the_pages(app_models)
     target = real_models.load(app_models["target"])
     forward.observe(target.model, Threads())
     try:
-        s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=12)
+        s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=16)  # rounds of 16: measured
         *_, frame = compare_drafters(s, Policy(), real_models, never, drafters=["prompt lookup", "none"], rounds=2)
     finally:
         forward.observe(target.model, None)
     assert frame.state == "done" and len(frame.rounds) == 2
     assert len(seen) == 1 and threading.get_ident() not in seen
+
+
+def test_stop_during_the_warm_up_says_stopped_not_done(app_models):
+    """Stop while every arm warmed up left no run ended by Stop, and the status said "Done: 0 rounds"."""
+    pressed = []
+    s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=16)
+    for frame in compare_drafters(s, Policy(), real_models, lambda: bool(pressed), drafters=["prompt lookup"]):
+        if frame.message.startswith("Warming up"):
+            pressed.append(True)
+    assert frame.state == "stopped" and frame.message == "Stopped during the warm-up, before any timed round."
+
+
+def test_runs_too_short_to_time_show_no_speedup_as_the_playground_shows_none(app_models):
+    """Compare showed 0.59x-0.88x after 1-2 tokens, where the Playground withholds a speedup under
+    MIN_TOKENS (16) tokens: rounds that short are not kept, and the table says why."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=4)
+    *_, frame = compare_drafters(s, Policy(), real_models, never, drafters=["prompt lookup"], rounds=2)
+    assert frame.state == "done" and frame.rounds == []
+    base, lookup = compare_rows(frame.base, frame.runs, frame.rounds)
+    assert lookup["speedup"] is None and lookup["tokens"] == 4
+    assert table_values([base, lookup])[1][2:4] == ["too short", "—"]

@@ -58,8 +58,11 @@ def table_values(rows: list[dict]) -> list[list]:
         if key == "range":
             low, high = row["speedup_min"], row["speedup_max"]
             return f"{low:.2f}–{high:.2f}" if low is not None and high > low else "—"
+        if value is None and key == "speedup" and row["stop"] not in ("queued", "error"):
+            # The Playground's rule: no speedup before both runs have MIN_TOKENS (prefill dominates)
+            return "measuring…" if row["stop"] == "running" else "too short"
         if value is None:
-            return "measuring…" if key == "speedup" and row["stop"] == "running" else "—"
+            return "—"
         if key == "speedup":
             return f"{value:.2f}×"
         if key == "stop":

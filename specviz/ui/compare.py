@@ -21,6 +21,7 @@ from ..core.events import RunEnd
 from ..engine.generate import baseline_generate, speculative_generate
 from ..engine.interleave import interleave_all
 from ..render import Trace
+from ..render.numbers import MIN_TOKENS
 from ..render.status import count
 from ..traces.labels import Labeler
 from .limits import Deadline
@@ -77,10 +78,14 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                                  f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
                 frame.fraction = r / rounds
                 yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker)
-                if all(t.done for t in _timed(frame, arms)):
+                if all(t.done for t in _timed(frame, arms)) and _measured(_timed(frame, arms)):
                     frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
         _finish(frame, should_stop)
         n = len(frame.rounds)
+        if frame.state == "done" and should_stop():  # stopped in the warm-up or between rounds: no run says so
+            frame.state = "stopped"
+            frame.message = (f"Stopped after {count(n, 'timed round')}." if n or any(t.events for t in frame.runs)
+                             else "Stopped during the warm-up, before any timed round.")
         if frame.state == "done":
             frame.message = (f"Done: {count(n, 'round')} of every run taking turns after a warm-up, on a prompt "
                              f"of {count(len(ids), 'token')}; speedups are the median (range) over the rounds.")
@@ -101,6 +106,12 @@ def _streams(target, arms: dict, ids, cfg, should_stop) -> dict:
 
 def _timed(frame: CompareFrame, arms: dict) -> list[Trace]:
     return [frame.base, *(frame.runs[i] for i in arms)]
+
+
+def _measured(traces: list[Trace]) -> bool:
+    """A round whose speedups mean something: every run ended by itself (a run Stop cut short is
+    timed to where it was cut) with the tokens the Playground needs before it shows a speedup."""
+    return all(t.stats().stop_reason != "cancelled" and t.stats().tokens >= MIN_TOKENS for t in traces)
 
 
 def _drain(events) -> None:
