@@ -14,6 +14,7 @@ Rules known to be wrong, built from the same numbers, give another law on the sa
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from fractions import Fraction
 
@@ -255,3 +256,134 @@ def test_an_empty_draft_draws_from_the_target():
     p = torch.tensor([[0.2, 0.8]], dtype=torch.float64)
     s = verify_block(p, p.new_zeros(0, 2), torch.zeros(0, dtype=torch.long), p.new_zeros(0))
     assert s.accepted.item() == 0 and s.dist.tolist() == [0.2, 0.8] and s.stop_prob.numel() == 0
+
+
+# ------------------------------------------------------------------ the whole loop
+
+def engine_drafters(target):
+    from conftest import noisy_copy
+
+    from specviz import DraftModel, PromptLookup
+
+    from test_heads import make
+
+    return {"pld": PromptLookup, "draft-model": lambda: DraftModel(noisy_copy(target, 0.3, seed=11)),
+            "eagle": lambda: make("eagle", target), "medusa": lambda: make("medusa", target)}
+
+
+@pytest.mark.parametrize("name", ["pld", "draft-model"])
+def test_greedy_output_is_plain_greedy_under_either_rule(target, prompts, name):
+    from specviz import GenerationConfig, baseline_generate, collect, speculative_generate
+
+    for rule in ("token", "block"):
+        cfg = GenerationConfig(max_new_tokens=24, k=4, verification=rule)
+        for prompt in prompts[:2]:
+            _, base = collect(baseline_generate(target, prompt, cfg))
+            steps, end = collect(speculative_generate(target, engine_drafters(target)[name](), prompt, cfg))
+            assert end.token_ids == base.token_ids
+            assert all(s.block is None and s.verification == "token" for s in steps)  # greedy: no coins to judge
+
+
+@pytest.mark.parametrize("name", ["draft-model", "eagle", "medusa"])  # EAGLE and Medusa: chains fed their hidden rows
+def test_a_sampled_step_records_both_rules_on_the_same_coins(target, prompts, name):
+    """Whichever rule judged it, a step says what the other would have kept with its draws."""
+    from specviz import GenerationConfig, Sampling, collect, speculative_generate
+
+    seen = {"token": 0, "block": 0}
+    for rule in ("token", "block"):
+        cfg = GenerationConfig(max_new_tokens=40, k=4, verification=rule, sampling=Sampling(temperature=1.0, seed=4))
+        steps, end = collect(speculative_generate(target, engine_drafters(target)[name](), prompts[2], cfg))
+        assert end.stats.tokens == 40 and end.stats.drafted > 20
+        for s in steps:
+            assert s.verification == rule and len(s.block.stop_prob) == len(s.draft) == len(s.block.weight)
+            token, block = token_wise_accepted(s.accept_prob, s.draws), block_accepted(s.block.stop_prob, s.draws)
+            assert s.accepted == (token if rule == "token" else block)
+            seen[rule] += block != token
+    assert seen["block"] + seen["token"] > 0 or name != "draft-model"  # the rules disagreed on some step
+
+
+def test_the_rule_is_validated_in_a_sentence():
+    from specviz import GenerationConfig, SpecvizError
+
+    with pytest.raises(SpecvizError, match="verification must be one of token, block"):
+        GenerationConfig(verification="tree").validate()
+
+
+def block_runs(name, runs):
+    """(counts of the first three tokens, their exact law, runs where the rules kept different counts)."""
+    import test_sampling_distribution as sd
+    from test_tree_sampling import exact_joint
+
+    from specviz import GenerationConfig, Sampling, collect, speculative_generate
+
+    small = sd.tiny_llama(vocab=sd.V, seed=3)
+    with torch.no_grad():
+        small.lm_head.weight.mul_(0.3)
+    # prompt lookup's draft after the suite's prompt starts with a token top-k removes: nothing to judge
+    prompt = [0, 2, 0, 2, 0, 2, 0, 2] if name == "pld" else sd.PROMPT
+    make = engine_drafters(small)[name]
+    counts, differed = {}, 0
+    for seed in range(runs):
+        cfg = GenerationConfig(max_new_tokens=4, k=3, top=0, raw_top=0, verification="block",
+                               sampling=Sampling(**{**sd.SAMPLING.__dict__, "seed": seed}))
+        steps, end = collect(speculative_generate(small, make(), prompt, cfg))
+        key = tuple(end.token_ids[:3])
+        counts[key] = counts.get(key, 0) + 1
+        differed += any(s.accepted != token_wise_accepted(s.accept_prob, s.draws) for s in steps)
+    return counts, exact_joint(small, sd.SAMPLING, prompt), differed
+
+
+@pytest.mark.slow  # 700 seeded runs per drafter for a chi-square test
+@pytest.mark.parametrize("name", ["pld", "draft-model"])
+def test_block_verified_runs_follow_the_target(name):
+    """The whole loop under block verification against the exact law of its first three tokens
+    (test_sampling_distribution.py's check: 4 tokens, temperature 1.3, top-k 3, repetition
+    penalty 1.2). Four tokens a run, so the first step drafts three and the block rule matters."""
+    import test_sampling_distribution as sd
+
+    counts, joint, differed = block_runs(name, sd.N)
+    assert differed > sd.N // 50, "block verification kept another count than token-wise on some runs"
+    sd.assert_matches(counts, joint)
+
+
+def test_a_block_verified_step_survives_a_trace_file(target, prompts):
+    import json
+
+    from specviz import GenerationConfig, Sampling, collect, speculative_generate
+    from specviz.render.trace import Labels, Trace
+    from specviz.traces import trace_file
+
+    cfg = GenerationConfig(max_new_tokens=12, k=3, verification="block", sampling=Sampling(temperature=1.0, seed=2))
+    steps, end = collect(speculative_generate(target, engine_drafters(target)["draft-model"](), prompts[1], cfg))
+    trace = Trace("draft-model", k=3)
+    for s in steps:
+        trace.add(s, Labels(draft=tuple(map(str, s.draft))))
+    trace.add(end)
+    text = trace_file.dumps(trace_file.Recording(trace_file.RunInfo("t", "draft-model"), trace))
+    assert trace_file.loads(text).spec.events == steps
+    doc = json.loads(text)  # a trace written before the rules were recorded loads as token-wise
+    for e in doc["runs"][0]["events"]:
+        e.pop("block", None), e.pop("verification", None)
+    assert all(e.block is None and e.verification == "token" for e in trace_file.loads(json.dumps(doc)).spec.steps)
+    doc = json.loads(text)
+    doc["runs"][0]["events"][0]["block"]["stop_prob"].append(0.5)
+    with pytest.raises(trace_file.TraceFileError, match="block verification does not match"):
+        trace_file.loads(json.dumps(doc))
+
+
+@pytest.mark.slow
+def test_the_chi_square_catches_block_verification_without_its_residual(monkeypatch):
+    """The same whole-loop check, on a third of the runs, fails a block rule whose token after a
+    stop comes from the target's row instead of the weighted residual."""
+    import test_sampling_distribution as sd
+
+    from specviz.engine import verify_step
+
+    def wrong(p, q, d, draws):
+        s = verify_block(p, q, d, draws)
+        return dataclasses.replace(s, dist=p[s.accepted])
+
+    monkeypatch.setattr(verify_step, "verify_block", wrong)
+    counts, joint, _ = block_runs("draft-model", sd.N // 3)
+    with pytest.raises(AssertionError):
+        sd.assert_matches(counts, joint)

@@ -10,7 +10,7 @@ import time
 
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
-from ..engine.generate import K_MAX
+from ..engine.generate import K_MAX, VERIFICATIONS
 from ..modeling.threads import for_run, load_average
 from . import suite as suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree-nodes-per-k", type=int, default=d.tree_nodes_per_k, metavar="N",
                    help="tree drafters (EAGLE, Medusa) propose N*k candidates a step at fixed k, as the app "
                    "does with 3 (default: k, like a chain)")
+    p.add_argument("--verification", default=",".join(d.verifications), metavar="RULE[,RULE]",
+                   help="how sampled chain drafts are judged, an arm per rule: token, block or token,block "
+                   "(default: %(default)s)")
     p.add_argument("--dynamic-k", type=int, default=d.dynamic_k, metavar="START",
                    help="also run each drafter with dynamic k starting at START (0 = off)")
     p.add_argument("--draft-confidence", default="", metavar="C[,C...]",
@@ -94,7 +97,11 @@ def bench_config(args) -> BenchConfig:
         raise SpecvizError("--draft-confidence needs --dynamic-k: the threshold sizes dynamic drafts")
     if not 0 <= args.tree_nodes_per_k <= 4:
         raise SpecvizError("--tree-nodes-per-k must be from 0 (= k) to 4")
+    rules = tuple(dict.fromkeys(split(args.verification)))
+    if not rules or set(rules) - set(VERIFICATIONS):
+        raise SpecvizError(f"--verification takes {', '.join(VERIFICATIONS)} or a comma-separated list; got {args.verification!r}")
     return BenchConfig(max_new_tokens=args.max_new_tokens, ks=parse_ks(args.k), dynamic_k=max(0, args.dynamic_k),
+                       verifications=rules,
                        confidences=confidences, sampling=sampling, repeats=args.repeats,
                        tree_nodes_per_k=args.tree_nodes_per_k)
 
@@ -172,7 +179,7 @@ def main(args: argparse.Namespace) -> int:
         "command": command_line(),
         "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
         "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
-        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
     }

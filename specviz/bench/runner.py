@@ -46,6 +46,7 @@ class Arm:
     k: int | None = None
     dynamic: bool = False
     confidence: float = 0.0  # dynamic arms: GenerationConfig.draft_confidence
+    verification: str = "token"  # GenerationConfig.verification (its label says a rule other than token-wise)
 
 
 # Half of generate's default on purpose: the bench runs every arm on every prompt, repeat
@@ -63,6 +64,7 @@ class BenchConfig:
     dynamic_k: int = 0  # > 0: also run each drafter with dynamic k starting here
     confidences: tuple[float, ...] = ()  # with dynamic_k: also a dynamic arm per draft-confidence threshold
     tree_nodes_per_k: int = 0  # tree drafters' candidates per step per unit of k at fixed k (0: k, a chain's count)
+    verifications: tuple[str, ...] = ("token",)  # an arm per rule for each drafter at each k (GenerationConfig.verification)
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
     eos_token_ids: tuple[int, ...] = ()
@@ -129,7 +131,8 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
         if d.drafter is None:  # "none": k is irrelevant
             arms.append(Arm("none", "specviz", d.name, 1))
             continue
-        arms += [Arm(f"{d.name} k={k}", "specviz", d.name, k) for k in config.ks]
+        arms += [Arm(f"{d.name} k={k}" + ("" if rule == "token" else f" {rule}"), "specviz", d.name, k, verification=rule)
+                 for k in config.ks for rule in config.verifications]
         if config.dynamic_k:
             arms.append(Arm(f"{d.name} dynamic k={config.dynamic_k}", "specviz", d.name, config.dynamic_k, True))
             arms += [Arm(f"{d.name} dynamic k={config.dynamic_k} conf={c:g}", "specviz", d.name, config.dynamic_k, True, c)
@@ -172,6 +175,7 @@ class Runner:
             draft_confidence=arm.confidence, tree_nodes=self.cfg.tree_nodes_per_k * (arm.k or 1),
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
+            verification=arm.verification,
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,

@@ -12,7 +12,7 @@ from ..audit import command as audit_command
 from ..bench import matrix_command
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
-from ..engine.generate import K_MAX, GenerationConfig
+from ..engine.generate import K_MAX, VERIFICATIONS, GenerationConfig
 from ..modeling import threads
 from ..serving import load_command
 from ..train import command as train_command
@@ -38,6 +38,9 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-confidence", type=float, default=cfg.draft_confidence,
                    help="with --dynamic-k: stop a chain draft when the drafter's probability falls below this; a tree "
                    "drafter (greedy) keeps the nodes whose path probability reaches it, up to 4k")
+    p.add_argument("--verification", choices=VERIFICATIONS, default=cfg.verification,
+                   help="how a sampled chain draft is judged: token by token, or as a block (keeps more, same "
+                   "distribution; docs/exactness.md); trees take the sibling walk (default %(default)s)")
     p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 = greedy (default %(default)s)")
     p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 = off")
     p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 = off")
@@ -136,7 +139,7 @@ def generate(args) -> int:
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
-                           draft_confidence=args.draft_confidence, sampling=sampling,
+                           draft_confidence=args.draft_confidence, sampling=sampling, verification=args.verification,
                            eos_token_ids=target.eos_token_ids).validate()
     prompt = models.encode_prompt(target, args.prompt, args.chat)
     memory = _suffix_memory(args.suffix_memory)

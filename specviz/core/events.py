@@ -49,6 +49,11 @@ class StepEvent:
     # Who drafted this step, for a drafter that mixes sources (a hybrid: "prompt lookup,
     # 3-gram match" or its model's name); "" for a drafter whose every draft is alike.
     source: str = ""
+    # The rule that judged a sampled chain draft ("token" or "block": GenerationConfig.verification),
+    # and block verification's arithmetic over the same draft and draws whichever rule judged it, so
+    # a step shows what each rule keeps (None when greedy, for trees and in older traces).
+    verification: str = "token"
+    block: "BlockCheck | None" = None
 
     @property
     def rejected(self) -> tuple[int, ...]:
@@ -78,6 +83,17 @@ class TreeDraft:
     accept_prob: tuple[float, ...] = ()
     draws: tuple[float, ...] = ()
     residual_mass: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class BlockCheck:
+    """Block verification of a chain step (core/block_verify.py), one entry per draft token: the
+    weights w_1..w_k, the residual masses |r_0|..|r_{k-1}|, and h_1..h_k, the chance the backward
+    pass stops at each position once it got there (it keeps up to the last i whose draw u_i < h_i)."""
+
+    weight: tuple[float, ...]
+    residual_mass: tuple[float, ...]
+    stop_prob: tuple[float, ...]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..modeling.forward import (RollbackCache, context_length, forward, model_de
 from .draft_length import DraftLength
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
+VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (GenerationConfig.verification)
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
 # Prompt tokens per prefill forward. On the embedded model (1 thread) a 7,000-token prompt took 88 s
 # in one pass, so it is read in chunks whose progress the app shows; and chunks are faster (medians
@@ -50,6 +51,11 @@ class GenerationConfig:
     # How many temperature-1 log-probs of p and q each chain step records for the distribution
     # view (0 = none: ~2 ms a step on a 49k vocabulary, which a run that is only timed skips).
     raw_top: int = 32
+    # How a sampled chain draft is judged: "token" (each draft token alone, up to the first refusal) or
+    # "block" (the block as a whole: never keeps fewer on average; core/block_verify.py). Both keep the
+    # target's distribution exactly; greedy runs keep the same tokens under either; trees take the
+    # sibling walk (core/tree_sampling.py).
+    verification: str = "token"
 
     def validate(self) -> "GenerationConfig":
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= K_MAX:
@@ -64,6 +70,9 @@ class GenerationConfig:
         if not isinstance(c, (int, float)) or math.isnan(c) or not 0 <= c < 1:
             raise SpecvizError(f"draft confidence threshold must be in [0, 1), got {c}")
         self.sampling.validate()
+        if self.verification not in VERIFICATIONS:
+            raise SpecvizError(f"verification must be one of {', '.join(VERIFICATIONS)} (how a sampled draft is judged), "
+                               f"got {self.verification!r}")
         return self
 
 
@@ -214,7 +223,8 @@ def speculative_generate(
             # context plus the kept drafts (verify_step.py).
             if draft.parents is None:
                 v = verify_chain(run.target, run.cache, len(run.ids), run.pending, draft, run.processor,
-                                 run.generator, greedy=greedy, top=cfg.top, raw_top=cfg.raw_top, hidden=features)
+                                 run.generator, greedy=greedy, top=cfg.top, raw_top=cfg.raw_top, hidden=features,
+                                 rule=cfg.verification)
             else:
                 v = verify_tree(run.target, run.cache, run.pending, draft, run.processor, run.generator,
                                 greedy=greedy, top=cfg.top, hidden=features)

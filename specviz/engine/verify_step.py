@@ -2,7 +2,8 @@
 acceptance decision, the target's cache cut back to what was kept, and everything the
 step reports brought to the host in one transfer.
 
-Chains follow core/verify.py's rule (greedy, or rejection sampling against q); trees follow
+Chains follow core/verify.py's rule (greedy, or rejection sampling against q) or, sampled and
+asked for, block verification (core/block_verify.py); trees follow
 the target's argmax (core/tree.py) or, sampled, the sibling walk (core/tree_sampling.py).
 Neither asks which drafter drafted: a draft is tokens, maybe q, maybe parents. The engine
 owns the run; this module is told all it uses.
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.events import StepEvent, TreeDraft
+from ..core.block_verify import verify_block
+from ..core.events import BlockCheck, StepEvent, TreeDraft
 from ..core.sampling import Processor, fit_vocab, sample
 from ..core.tree import check_parents, depths, greedy_walk, tree_mask
 from ..core.tree_sampling import sample_tree, walk_order
@@ -39,6 +41,8 @@ class Verdict:
     token_p: float
     top: tuple[tuple[int, float], ...]
     tree: TreeDraft | None = None
+    verification: str = "token"
+    block: BlockCheck | None = None
     p_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     q_top: tuple[tuple[tuple[int, float], ...], ...] = ()
     p_raw: tuple[tuple[tuple[int, float], ...], ...] = ()
@@ -55,7 +59,8 @@ class Verdict:
         return StepEvent(draft=self.draft, q=self.q, p=self.p, accept_prob=self.accept_prob, draws=self.draws,
                          accepted=self.accepted, token=self.token, token_p=self.token_p, token_kind=self.token_kind,
                          top=self.top, tree=self.tree, p_top=self.p_top, q_top=self.q_top,
-                         p_raw=self.p_raw, q_raw=self.q_raw, **step)
+                         p_raw=self.p_raw, q_raw=self.q_raw, verification=self.verification, block=self.block,
+                         **step)
 
 
 def _rows(values: list[float], ids: list[float], width: int) -> tuple[tuple[tuple[int, float], ...], ...]:
@@ -92,9 +97,11 @@ def trees_verifiable(cache) -> bool:
 
 def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draft, processor: Processor,
                  generator: torch.Generator, *, greedy: bool, top: int, raw_top: int = 0,
-                 hidden: bool | tuple = False) -> Verdict:
+                 hidden: bool | tuple = False, rule: str = "token") -> Verdict:
     """Verify a chain draft after `context` tokens (the pending one included; the cache holds
-    all but it) and cut the cache back to the context plus the kept drafts."""
+    all but it) and cut the cache back to the context plus the kept drafts. Sampled, `rule`
+    ("token" or "block") judges the draft; block verification's arithmetic is reported either
+    way, from the same draws, so the step shows what both rules keep."""
     d, k = draft.tokens, draft.tokens.numel()
     # One target forward over the pending token and the draft; row i is the target's
     # distribution after draft[:i], row k the bonus position.
@@ -106,10 +113,14 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
         n, token = verify_greedy(p.argmax(-1), d)
         a = (d == p[:k].argmax(-1)).float()
         draws = a.new_zeros(0)
+        b = None
     else:
         q = draft.q if draft.q is not None else one_hot_q(d, processor.vocab_size)
         draws = torch.rand(k, generator=generator, device=pending.device)
         n, dist, a = verify_sampled(p, q, d, draws)
+        b = verify_block(p, q, d, draws)
+        if rule == "block":
+            n, dist = b.accepted, b.dist
         token = sample(dist, generator)
     q_d = draft.q[idx, d] if draft.q is not None else a.new_zeros(0)
     # The top of every row, the target's and (where it gave q) the drafter's: what a reader
@@ -119,16 +130,18 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
     q_width = min(width, draft.q.shape[-1]) if draft.q is not None else 0
     q_v, q_i = torch.topk(draft.q, q_width) if q_width else (a.new_zeros(0), a.new_zeros(0))
     raw = _raw_top(logits, processor, draft.q, raw_top) or (a.new_zeros(0),) * 4
+    block = (b.weight[1:], b.residual_mass, b.stop_prob) if b is not None else (a.new_zeros(0),) * 3
 
     # One host synchronisation: everything the step reports, in one transfer.
-    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i, *raw) = to_host(
-        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i, q_v, q_i, *raw)
+    (n, token, token_p, d_host, p_d, q_d, a, draws, top_v, top_i, q_v, q_i, *raw, b_w, b_r, b_h) = to_host(
+        n, token, p[n, token], d, p[idx, d], q_d, a, draws, top_v, top_i, q_v, q_i, *raw, *block)
     n = int(n[0])
     p_top = _rows(top_v, top_i, width)
     rollback(cache, context + n)
     return Verdict(
         draft=tuple(int(x) for x in d_host), q=tuple(q_d) if draft.q is not None else None, p=tuple(p_d),
         accept_prob=tuple(a), draws=None if greedy else tuple(draws), accepted=n, token=int(token[0]),
+        verification="token" if greedy else rule, block=None if greedy else BlockCheck(tuple(b_w), tuple(b_r), tuple(b_h)),
         token_p=token_p[0], top=p_top[n] if width else (), hidden=h[: n + 1] if hidden else None,
         p_top=p_top, q_top=_rows(q_v, q_i, q_width),
         # rounded: 6 decimals of a log-prob are plenty, and they are most of a trace file's bytes

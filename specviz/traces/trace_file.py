@@ -302,6 +302,10 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = f"a token id is above {MAX_TOKEN_ID}, more than any vocabulary holds"
         elif e.tree is not None:
             problem = _tree_problem(e.tree)
+        elif e.block is not None and any(len(x) != n for x in (e.block.weight, e.block.residual_mass, e.block.stop_prob)):
+            problem = "its block verification does not match its draft"
+        elif e.verification not in ("token", "block"):
+            problem = f"its verification rule {e.verification!r} is unknown"
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
     for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
                                 ("p_top", labels.p_top, getattr(e, "p_top", ())),
