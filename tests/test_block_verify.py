@@ -387,3 +387,78 @@ def test_the_chi_square_catches_block_verification_without_its_residual(monkeypa
     counts, joint, _ = block_runs("draft-model", sd.N // 3)
     with pytest.raises(AssertionError):
         sd.assert_matches(counts, joint)
+
+
+# ------------------------------------------------------------------ shown step by step
+
+def worked_step(draft=(0, 1), draws=(0.7, 0.4), rule="block"):
+    """docs/exactness.md's worked example: the paper's two models over {a, b} (target 1/3, 2/3;
+    drafter 2/3, 1/3), the draft "a b" and draws 0.7, 0.4."""
+    from specviz.core.events import BlockCheck, StepEvent
+
+    p = torch.tensor([[1 / 3, 2 / 3]] * 3, dtype=torch.float64)
+    q = torch.tensor([[2 / 3, 1 / 3]] * 2, dtype=torch.float64)
+    d, u = torch.tensor(draft), torch.tensor(draws, dtype=torch.float64)
+    n, _, a = verify_sampled(p, q, d, u)
+    s = verify_block(p, q, d, u)
+    kept = s.accepted.item() if rule == "block" else n.item()
+    return StepEvent(step=0, position=0, draft=tuple(draft), q=tuple(q[0, list(draft)].tolist()),
+                     p=tuple(p[0, list(draft)].tolist()), accept_prob=tuple(a.tolist()), draws=tuple(draws),
+                     accepted=kept, token=1, token_p=2 / 3, token_kind="bonus" if kept == 2 else "corrected",
+                     emitted=tuple(draft[:kept]) + (1,), top=(), draft_time=0.0, verify_time=0.0, elapsed=0.0,
+                     greedy=False, verification=rule,
+                     block=BlockCheck(tuple(s.weight[1:].tolist()), tuple(s.residual_mass.tolist()),
+                                      tuple(s.stop_prob.tolist())))
+
+
+def test_the_worked_example_by_hand():
+    """Draft "a b": token-wise refuses a (u = 0.7 >= 1/2) and keeps nothing; block verification
+    carries w1 = 1/2, then w2 = min(1, 1/2 x 2) = 1, so h2 = 1 and it keeps both."""
+    from specviz.render.rules import backward_pass, compare, kept, token_source
+
+    e = worked_step()
+    assert kept(e) == {"token": 0, "block": 2}
+    rows = compare(e)
+    assert [r.w for r in rows] == pytest.approx([0.5, 1.0]) and [r.h for r in rows] == pytest.approx([0.0, 1.0])
+    assert rows[0].mass == pytest.approx(0.0) and rows[1].mass is None
+    assert backward_pass(e) == ["position 2: u = 0.400 < h2 = w2 = 1.000: stop, keep drafts 1 to 2"]
+    assert token_source(e).startswith("every draft kept")
+    # "b a" with u = 0.3, 0.6: both rules keep b, refuse a; block draws from r1 = max(0, 1 x p - q)
+    e = worked_step((1, 0), (0.3, 0.6))
+    assert kept(e) == {"token": 1, "block": 1}
+    assert backward_pass(e) == ["position 2: u = 0.600 ≥ h2 = w2 = 0.500: go back",
+                                "position 1: u = 0.300 < h1 = |r1| / (|r1| + 1 − w1) = 0.333 / (0.333 + 1 − 1.000) "
+                                "= 1.000: stop, keep drafts 1 to 1"]
+    assert "r1 = max(0, w1 × p − q) at position 2 (w1 = 1.000)" in token_source(e)
+
+
+@pytest.mark.parametrize("rule", ["token", "block"])
+def test_the_inspector_shows_both_rules_on_the_same_draws(rule):
+    from specviz.render.inspect import step_html
+    from specviz.render.trace import Labels, Trace
+    from specviz.ui.stepping import phases
+
+    e = worked_step(rule=rule)
+    labels = Labels(draft=("a", "b"), token="b")
+    trace = Trace("x", k=2)
+    trace.add(e, labels)
+    html = step_html(trace, 0)
+    assert "token-wise keeps 0, block verification keeps 2" in html
+    assert f"This run was judged {'block verification' if rule == 'block' else 'token-wise'}" in html
+    assert "w2 = min(1, 0.500 × 0.667 / 0.333) = 1.000" in html  # the weights written out
+    assert "position 2: u = 0.400 &lt; h2 = w2 = 1.000" in html  # the backward pass
+    assert ("block verification: the block judged as a whole" in html) == (rule == "block")
+    said = dict(phases(e, labels))["accept/reject"]
+    assert said.startswith(f"{e.accepted} kept") and "token-wise keeps 0, block verification keeps 2" in said
+    assert ("backward pass" in said) == (rule == "block")
+
+
+def test_steps_without_block_numbers_show_no_comparison():
+    from dataclasses import replace
+
+    from specviz.render.rules import rules_html
+    from specviz.render.trace import Labels
+
+    e = worked_step()
+    for other in (replace(e, block=None), replace(e, draws=None, greedy=True), replace(e, draft=())):
+        assert rules_html(other, Labels(draft=tuple("ab"[: len(other.draft)]))) == ""

@@ -5,7 +5,9 @@ it the target's top token; sampling: min(1, p/q) against the uniform draw u) and
 verdict; then the token the target itself chose, and the target's top tokens at the
 position where that choice was made. A sampled tree step has its own rule, the sibling walk
 (core/tree_sampling.py): its table is every child the walk tried, in order, with p′(x) when
-its turn came, u, the verdict and the mass a refusal left (render/tree.py).
+its turn came, u, the verdict and the mass a refusal left (render/tree.py). A sampled chain
+step also shows what token-wise and block verification keep from its draft and its draws, side
+by side, with block verification's weights and backward pass written out (render/rules.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from html import escape
 from ..core.events import StepEvent
 from .html import RESIDUAL, RESIDUAL_GLOSS, WALK_RESIDUAL, WALK_RULE, visible
 from .kinds import ended_at
+from .rules import rules_html
 from .status import count, step_label
 from .trace import Trace
 from .tree import sibling_walk, tree_html, walk_end, walk_table
@@ -105,6 +108,9 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     elif e.tree is not None:  # the sibling walk: one-hot children, no ratio
         rule = (f"sampling, a tree (the sibling walk): at each node {WALK_RULE}, p′ starting as the target's p "
                 f"there; {WALK_RESIDUAL}; if every child is refused, the target's token is drawn from the final p′")
+    elif e.verification == "block":
+        rule = ("sampling, block verification: the block judged as a whole, the backward pass below deciding "
+                "how many drafts are kept (the token-wise columns are shown for comparison)")
     else:
         rule = (f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
                 f"{RESIDUAL}, {RESIDUAL_GLOSS}")
@@ -144,6 +150,6 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
-        f"{table}{chosen}"
+        f"{table}{rules_html(e, labels)}{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -12,6 +12,7 @@ import time
 
 from ..core.events import StepEvent
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
+from ..render.rules import backward_pass, comparable, summary, token_source
 from ..render.status import step_label
 from ..render.tree import before_text, ordinal, sibling_walk, walk_end
 from ..traces import replay as playback
@@ -58,8 +59,11 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
         ratio = "p′(x)" if e.tree is not None else "min(1, p/q)"  # a tree's children: one-hot guesses
         rule = ("kept while each is the target's top token" if e.greedy or e.draws is None else
                 f"kept while u < {ratio}: " + ", ".join(f"{u:.2f} vs {a:.2f}" for u, a in zip(e.draws, e.accept_prob)))
+        if e.verification == "block" and comparable(e):
+            rule = "block verification, the backward pass: " + "; ".join(backward_pass(e))
         rejected = f", {_tok(texts[e.accepted])} rejected" if e.accepted < len(e.draft) else ""
-        out.append(("accept/reject", f"{e.accepted} kept{rejected} ({rule})"))
+        other = f" {summary(e)}" if comparable(e) else ""
+        out.append(("accept/reject", f"{e.accepted} kept{rejected} ({rule}).{other}"))
     if e.token_kind == "bonus" and e.draft:
         own = "bonus: every draft was kept, and the same pass gives one more token"
     elif not e.draft:
@@ -67,7 +71,8 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
     else:
         own = "correction: the target's token in place of the rejected draft" + (
             "" if e.greedy else ", drawn from p′, p without the refused children, renormalised"
-            if e.tree is not None else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
+            if e.tree is not None else f", {token_source(e)}"
+            if e.verification == "block" and comparable(e) else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
     out.append(("correction" if e.token_kind == "corrected" and e.draft else "bonus", f"{own}: {_tok(labels.token)}"))
     return out
 

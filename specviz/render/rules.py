@@ -1,0 +1,151 @@
+"""The verification rules side by side: what token-wise and block verification keep from one
+sampled chain step, the same draft and the same draws, with the arithmetic written out.
+
+Every sampled chain step records block verification's numbers (StepEvent.block: the weights,
+the residual masses, the stop chances h) whichever rule judged it, so a step can be replayed
+under both. Token-wise walks forward and stops at the first u >= min(1, p/q); block
+verification walks backward from the block's end and stops at the first position whose
+u < h (core/block_verify.py). The inspector and step-through read `compare` and `backward_pass`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from ..core.block_verify import block_accepted, token_wise_accepted
+from ..core.events import StepEvent
+from .html import visible
+
+RULE_NAMES = {"token": "token-wise", "block": "block verification"}
+
+
+@dataclass(frozen=True)
+class Position:
+    """Draft position i (from 1) under both rules."""
+
+    i: int
+    p: float
+    q: float  # 1 for a drafter that gives no q (a one-hot guess)
+    a: float  # min(1, p/q): token-wise keeps it while u < a, from the first position on
+    u: float
+    w: float  # the block weight w_i = min(1, w_{i-1} p/q)
+    mass: float | None  # |r_i|, the residual's mass after i drafts (None at the block's end: the bonus)
+    h: float  # the chance the backward pass stops here: |r_i| / (|r_i| + 1 - w_i), or w_k at the end
+    token_kept: bool
+    block_kept: bool
+
+
+def comparable(e: StepEvent) -> bool:
+    """A sampled chain step that recorded block verification's numbers (not greedy, not a tree,
+    not a trace from before the rules were recorded)."""
+    return e.block is not None and e.draws is not None and e.tree is None and bool(e.draft)
+
+
+def kept(e: StepEvent) -> dict[str, int]:
+    """How many drafts each rule keeps with this step's draws."""
+    return {"token": token_wise_accepted(e.accept_prob, e.draws), "block": block_accepted(e.block.stop_prob, e.draws)}
+
+
+def compare(e: StepEvent) -> list[Position]:
+    n = kept(e)
+    k = len(e.draft)
+    return [Position(i + 1, e.p[i], 1.0 if e.q is None else e.q[i], e.accept_prob[i], e.draws[i], e.block.weight[i],
+                     e.block.residual_mass[i + 1] if i + 1 < k else None, e.block.stop_prob[i],
+                     i < n["token"], i < n["block"])
+            for i in range(k)]
+
+
+def _n(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def weight_text(rows: list[Position], j: int) -> str:
+    """w_i written out: min(1, w_{i-1} × p/q)."""
+    r = rows[j]
+    prev = 1.0 if j == 0 else rows[j - 1].w
+    return f"w{r.i} = min(1, {_n(prev)} × {_n(r.p)} / {_n(r.q)}) = {_n(r.w)}"
+
+
+def stop_text(r: Position) -> str:
+    """h_i written out."""
+    if r.mass is None:
+        return f"h{r.i} = w{r.i} = {_n(r.h)}"
+    if r.mass <= 0:
+        return f"h{r.i} = 0 (the residual there is empty)"
+    return f"h{r.i} = |r{r.i}| / (|r{r.i}| + 1 − w{r.i}) = {_n(r.mass)} / ({_n(r.mass)} + 1 − {_n(r.w)}) = {_n(r.h)}"
+
+
+def backward_pass(e: StepEvent) -> list[str]:
+    """Block verification's pass over this step's block, from its end back to its start, a
+    sentence per position it looked at."""
+    out = []
+    rows = compare(e)
+    for r in reversed(rows):
+        if r.u < r.h:
+            out.append(f"position {r.i}: u = {_n(r.u)} < {stop_text(r)}: stop, keep drafts 1 to {r.i}")
+            break
+        out.append(f"position {r.i}: u = {_n(r.u)} ≥ {stop_text(r)}: go back")
+    else:
+        out.append("no position stopped the pass: keep nothing")
+    return out
+
+
+def token_source(e: StepEvent) -> str:
+    """Where block verification draws the target's own token from."""
+    tau = kept(e)["block"]
+    if tau == len(e.draft):
+        return "every draft kept: the bonus token is drawn from p after the block"
+    w = "1" if tau == 0 else _n(e.block.weight[tau - 1])
+    return (f"drawn from r{tau} = max(0, w{tau} × p − q) at position {tau + 1} (w{tau} = {w}), rescaled to sum to 1"
+            + (", token-wise's residual" if tau == 0 else ""))
+
+
+def summary(e: StepEvent) -> str:
+    n = kept(e)
+    return (f"Same draft, same draws: token-wise keeps {n['token']}, block verification keeps {n['block']}. "
+            f"This run was judged {RULE_NAMES.get(e.verification, e.verification)}.")
+
+
+def _tok(text: str) -> str:
+    shown = visible(text)
+    return f'<code class="sv-inspect-tok">{escape(shown) if shown else "∅"}</code>'
+
+
+def rules_html(e: StepEvent, labels) -> str:
+    """The side-by-side table, the weights and the backward pass written out ('' when the step
+    cannot be compared)."""
+    if not comparable(e):
+        return ""
+    rows = compare(e)
+    names = labels.draft if len(labels.draft) == len(e.draft) else tuple(f"#{t}" for t in e.draft)
+
+    def verdict(ok: bool) -> str:
+        kind = "accepted" if ok else "rejected"
+        return f'<td class="sv-verdict-{kind}" data-label="{{}}">{"kept" if ok else "not kept"}</td>'
+
+    body = "".join(
+        f'<tr><td data-label="#">{r.i}</td><td data-label="draft">{_tok(names[r.i - 1])}</td>'
+        f'<td data-label="draw u">{_n(r.u)}</td>'
+        f'<td data-label="token-wise: min(1, p/q)">{_n(r.a)}</td>'
+        + verdict(r.token_kept).format("token-wise")
+        + f'<td data-label="block: weight w">{_n(r.w)}</td>'
+        f'<td data-label="block: residual mass |r|">{"bonus" if r.mass is None else _n(r.mass)}</td>'
+        f'<td data-label="block: stop chance h">{_n(r.h)}</td>'
+        + verdict(r.block_kept).format("block") + "</tr>"
+        for r in rows)
+    weights = "".join(f"<li>{escape(weight_text(rows, j))}</li>" for j in range(len(rows)))
+    passes = "".join(f"<li>{escape(line)}</li>" for line in [*backward_pass(e), "the target's token: " + token_source(e)])
+    return (
+        '<div class="sv-rules">'
+        f'<p class="sv-inspect-head">The rules side by side. {escape(summary(e))}</p>'
+        '<div class="sv-scroll"><table class="sv-table sv-drafts sv-rules-table"><thead><tr><th>#</th><th>draft</th>'
+        '<th>draw u</th><th>token-wise: min(1, p/q)</th><th>token-wise</th><th>block: weight w</th>'
+        '<th>block: residual mass |r|</th><th>block: stop chance h</th><th>block</th></tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+        '<p class="sv-muted">Token-wise goes forward and stops at the first u ≥ min(1, p/q). Block verification '
+        "first carries a weight along the block (w0 = 1):</p>"
+        f"<ol>{weights}</ol>"
+        '<p class="sv-muted">then goes backward from the block\'s end and keeps everything up to the first position '
+        "whose draw falls below its stop chance h:</p>"
+        f'<ol class="sv-backward">{passes}</ol></div>'
+    )
