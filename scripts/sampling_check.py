@@ -1,7 +1,7 @@
 """Do a drafter's sampled runs on the embedded model follow the target's own distribution?
 
     python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up] [--tree-nodes 8]
-        [--target default] [--device cpu] [--dtype fp32]
+        [--verification token] [--target default] [--device cpu] [--dtype fp32]
 
 Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
 tests, by chi-square, the first sampled token against the target's exact distribution, the second
@@ -11,7 +11,9 @@ and the sibling walk of sampled trees; this checks that real weights (a new EAGL
 change nothing. EAGLE and Medusa draft trees of --tree-nodes candidates (0: chains): each run
 stops once three tokens are out, so the first step's tree is not cut to the three tokens asked
 for, and the line after the tests says how many steps drafted a tree and how many of those
-judged a sibling after a rejection. With --follow-up the prompt
+judged a sibling after a rejection. --verification block judges chain drafts as a block
+(core/block_verify.py); the last line then says on how many steps the two rules, on the same
+draws, would have kept different counts. With --follow-up the prompt
 is a second request after a first answer, so the context ends as the answer's turn began and prompt
 lookup copies that answer's first tokens at the first step (a `NAME+pld` pair drafts by lookup there).
 --target, --device and --dtype run it on another model (a draft model folder for --drafter), on a GPU, in half
@@ -33,6 +35,8 @@ from scipy.stats import chisquare  # noqa: E402
 from specviz import GenerationConfig, Sampling, speculative_generate  # noqa: E402
 from specviz.core.events import StepEvent  # noqa: E402
 from specviz.drafters.choose import make_drafter  # noqa: E402
+from specviz.engine.generate import VERIFICATIONS  # noqa: E402
+from specviz.render.rules import comparable, kept  # noqa: E402
 from specviz.modeling.chat import chat_messages  # noqa: E402
 from specviz.modeling.models import load  # noqa: E402
 from specviz.modeling.text import encode_chat  # noqa: E402
@@ -76,6 +80,8 @@ def main(argv=None) -> int:
                     help="ask again after a first answer, so prompt lookup copies at the first step")
     ap.add_argument("--tree-nodes", type=int, default=8,
                     help="candidates per tree step for EAGLE and Medusa (default 8, as the app at k = 4; 0: chains)")
+    ap.add_argument("--verification", choices=VERIFICATIONS, default="token",
+                    help="how chain drafts are judged: token by token or as a block (default token)")
     ap.add_argument("--target", default="default", help="model id or folder (default: the embedded model)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     ap.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: the device's)")
@@ -86,18 +92,20 @@ def main(argv=None) -> int:
     drafter = make_drafter(args.drafter, target)
     if not args.tree_nodes:
         drafter.tree_width = 0  # chains (the benchmark's NAME@chain arm)
-    runs, trees, siblings = [], 0, 0
+    runs, trees, siblings, differed = [], 0, 0, 0
     for seed in range(args.first_seed, args.first_seed + args.runs):
         # Room for a whole tree at the first step (a step drafts no more than the run can still
         # emit); the run is left once three tokens are out.
         cfg = GenerationConfig(max_new_tokens=3 + max(args.k, args.tree_nodes), k=args.k, tree_nodes=args.tree_nodes,
-                               raw_top=0, top=0, sampling=Sampling(temperature=args.temperature, seed=seed))
+                               raw_top=0, top=0, sampling=Sampling(temperature=args.temperature, seed=seed),
+                               verification=args.verification)
         out = []
         for ev in speculative_generate(target.model, drafter, ids, cfg, remember=False):
             if isinstance(ev, StepEvent):
                 out += ev.emitted
                 trees += ev.tree is not None
                 siblings += ev.tree is not None and len(ev.tree.walk) > len({ev.tree.parents[i] for i in ev.tree.walk})
+                differed += comparable(ev) and len(set(kept(ev).values())) > 1
             if len(out) >= 3:
                 break
         runs.append(tuple(out[:3]))
@@ -112,6 +120,8 @@ def main(argv=None) -> int:
               f"{cells + 1} cells)")
         prefix = prefix + [int(torch.argmax(p))]
     print(f"{args.drafter}: {trees} steps drafted a tree; {siblings} of them judged a sibling after a rejection")
+    print(f"{args.drafter}: judged {args.verification}; on {differed} chain steps token-wise and block verification "
+          "would have kept different counts with the same draws")
     return 1 if failed else 0
 
 
