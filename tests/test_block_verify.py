@@ -462,3 +462,13 @@ def test_steps_without_block_numbers_show_no_comparison():
     e = worked_step()
     for other in (replace(e, block=None), replace(e, draws=None, greedy=True), replace(e, draft=())):
         assert rules_html(other, Labels(draft=tuple("ab"[: len(other.draft)]))) == ""
+
+
+def test_the_apps_control_reaches_the_engine():
+    from specviz import SpecvizError
+    from specviz.ui.settings import Settings
+
+    s = Settings.from_controls(prompt="hi", mode="sampling", temperature=1.0, verification="block")
+    assert s.config().verification == "block" and Settings(prompt="hi").config().verification == "token"
+    with pytest.raises(SpecvizError, match="verification must be one of token, block"):
+        Settings.from_controls(prompt="hi", verification="walk").config()

@@ -92,6 +92,10 @@ def _settings(policy: Policy) -> dict:
                                          "what paid more on the examples")
             top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
+            verification = gr.Radio([("token by token", "token"), ("as a block", "block")], value=d.verification,
+                                    label="verification of a chain draft", elem_id="sv-verification",
+                                    info="both keep the target's distribution exactly; a block keeps at least as "
+                                         "many tokens on average; the step inspector shows both on every step")
         # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
         max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
                                    step=1, label="max new tokens", elem_id="sv-max-new-tokens")
@@ -104,7 +108,7 @@ def _settings(policy: Policy) -> dict:
                 api_visibility="private")
     return dict(target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,
                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, seed=seed,
-                max_new_tokens=max_new_tokens, chat=chat)
+                max_new_tokens=max_new_tokens, chat=chat, verification=verification)
 
 
 def _prompt(examples: list[Example]):

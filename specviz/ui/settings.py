@@ -98,6 +98,7 @@ class Settings:
     seed: int = _SAMPLING.seed
     max_new_tokens: int = _ENGINE.max_new_tokens
     chat: bool = True
+    verification: str = _ENGINE.verification  # how a sampled chain draft is judged (GenerationConfig.verification)
 
     @classmethod
     def from_controls(cls, mode: str | None = None, **values) -> "Settings":
@@ -142,5 +143,6 @@ class Settings:
         """The engine's config; raises SpecvizError for values it would not accept."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
+            verification=self.verification,
             eos_token_ids=tuple(eos_token_ids), tree_nodes=TREE_NODES_PER_K * self.k, trees=self.trees,
         ).validate()
