@@ -158,3 +158,15 @@ def test_runs_too_short_to_time_show_no_speedup_as_the_playground_shows_none(app
     base, lookup = compare_rows(frame.base, frame.runs, frame.rounds)
     assert lookup["speedup"] is None and lookup["tokens"] == 4
     assert table_values([base, lookup])[1][2:4] == ["too short", "—"]
+
+
+def test_a_drafter_races_itself_under_both_verification_rules(app_models):
+    """NAME@token and NAME@block: the same drafter, one rule each, whatever the page's setting."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=16, temperature=1.0,
+                 verification="token")
+    draft = app_models["draft"]
+    *_, frame = compare_drafters(s, Policy(), real_models, never, rounds=1, drafters=[f"{draft}@token", f"{draft}@block"])
+    assert frame.state == "done", frame.message
+    token, block = frame.runs
+    assert token.label.endswith("(token-wise)") and block.label.endswith("(block verification)")
+    assert {e.verification for e in token.steps} == {"token"} and {e.verification for e in block.steps} == {"block"}

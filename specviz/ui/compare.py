@@ -8,6 +8,9 @@ speedup over the baseline of the same round, and the table shows their median an
 Run first, once and cold, the baseline looked slow: drafter `none`, the very same work,
 measured 1.77x.
 
+A drafter named NAME@block (or NAME@token) runs with that verification rule whatever the page's
+setting, so one drafter can race itself under both rules on the same prompt.
+
 Suffix decoding reads the visitor's memory of earlier answers but adds nothing to it here:
 every round must find the memory as the first did, or round 2 would draft round 1's answer.
 """
@@ -18,10 +21,11 @@ from typing import Callable, Iterator
 
 from ..core.errors import SpecvizError
 from ..core.events import RunEnd
-from ..engine.generate import baseline_generate, speculative_generate
+from ..engine.generate import VERIFICATIONS, baseline_generate, speculative_generate
 from ..engine.interleave import interleave_all
 from ..render import Trace
 from ..render.numbers import MIN_TOKENS
+from ..render.rules import RULE_NAMES
 from ..render.status import count
 from ..traces.labels import Labeler
 from .limits import Deadline
@@ -31,6 +35,17 @@ from .settings import NO_DRAFTER, Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
 WARM_UP_TOKENS = 8  # each arm's untimed first run: allocations, kernel choice, caches
+
+
+def split_rule(name: str) -> tuple[str, str | None]:
+    """'eagle@block' -> ('eagle', 'block'); a name without a rule's suffix -> (name, None)."""
+    drafter, at, rule = name.rpartition("@")
+    return (drafter.strip(), rule) if at and rule in VERIFICATIONS else (name, None)
+
+
+def _label(name: str) -> str:
+    drafter, rule = split_rule(name)
+    return run_label(drafter) + (f" ({RULE_NAMES[rule]})" if rule else "")
 
 
 @dataclass
@@ -45,21 +60,23 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
     """Warm every arm up, then `rounds` interleaved rounds of the baseline and every drafter."""
     drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
     frame = CompareFrame(base=Trace("baseline", speculative=False),
-                         runs=[Trace(run_label(d), k=s.k) for d in drafters], greedy=s.greedy, target=s.target)
+                         runs=[Trace(_label(d), k=s.k) for d in drafters], greedy=s.greedy, target=s.target)
     error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         if not drafters:
             raise SpecvizError("pick at least one drafter to compare with the baseline")
         policy.check(replace(s, drafter=NO_DRAFTER))
         for name in drafters:
-            policy.check_drafter(name)
+            policy.check_drafter(split_rule(name)[0])
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
         arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
+        rules = {i: split_rule(name)[1] or cfg.verification for i, name in enumerate(drafters)}
         for i, (name, trace) in enumerate(zip(drafters, frame.runs)):
             if should_stop():
                 break
             try:
-                drafter = yield from make_drafter(models, name, target, frame, should_stop, policy.model_bytes, memory)
+                drafter = yield from make_drafter(models, split_rule(name)[0], target, frame, should_stop,
+                                                  policy.model_bytes, memory)
             except Exception as e:  # one bad drafter must not sink the others
                 trace.error = readable(e, policy.hosted)
                 continue
@@ -69,7 +86,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         yield frame
         warm = replace(cfg, max_new_tokens=min(WARM_UP_TOKENS, cfg.max_new_tokens))
         with Worker() as worker:  # the model's work on one thread; this one keeps the page told
-            yield from waiting(lambda: _drain(interleave_all(_streams(target, arms, ids, warm, should_stop))),
+            yield from waiting(lambda: _drain(interleave_all(_streams(target, arms, ids, warm, should_stop, rules))),
                                frame, lambda t: f"Warming up every run (untimed)… {t} s", worker=worker)
             for r in range(rounds):
                 if should_stop() or not arms:
@@ -77,7 +94,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                 frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
                                  f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
                 frame.fraction = r / rounds
-                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker)
+                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, rules)
                 if all(t.done for t in _timed(frame, arms)) and _measured(_timed(frame, arms)):
                     frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
         _finish(frame, should_stop)
@@ -96,11 +113,12 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
     yield _end(frame, error, policy.hosted)
 
 
-def _streams(target, arms: dict, ids, cfg, should_stop) -> dict:
-    """The baseline first, then each drafter's run, as engine event streams."""
+def _streams(target, arms: dict, ids, cfg, should_stop, rules: dict) -> dict:
+    """The baseline first, then each drafter's run (under its verification rule), as engine event streams."""
     streams = {"base": baseline_generate(target.model, ids, cfg, should_stop)}
     for i, drafter in arms.items():
-        streams[i] = speculative_generate(target.model, drafter, ids, cfg, should_stop, remember=False)
+        streams[i] = speculative_generate(target.model, drafter, ids, replace(cfg, verification=rules[i]), should_stop,
+                                          remember=False)
     return streams
 
 
@@ -119,7 +137,8 @@ def _drain(events) -> None:
         pass
 
 
-def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker):
+def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker,
+           rules: dict):
     """One timed round, every arm's panel growing as its events come (each made on `worker`; a
     step that takes seconds, such as a long prompt's prefill, is counted in the status)."""
     if again:  # fresh traces: the panels show the round under way
@@ -127,7 +146,7 @@ def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, model
         frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
     traces = {"base": frame.base, **{i: frame.runs[i] for i in arms}}
     labelers = {name: Labeler(models, target, ids) for name in traces}
-    events, said = interleave_all(_streams(target, arms, ids, cfg, should_stop)), frame.message
+    events, said = interleave_all(_streams(target, arms, ids, cfg, should_stop, rules)), frame.message
     while (item := (yield from waiting(lambda: next(events, None), frame, lambda t: f"{said} · {t} s",
                                        worker=worker))) is not None:
         name, event = item
