@@ -83,6 +83,10 @@ def test_sampling_flags_and_no_baseline(capsys, folders):
     # randomness is used) vary from run to run: same distribution, not the same text.
     dynamic = run_json(capsys, *args, "--dynamic-k")
     assert dynamic["stats"]["tokens"] == len(dynamic["token_ids"]) > 0 and dynamic["steps"][0]["draws"] is not None
+    # block verification: the same flags, the rule recorded on the run and every step
+    block = run_json(capsys, *args, "--verification", "block")
+    assert block["config"]["verification"] == "block" and first["config"]["verification"] == "token"
+    assert {s["verification"] for s in block["steps"]} == {"block"} and block["steps"][0]["block"] is not None
 
 
 def test_coloured_text_and_summary(capsys, folders):
@@ -94,8 +98,8 @@ def test_coloured_text_and_summary(capsys, folders):
 def test_flags_start_from_the_engines_defaults():
     args = cli.build_parser().parse_args(["generate", "--prompt", "x"])
     cfg = GenerationConfig()
-    assert (args.k, args.dynamic_k, args.draft_confidence, args.max_new_tokens) == (
-        cfg.k, cfg.dynamic_k, cfg.draft_confidence, cfg.max_new_tokens)
+    assert (args.k, args.dynamic_k, args.draft_confidence, args.max_new_tokens, args.verification) == (
+        cfg.k, cfg.dynamic_k, cfg.draft_confidence, cfg.max_new_tokens, cfg.verification)
     assert Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}) == Sampling()
 
 

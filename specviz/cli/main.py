@@ -170,7 +170,7 @@ def generate(args) -> int:
         "prompt_tokens": len(prompt),
         "target": args.target,
         "drafter": args.drafter,
-        "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens,
+        "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
                    **sampling.__dict__},
         "stats": end.stats.to_dict(),
         "steps": [event_to_dict(s) for s in steps],
