@@ -472,3 +472,23 @@ def test_the_apps_control_reaches_the_engine():
     assert s.config().verification == "block" and Settings(prompt="hi").config().verification == "token"
     with pytest.raises(SpecvizError, match="verification must be one of token, block"):
         Settings.from_controls(prompt="hi", verification="walk").config()
+
+
+def test_the_bench_runs_an_arm_per_rule_and_counts_both_on_the_same_steps(target, prompts):
+    from test_bench import loaded
+
+    from specviz import Sampling
+    from specviz.bench import suite
+    from specviz.bench.drafters import make_drafters
+    from specviz.bench.runner import BenchConfig, run_benchmark
+
+    encoded = [(suite.BenchPrompt("p0", "code", (("user", "x"),)), prompts[2])]
+    cfg = BenchConfig(max_new_tokens=16, warmup=False, cost_repeats=1, verifications=("token", "block"),
+                      sampling=Sampling(temperature=1.0))
+    result = run_benchmark(target, make_drafters(["pld"], loaded(target)), encoded, cfg)
+    by_arm = {r.arm: r for r in result.records}
+    assert set(by_arm) == {"baseline", "pld k=4", "pld k=4 block"}
+    for label, rule in (("pld k=4", "token"), ("pld k=4 block", "block")):
+        assert by_arm[label].kept_by_rule[rule] == by_arm[label].accepted  # the rule that ran is the one counted
+        assert set(by_arm[label].kept_by_rule) == {"token", "block"}
+    assert by_arm["baseline"].kept_by_rule == {}

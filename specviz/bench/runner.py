@@ -31,6 +31,7 @@ from ..drafters.suffix import suffix_of
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from ..engine.timing import ForwardClock, forward_costs
+from ..render.rules import comparable, kept
 from . import peers
 from .drafters import BenchDrafter
 from .suite import BenchPrompt
@@ -97,6 +98,9 @@ class RunRecord:
     draft_forward: float = 0.0  # decode-phase seconds inside draft-model forwards
     draft_lengths: dict[int, int] = field(default_factory=dict)  # {n drafted (tree: nodes): steps}
     step_outcomes: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per step
+    # Sampled chain steps: the drafts each verification rule keeps with those steps' own draws, whichever
+    # rule ran ({"token": n, "block": m}): the two rules compared on the very same steps.
+    kept_by_rule: dict[str, int] = field(default_factory=dict)
     stop_reason: str = ""
     threads: int = 0  # torch's thread count for this run (the bench may change it between prompts)
 
@@ -205,6 +209,9 @@ class Runner:
                     # The target verified every node of a tree, not only the chain shown.
                     lengths[len(ev.tree.tokens) if ev.tree is not None else len(ev.draft)] += 1
                     rec.step_outcomes.append((len(ev.draft), ev.accepted))
+                    if comparable(ev):
+                        for rule, n in kept(ev).items():
+                            rec.kept_by_rule[rule] = rec.kept_by_rule.get(rule, 0) + n
                 elif isinstance(ev, RunEnd):
                     end = ev
         stats = end.stats
