@@ -492,3 +492,18 @@ def test_the_bench_runs_an_arm_per_rule_and_counts_both_on_the_same_steps(target
         assert by_arm[label].kept_by_rule[rule] == by_arm[label].accepted  # the rule that ran is the one counted
         assert set(by_arm[label].kept_by_rule) == {"token", "block"}
     assert by_arm["baseline"].kept_by_rule == {}
+
+
+def test_the_docs_table_of_rules_is_drawn_from_the_results():
+    from specviz.cli.docs_tables import bench_rules
+
+    def row(arm, tau, speedup):
+        return dict(arm=arm, category="all", tau=tau, speedup=speedup)
+
+    doc = {"summary": [row("baseline", None, 1.0), row("eagle@chain k=4", 2.0, 1.10), row("eagle@chain k=4 block", 2.1, 1.14),
+                       row("pld k=4", 1.5, 1.0)],
+           "runs": [dict(arm="eagle@chain k=4", kept_by_rule={"token": 30, "block": 33}),
+                    dict(arm="eagle@chain k=4 block", kept_by_rule={"token": 20, "block": 22}), dict(arm="baseline")]}
+    table = bench_rules(doc).splitlines()
+    assert len(table) == 3  # the header, its rule, one drafter with both arms (pld ran token-wise only)
+    assert table[2] == "| `eagle@chain k=4` | 2.00 | 2.10 | +5.0% | 1.10x | 1.14x | 50 → 55 (+10.0%) |"

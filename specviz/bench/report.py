@@ -54,6 +54,8 @@ def raw_document(result, config: dict, env: dict) -> dict:
     for run, r in zip(runs, result.records):
         run["seconds"] = run.pop("elapsed")
         run["draft_lengths"] = {str(n): c for n, c in sorted(r.draft_lengths.items())}
+        if r.kept_by_rule:  # sampled chain steps: what each verification rule keeps on them
+            run["kept_by_rule"] = dict(r.kept_by_rule)
     return {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

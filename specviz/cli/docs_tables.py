@@ -90,6 +90,29 @@ def bench_arms(doc: dict) -> str:
     return _md(["arm", "tokens/s", "speedup", "alpha", "tau", "c", "efficiency", "identical"], rows)
 
 
+def bench_rules(doc: dict) -> str:
+    """Each arm beside the same drafter under block verification (bench --verification token,block):
+    tau and speedup by rule, and the drafts each rule keeps on the very same steps (both arms' runs,
+    every sampled chain step judged by both rules with its own draws)."""
+    arms = {r["arm"]: r for r in _arms(doc)}
+    rows = []
+    for label, token in arms.items():
+        block = arms.get(f"{label} block")
+        if block is None:
+            continue
+        kept = {"token": 0, "block": 0}
+        for run in doc["runs"]:
+            if run["arm"] in (label, f"{label} block"):
+                for rule in kept:
+                    kept[rule] += run.get("kept_by_rule", {}).get(rule, 0)
+        gain = f"{kept['token']} → {kept['block']} ({100 * (kept['block'] / kept['token'] - 1):+.1f}%)" if kept["token"] else "-"
+        change = (f"{100 * (block['tau'] / token['tau'] - 1):+.1f}%" if token["tau"] and block["tau"] else "-")
+        rows.append([f"`{label}`", _f(token["tau"]), _f(block["tau"]), change, _x(token["speedup"]),
+                     _x(block["speedup"]), gain])
+    return _md(["drafter", "tau token-wise", "tau block", "tau change", "speedup token-wise", "speedup block",
+                "drafts kept on the same steps, token-wise → block"], rows)
+
+
 def bench_categories(doc: dict) -> str:
     """Per category, each drafter's best speedup; the fastest in bold."""
     cats = list(dict.fromkeys(r["category"] for r in doc["summary"]))
@@ -230,6 +253,7 @@ KINDS = {
     "bench-headline": (bench_headline, bench_caption),
     "bench-arms": (bench_arms, bench_caption),
     "bench-categories": (bench_categories, bench_caption),
+    "bench-rules": (bench_rules, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),
