@@ -406,7 +406,8 @@ def worked_step(draft=(0, 1), draws=(0.7, 0.4), rule="block"):
                      p=tuple(p[0, list(draft)].tolist()), accept_prob=tuple(a.tolist()), draws=tuple(draws),
                      accepted=kept, token=1, token_p=2 / 3, token_kind="bonus" if kept == 2 else "corrected",
                      emitted=tuple(draft[:kept]) + (1,), top=(), draft_time=0.0, verify_time=0.0, elapsed=0.0,
-                     greedy=False, verification=rule,
+                     greedy=False, verification=rule, p_top=(((1, 2 / 3), (0, 1 / 3)),) * 3,
+                     q_top=(((0, 2 / 3), (1, 1 / 3)),) * 2,
                      block=BlockCheck(tuple(s.weight[1:].tolist()), tuple(s.residual_mass.tolist()),
                                       tuple(s.stop_prob.tolist())))
 
@@ -507,3 +508,18 @@ def test_the_docs_table_of_rules_is_drawn_from_the_results():
     table = bench_rules(doc).splitlines()
     assert len(table) == 3  # the header, its rule, one drafter with both arms (pld ran token-wise only)
     assert table[2] == "| `eagle@chain k=4` | 2.00 | 2.10 | +5.0% | 1.10x | 1.14x | 50 → 55 (+10.0%) |"
+
+
+def test_the_distribution_card_says_the_block_decided():
+    from specviz.render.distribution import card_html, position
+    from specviz.render.trace import Labels, Trace
+
+    for rule in ("token", "block"):
+        trace = Trace("x", k=2)
+        trace.add(worked_step(rule=rule), Labels(draft=("a", "b"), token="b", p_top=(("b", "a"),) * 3,
+                                                  q_top=(("a", "b"),) * 2))
+        card = card_html(position(trace, 0, 0, 1.0, 1.0), 1.0, 1.0)
+        if rule == "block":  # "a": u = 0.7 >= 0.5, refused token-wise, kept by the block
+            assert "this draft was kept" in card and "would have rejected it" in card
+        else:
+            assert "0.700 ≥ 0.500: rejected" in card and "block" not in card

@@ -19,6 +19,7 @@ from ..core.distribution import REST, accept_prob, one_hot, overlap, reshape, re
 from ..core.events import StepEvent
 from .charts import COLORS, FONT, distinct, figure as new_figure, waiting_for
 from .html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE, WALK_RESIDUAL, WALK_RULE
+from .rules import comparable
 from .trace import Trace
 from .tree import Judged, ordinal, sibling_walk, walk_end, walk_table
 
@@ -193,7 +194,13 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
             u = e.draws[pos.row]
             kept = "kept" if u < ap else (f"rejected: the corrected token is drawn from the residual {RESIDUAL}, "
                                           f"{RESIDUAL_GLOSS}")
-            lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept} (at these settings)")
+            if e.verification == "block" and comparable(e):  # the block decided, not this position's coin alone
+                kept = "kept" if pos.row < e.accepted else "not kept"
+                lines.append(f"the run's draw u = {u:.3f}; the run judged the block as a whole (block verification): "
+                             f"this draft was {kept}, the inspector's backward pass says why; token-wise "
+                             f"(u {'<' if u < ap else '≥'} {ap:.3f}) would have {'kept' if u < ap else 'rejected'} it")
+            else:
+                lines.append(f"the run's draw u = {u:.3f} {'<' if u < ap else '≥'} {ap:.3f}: {kept} (at these settings)")
         elif e.greedy:
             lines.append("greedy run: kept only if it is the target's top token; the bars show the "
                          "distributions a sampled run would compare")
