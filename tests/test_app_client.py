@@ -95,6 +95,8 @@ def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, 
                       (dict(k="abc"), "k must be a whole number, got 'abc'"),
                       (dict(seed=1e30), "seed must be a whole number from 0 to 2**64 - 1"),
                       (dict(mode="sampling", temperature="nan"), "temperature must be a finite number"),
+                      # torch's RuntimeError ("probability tensor contains inf") reached the status
+                      (dict(mode="sampling", temperature=1e-40), "temperature must be 0 (greedy) or at least 0.01"),
                       (dict(max_new_tokens=100_000), "max new tokens is capped at 400 here"),
                       (dict(drafter="layerskip:0-1000"), "layer range '0-1000' is outside this target's 2 layers")):
         refused = generate(client, target_folder=app_models["target"], **bad)
@@ -102,3 +104,43 @@ def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, 
 
     fine = generate(client, target_folder=app_models["target"], max_new_tokens=8)
     assert fine["state"] == "done" and fine["speculative"]["tokens"] == 8
+
+
+def call(client, endpoint: str, values: list) -> tuple[str, object]:
+    """A raw HTTP call, as curl would make it (docs/app.md): (the stream's last event, its data; for
+    /generate the summary is data[-2], the session last)."""
+    import json
+
+    import httpx
+
+    # ensure_ascii: a lone surrogate travels as the JSON escape "\\ud800", which no UTF-8 encoder writes
+    sent = httpx.post(f"{client.src.rstrip('/')}/gradio_api/call/{endpoint}", content=json.dumps({"data": values}),
+                      headers={"content-type": "application/json"}, timeout=60)
+    sent.raise_for_status()
+    stream = httpx.get(f"{client.src.rstrip('/')}/gradio_api/call/{endpoint}/{sent.json()['event_id']}", timeout=600)
+    event = [line for line in stream.text.splitlines() if line.startswith("event: ")][-1][len("event: "):]
+    data = [line for line in stream.text.splitlines() if line.startswith("data: ")][-1][len("data: "):]
+    return event, json.loads(data)
+
+
+def test_requests_gradio_or_the_tokenizer_would_refuse_get_one_sentence(client, app_models):
+    """Over raw HTTP: a prompt with half a UTF-16 pair (the tokenizer's TypeError), a request one
+    value short (Gradio's bare {"error": null}) and one with two values too many (every value
+    shifted by one, and the drafter blamed for k's 4)."""
+    values = [PROMPT, app_models["target"], "prompt lookup", 4, False, "greedy", 0.7, 0, 1.0, 1.0, 0, 8, True]
+    event, data = call(client, "generate", values)
+    assert event == "complete" and data[-2]["state"] == "done"  # the request as it should be
+
+    event, data = call(client, "generate", ["ab\ud800cd", *values[1:]])
+    assert event == "complete" and data[-2]["state"] == "error"
+    assert data[-2]["message"] == ("prompt is not valid Unicode text: character 3 is half of a UTF-16 surrogate "
+                                   "pair ('\\ud800') with no other half")
+
+    event, data = call(client, "generate", values[:-1])
+    assert event == "error" and data["error"].startswith("/generate takes 13 values (prompt, target, drafter, k,")
+    assert "this request sent 12, without chat: nothing was run" in data["error"]
+
+    event, data = call(client, "generate", [*values, "x", "y"])
+    assert event == "error" and "this request sent 15, 2 more than it takes" in data["error"]
+    event, data = call(client, "stop", [1])  # an endpoint of no values, sent one
+    assert event == "error" and data["error"].startswith("/stop takes 0 values")

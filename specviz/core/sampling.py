@@ -18,6 +18,11 @@ import torch
 from .errors import SpecvizError
 
 
+# The lowest temperature that samples: lower ones are greedy in all but name, and below ~1e-38
+# the logits divided by them overflow to inf (torch then refused the distribution).
+MIN_TEMPERATURE = 0.01
+
+
 @dataclass(frozen=True)
 class Sampling:
     temperature: float = 0.0  # 0 = greedy; otherwise divide logits by it
@@ -34,6 +39,10 @@ class Sampling:
         t, p, r = self.temperature, self.top_p, self.repetition_penalty
         if not isinstance(t, (int, float)) or math.isnan(t) or math.isinf(t) or t < 0:
             raise SpecvizError(f"temperature must be a number >= 0 (0 = greedy), got {t}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise SpecvizError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {t:.3g}: below "
+                               "that, sampling picks the top token all but always, and dividing the logits by "
+                               "a temperature under about 1e-38 overflows")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise SpecvizError(f"top-k must be an integer >= 0 (0 = off), got {self.top_k}")
         if not isinstance(p, (int, float)) or math.isnan(p) or not 0 < p <= 1:

@@ -16,6 +16,7 @@ from .examples import Example, load_examples, note_html
 from .handlers import Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
+from .requests import count_values
 from .settings import GREEDY, SAMPLED_TREES_UP_TO, SAMPLING, SAMPLING_TEMPERATURE, Settings
 
 REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
@@ -274,4 +275,5 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         page.step.input(handlers.inspect, [session, page.step], shown["inspector"], trigger_mode="always_last",
                         **instant)
     demo.queue(default_concurrency_limit=policy.concurrency, max_size=slots)  # a flood beyond: Gradio's 503
+    count_values(demo)  # a script's request with a value too few or too many: a sentence, not Gradio's error
     return demo

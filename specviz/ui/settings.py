@@ -68,6 +68,17 @@ def _text(value, name: str) -> str:
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise SpecvizError(f"{name} must be one string of text; got {shown} ({type(value).__name__})")
+    return valid_unicode(value, name)
+
+
+def valid_unicode(value: str, name: str) -> str:
+    """`value`, if it is text a tokenizer can read: JSON may carry half of a UTF-16 pair ("\\ud800"),
+    which is no character at all (the tokenizer raised a TypeError on it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecvizError(f"{name} is not valid Unicode text: character {e.start + 1} is half of a UTF-16 "
+                           f"surrogate pair ({value[e.start]!r}) with no other half") from None
     return value
 
 
