@@ -212,6 +212,67 @@ def test_stop_during_a_long_prefill_ends_the_run_between_chunks(target, prompts,
     assert events[0].stats.stop_reason == "cancelled" and events[0].token_ids == ()
 
 
+class SlowCPU:
+    """A fake clock and a forward that advances it as a busy 2-core CPU would: 50 ms a pass plus
+    10 ms a token (512 tokens: 5.2 s, as the issue measured on the embedded model)."""
+
+    def __init__(self, monkeypatch):
+        import specviz.engine.generate as generate
+        import specviz.engine.prefill as prefill
+
+        self.now, real = 0.0, generate.forward
+
+        def slow(model, ids, *args, **kwargs):
+            self.now += 0.05 + 0.01 * len(ids)
+            return real(model, ids, *args, **kwargs)
+        monkeypatch.setattr(generate, "forward", slow)
+        monkeypatch.setattr(prefill, "clock", lambda: self.now)
+
+
+def test_prefill_pieces_are_sized_to_take_under_half_a_second(monkeypatch):
+    """Each piece after the first takes 0.25-0.5 s of the slow CPU's time, growing by at most 4x
+    a piece, never past the cap; a fast machine reads the cap at once."""
+    from specviz.engine.prefill import PrefillPieces
+
+    pieces, read, times = PrefillPieces(512), 0, []
+    while read < 3082:
+        size = min(pieces.next(), 3082 - read)
+        times.append(0.05 + 0.01 * size)
+        pieces.took(size, times[-1])
+        read += size
+    assert all(0.25 <= t <= 0.5 for t in times[1:-1]), times
+    fast = PrefillPieces(512)
+    for _ in range(4):
+        fast.took(fast.next(), 1e-4)
+    assert fast.next() == 512
+
+
+def test_stop_during_a_long_prefill_ends_the_run_within_a_second_of_a_slow_cpus_time(monkeypatch):
+    """Stop pressed 1 s into reading a 1,500-token prompt: the run ends when the piece under way
+    does, within 0.5 s (fixed 512-token pieces took 5.2 s here: Stop took 6.3 s on the real CPU),
+    and the output of a run not stopped is the one-pass prefill's, token for token, drafts too."""
+    model = tiny_llama(context=2048)
+    ids = torch.randint(0, 96, (1500,), generator=torch.Generator().manual_seed(5)).tolist()
+    cfg = GenerationConfig(max_new_tokens=8, k=3)
+    cpu = SlowCPU(monkeypatch)
+    pressed = []
+
+    def should_stop():
+        if cpu.now >= 1.0 and not pressed:
+            pressed.append(cpu.now)
+        return bool(pressed)
+    events = list(speculative_generate(model, PromptLookup(), ids, cfg, should_stop=should_stop))
+    assert events[-1].stats.stop_reason == "cancelled" and pressed
+    assert cpu.now - 1.0 <= 0.5, cpu.now  # the piece under way when Stop came, and nothing after it
+
+    steps, end = collect(speculative_generate(model, PromptLookup(), ids, cfg))
+    import specviz.engine.generate as generate
+    monkeypatch.setattr(generate, "PREFILL_CHUNK", 10_000)
+    monkeypatch.setattr("specviz.engine.prefill.FIRST_PIECE", 10_000)
+    once_steps, once = collect(speculative_generate(model, PromptLookup(), ids, cfg))
+    assert end.token_ids == once.token_ids and [s.draft for s in steps] == [s.draft for s in once_steps]
+
+
 def test_sampling_is_reproducible_per_seed(target, prompts):
     def run(seed):
         cfg = GenerationConfig(max_new_tokens=30, sampling=Sampling(temperature=1.0, top_p=0.95, seed=seed))

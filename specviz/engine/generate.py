@@ -19,14 +19,17 @@ from ..drafters.base import Drafter, empty_draft, features_read
 from ..modeling import probe
 from ..modeling.forward import (RollbackCache, context_length, forward, model_device, new_cache, output_vocab_size,
                                 synchronize, to_host)
+from . import prefill
 from .draft_length import DraftLength
+from .prefill import PrefillPieces
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (GenerationConfig.verification)
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
-# Prompt tokens per prefill forward. On the embedded model (1 thread) a 7,000-token prompt took 88 s
-# in one pass, so it is read in chunks whose progress the app shows; and chunks are faster (medians
-# of 2: 1,500 tokens 5.7 s against 6.3 s whole, 4,000 tokens 22 s against 33 s).
+# The most prompt tokens one prefill forward reads. On the embedded model (1 thread) a 7,000-token prompt
+# took 88 s in one pass, so it is read in pieces whose progress the app shows; and pieces are faster
+# (medians of 2: 1,500 tokens 5.7 s against 6.3 s whole, 4,000 tokens 22 s against 33 s in 512s). Below
+# this cap each piece is sized by time (prefill.py), so that Stop is heard within a second.
 PREFILL_CHUNK = 512
 
 
@@ -115,20 +118,26 @@ class _Run:
             return self.target.get_output_embeddings().weight.new_zeros(0, width) if hidden else None
         self.calls += 1  # one pass over the prompt, whatever its chunks
         ids = torch.tensor(self.ids[:-1], device=self.device)
-        # A long prompt is read in chunks, so its progress can be told and Stop heard between them.
+        # A long prompt is read in pieces, so its progress can be told and Stop heard between them.
         # Sliding-window layers (RollbackCache) take their prefill whole: they keep only their
         # window of it, and start recording for rollback at the first forward that is not one.
-        chunk = len(ids) if isinstance(self.cache, RollbackCache) and self.cache.sliding else PREFILL_CHUNK
-        states = []
-        for a in range(0, len(ids), chunk):
+        whole = isinstance(self.cache, RollbackCache) and self.cache.sliding
+        pieces = PrefillPieces(len(ids) if whole else PREFILL_CHUNK)
+        states, a = [], 0
+        while a < len(ids):
             if a and self.should_stop():
                 self.cut_short = True
                 return None
-            out = forward(self.target, ids[a:a + chunk], self.cache, logits_to_keep=1, hidden=hidden)
+            piece = ids[a:a + pieces.next()]
+            t0 = prefill.clock()
+            out = forward(self.target, piece, self.cache, logits_to_keep=1, hidden=hidden)
+            synchronize(self.device)
+            pieces.took(len(piece), prefill.clock() - t0)
             if hidden:
                 states.append(out[1])
+            a += len(piece)
             if self.on_prefill is not None:
-                self.on_prefill(min(a + chunk, len(ids)), len(ids))
+                self.on_prefill(a, len(ids))
         return (states[0] if len(states) == 1 else torch.cat(states)) if hidden else None
 
     @property
