@@ -92,6 +92,55 @@ def damaged(doc):
     return json.dumps(doc)
 
 
+def edited(path: str, value):
+    """The good trace with one value changed: `path` is "spec.0.p.0" (run, event, field, index) or
+    "spec.end.tokens" (run, its end's statistics)."""
+    def make(doc):
+        role, *keys = path.split(".")
+        node = doc["runs"][0 if role == "spec" else 1]
+        node = node["end"]["stats"] if keys[0] == "end" else node["events"][int(keys.pop(0))]
+        keys = keys[1:] if keys[0] == "end" else keys
+        for key in keys[:-1]:
+            node = node[int(key) if isinstance(node, list) else key]
+        last = keys[-1]
+        node[int(last) if isinstance(node, list) else last] = value
+        return json.dumps(doc)
+    return make
+
+
+# The laws a trace's numbers obey (docs/app.md promises an edited file is refused in one sentence):
+# p = 7.5 replayed with "p (target) 7.500" in the inspector; negative times re-timed a 2.98x GPU run as 0.74x.
+LAWS = [
+    (edited("spec.0.p.0", 7.5), "speculative event 1 is damaged: its p holds 7.5, and a probability is between 0 and 1"),
+    (edited("spec.0.draws.0", -0.2), "its draws u holds -0.2"),
+    (edited("spec.0.top.0.1", 1.5), "its top holds 1.5"),
+    (edited("spec.0.draft_time", -0.01), "speculative event 1 is damaged: its draft time is -0.01 s, and no time is negative"),
+    (edited("base.0.time", -1.0), "baseline event 1 is damaged: its time is -1 s"),
+    (edited("spec.0.emitted.0", 3), "its output is not the accepted drafts followed by its own token"),
+    (edited("spec.end.tokens", 999), "the speculative run's statistics do not add up: it counts 999 tokens"),
+    (edited("spec.end.steps", 1), "the speculative run's statistics do not add up: it counts 1 steps"),
+    (edited("base.end.verify_time", -3.0), "the baseline run's statistics do not add up: its verify time is negative"),
+]
+
+
+@pytest.mark.parametrize("make, words", LAWS)
+def test_a_file_that_breaks_a_law_of_its_numbers_is_refused_in_one_sentence(sampled, make, words):
+    with pytest.raises(TraceFileError) as info:
+        trace_file.loads(make(good_doc(sampled)))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_file_with_more_steps_than_the_apps_token_cap_is_refused(sampled):
+    """A 10,000-step trace took the server from 2.5 GB to 6.3 GB and froze the tab on Play; no run
+    this app makes has more steps than its token cap (each step outputs a token at least)."""
+    text = trace_file.dumps(sampled[0])
+    tokens = len(sampled[0].base.events)  # 24: the baseline's tokens, more than the speculative run's steps
+    assert trace_file.loads(text, max_steps=tokens).spec.events == sampled[0].spec.events
+    with pytest.raises(TraceFileError, match=rf"^the baseline run has {tokens} tokens, more than the "
+                                             rf"{tokens - 1} new tokens this app allows a run$"):
+        trace_file.loads(text, max_steps=tokens - 1)
+
+
 @pytest.mark.parametrize("make, words", [
     (lambda doc: json.dumps(doc)[:5000], "not valid JSON"),
     (lambda doc: "[1, 2, 3]", "not a specviz trace"),

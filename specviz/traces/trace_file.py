@@ -127,8 +127,9 @@ def too_large(name: str, size: str, limit: str) -> str:
     return f"{name} is {size}: this app replays trace files of up to {limit}"
 
 
-def load(path, max_bytes: int | None = None) -> Recording:
-    """Read and check a trace file; `max_bytes` refuses a larger one before reading it."""
+def load(path, max_bytes: int | None = None, max_steps: int | None = None) -> Recording:
+    """Read and check a trace file; `max_bytes` refuses a larger one before reading it, `max_steps`
+    one whose runs have more steps (the app's token cap: each step outputs at least one token)."""
     try:
         size = os.path.getsize(path)
         if max_bytes is not None and size > max_bytes:
@@ -137,10 +138,10 @@ def load(path, max_bytes: int | None = None) -> Recording:
             data = f.read()
     except OSError as e:
         raise TraceFileError(f"could not read the trace file: {e.strerror or e}") from None
-    return loads(data)
+    return loads(data, max_steps)
 
 
-def loads(data: str | bytes) -> Recording:
+def loads(data: str | bytes, max_steps: int | None = None) -> Recording:
     """A Recording from a trace file's text; TraceFileError says what is wrong with it."""
     try:
         doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite, parse_int=_whole)
@@ -171,7 +172,7 @@ def loads(data: str | bytes) -> Recording:
         if role not in ROLES or role in traces:
             raise TraceFileError(f"run {i + 1} of the trace has role {role!r}; expected one speculative and "
                                  "at most one baseline run")
-        traces[role] = _trace(run, role)
+        traces[role] = _trace(run, role, max_steps)
     if "speculative" not in traces:
         raise TraceFileError("the trace has no speculative run")
     curve = _curve(doc["verify_cost"]) if doc.get("verify_cost") is not None else None
@@ -218,7 +219,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def _trace(run: dict, role: str) -> Trace:
+def _trace(run: dict, role: str, max_steps: int | None) -> Trace:
     label, k, error = run.get("label"), run.get("k", 0), run.get("error")
     if not isinstance(label, str) or not isinstance(k, int) or not (error is None or isinstance(error, str)):
         raise TraceFileError(f"the {role} run's label, k or error is not what a trace holds")
@@ -226,6 +227,9 @@ def _trace(run: dict, role: str) -> Trace:
     events = run.get("events")
     if not isinstance(events, list):
         raise TraceFileError(f"the {role} run has no event list")
+    if max_steps is not None and len(events) > max_steps:
+        raise TraceFileError(f"the {role} run has {len(events):,} {'steps' if trace.speculative else 'tokens'}, "
+                             f"more than the {max_steps:,} new tokens this app allows a run")
     kind = StepEvent if trace.speculative else TokenEvent
     for i, d in enumerate(events):
         where = f"{role} event {i + 1}"
@@ -239,9 +243,28 @@ def _trace(run: dict, role: str) -> Trace:
         if not isinstance(end, dict) or not isinstance(end.get("stats"), dict):
             raise TraceFileError(f"the {role} run's end is damaged")
         stats = {f.name: end["stats"].get(f.name) for f in dataclasses.fields(RunStats)}
-        trace.add(RunEnd(_convert(end.get("token_ids"), tuple[int, ...], f"the {role} run's token ids"),
-                         _build(RunStats, stats, f"the {role} run's statistics")))
+        ended = RunEnd(_convert(end.get("token_ids"), tuple[int, ...], f"the {role} run's token ids"),
+                       _build(RunStats, stats, f"the {role} run's statistics"))
+        problem = _counts(trace, ended)
+        if problem:
+            raise TraceFileError(f"the {role} run's statistics do not add up: {problem}")
+        trace.add(ended)
     return trace
+
+
+def _counts(trace: Trace, end: RunEnd) -> str | None:
+    """Where a run's end disagrees with its events, in words (None: its counts add up)."""
+    s = end.stats
+    emitted = tuple(t for e in trace.events for t in (e.emitted if isinstance(e, StepEvent) else (e.token,)))
+    negative = next((f.name for f in dataclasses.fields(RunStats)
+                     if isinstance(getattr(s, f.name), (int, float)) and getattr(s, f.name) < 0), None)
+    return (negative and f"its {negative.replace('_', ' ')} is negative" or
+            end.token_ids != emitted and "its token ids are not those its steps output" or
+            s.tokens != len(end.token_ids) and f"it counts {s.tokens} tokens and lists {len(end.token_ids)}" or
+            s.steps != len(trace.events) and f"it counts {s.steps} steps and holds {len(trace.events)}" or
+            s.accepted > s.drafted and f"it accepted {s.accepted} of {s.drafted} drafts" or
+            s.accepted != sum(getattr(e, "accepted", 0) for e in trace.events)
+            and "its accepted drafts are not its steps' sum" or None)
 
 
 def _build(cls, d, where: str):
@@ -282,8 +305,44 @@ def _convert(value, tp, where: str):
     return float(value) if tp is float else value
 
 
+ROUNDING = 1e-6  # a probability computed in float32 may pass 1 by this much
+
+
+def _law(e) -> str | None:
+    """The first law of probability or time an event breaks, in words (None: it keeps them all).
+    The inspector showed an edited file's "p (target) 7.500", and negative times turned a 2.98x
+    GPU re-time into 0.74x: a trace is checked against what its numbers must be, not only their types."""
+    times = (("time", e.time),) if isinstance(e, TokenEvent) else (("draft time", e.draft_time),
+                                                                     ("verify time", e.verify_time))
+    for name, t in (*times, ("elapsed time", e.elapsed)):
+        if t < 0:
+            return f"its {name} is {t:g} s, and no time is negative"
+    probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
+    if isinstance(e, StepEvent):
+        tree = e.tree
+        probs += [("q", e.q or ()), ("min(1, p/q)", e.accept_prob), ("draws u", e.draws or ()),
+                  ("token p", (e.token_p,)), ("p_top", [p for row in e.p_top for _, p in row]),
+                  ("q_top", [p for row in e.q_top for _, p in row])]
+        if tree is not None:
+            probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
+                      ("tree residual mass", tree.residual_mass)]
+        for name, rows in (("p_raw", e.p_raw), ("q_raw", e.q_raw)):  # log-probabilities: at most 0
+            if any(lp > ROUNDING for row in rows for _, lp in row):
+                return f"a log-probability in its {name} is above 0, so its probability is above 1"
+    for name, values in probs:
+        bad = next((v for v in values if not -ROUNDING <= v <= 1 + ROUNDING), None)
+        if bad is not None:
+            return f"its {name} holds {bad:g}, and a probability is between 0 and 1"
+    if isinstance(e, StepEvent):
+        kept = (*e.draft[:e.accepted], e.token)
+        if e.emitted != kept[:len(e.emitted)]:
+            return "its output is not the accepted drafts followed by its own token"
+    return None
+
+
 def _check(e, labels: Labels, where: str) -> None:
-    """What the renderers rely on beyond types: lengths that agree and counts in range."""
+    """What the renderers rely on beyond types: lengths that agree, counts in range, and the laws
+    its probabilities and times obey."""
     problem = None
     if isinstance(e, TokenEvent):
         problem = (e.token < 0 and "a negative token id" or
@@ -306,6 +365,7 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = "its block verification does not match its draft"
         elif e.verification not in ("token", "block"):
             problem = f"its verification rule {e.verification!r} is unknown"
+    problem = problem or _law(e)
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
     for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
                                 ("p_top", labels.p_top, getattr(e, "p_top", ())),
