@@ -4,6 +4,8 @@ back and an uploaded trace fills the Playground's panels, charts and inspector i
 that cannot load any model. Screenshots go to test-output/ (look at them)."""
 from __future__ import annotations
 
+import dataclasses
+import html
 import re
 from types import SimpleNamespace
 
@@ -34,6 +36,21 @@ class Clock:
         self.now += seconds
 
 
+def test_a_right_to_left_override_in_a_trace_reverses_only_its_own_text(sampled, tmp_path):  # noqa: F811
+    """A trace's drafter field holding U+202E (right-to-left override) reversed the rest of the app's
+    status sentence, a spoofing vector: every name from the file is isolated (U+2068 ... U+2069 in the
+    status's text, <bdi> in the card's HTML) and escaped."""
+    rec, _ = sampled
+    spoof = "\u202e<i>lld.exe</i>"
+    info = dataclasses.replace(rec.info, drafter=spoof, device="cpu\u202e")
+    path = tmp_path / "spoof.json"
+    trace_file.save(path, dataclasses.replace(rec, info=info))
+    values = open_trace(str(path), Session(), Policy())
+    text = html.unescape(re.search(r'<span class="sv-status-text">(.*?)</span>', values["status"]).group(1))
+    assert f"drafter \u2068{spoof}\u2069, sampling, recorded on \u2068cpu\u202e\u2069" in text
+    assert "<i>" not in values["status"] and f"drafter <bdi>{html.escape(spoof)}</bdi>" in values["about"]
+
+
 def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path):  # noqa: F811
     rec, _ = sampled
     path = tmp_path / "app.json"
@@ -42,7 +59,7 @@ def test_the_app_replays_a_trace_as_a_race_and_step_by_step(sampled, tmp_path): 
     values = open_trace(str(path), session, Policy())
     r, card, prompt = values["replay"], values["about"], values["prompt"]
     assert "app.json" in values["status"] and "Play race" in values["status"] and "No tokens yet" in values["spec"]
-    assert prompt == PROMPT and "sampling, k 4" in card  # the page says what was run
+    assert prompt == PROMPT and "sampling, k 4" in re.sub("</?bdi>", "", card)  # the page says what was run
 
     clock = Clock()
     frames = list(race(r, session, 2.0, clock=clock, sleep=clock.sleep))

@@ -14,6 +14,19 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def isolated(text: str) -> str:
+    """Text from a file or a model, set apart for bidirectional text inside a sentence of the app's
+    own (plain text: Unicode's first-strong isolate and its pop). A right-to-left override in a
+    trace's drafter field reversed the rest of the status sentence: inside an isolate it reverses
+    only its own text."""
+    return f"\u2068{text}\u2069"
+
+
+def bdi(text: str) -> str:
+    """The same for HTML: escaped, in a <bdi> element."""
+    return f"<bdi>{escape(text)}</bdi>"
+
+
 MB = 1_000_000  # decimal megabytes: the limits are set in them, so "8 MB" on the page is 8 MB in the docs
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-from html import escape
 import shutil
 import tempfile
 import time
@@ -23,7 +22,7 @@ import gradio as gr
 
 from ..core.errors import SpecvizError
 from ..core.events import StepEvent
-from ..render.status import status_html, step_label
+from ..render.status import bdi, isolated, status_html, step_label
 from ..traces import replay as playback
 from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
@@ -210,22 +209,24 @@ def _values(frame: Frame, session, r: Replay | None) -> dict:
 
 
 def _about(r: Replay) -> str:
+    """What was loaded, in the status sentence: every name from the file isolated (render.status.isolated)."""
     info = r.recording.info
-    where = f" on {info.device}" if info.device else ""
+    where = f" on {isolated(info.device)}" if info.device else ""
     mode = "greedy" if info.greedy else "sampling"
-    return f"{r.name}: {info.target}, drafter {info.drafter}, {mode}, recorded{where}"
+    return f"{isolated(r.name)}: {isolated(info.target)}, drafter {isolated(info.drafter)}, {mode}, recorded{where}"
 
 
 def _card(r: Replay) -> str:
     """What the loaded trace is, for the block: file, models, settings, machine, date."""
     info = r.recording.info
-    settings = ", ".join(f"{k} {v}" for k, v in info.config.items() if k in ("k", "dynamic_k", "max_new_tokens"))
+    settings = ", ".join(f"{k} {bdi(str(v))}" for k, v in info.config.items()
+                         if k in ("k", "dynamic_k", "max_new_tokens"))
     sampling = info.config.get("sampling")
     if not info.greedy and isinstance(sampling, dict):
-        settings += ", " + ", ".join(f"{k} {v}" for k, v in sampling.items())
-    lines = [f"<b>{escape(r.name)}</b>: target {escape(info.target)}, drafter {escape(info.drafter)}",
-             f"{'greedy' if info.greedy else 'sampling'}{', ' + escape(settings) if settings else ''}",
-             f"recorded {escape(info.created or '(no date)')}" + (f" on {escape(info.device)}" if info.device else "")
+        settings += ", " + ", ".join(f"{bdi(str(k))} {bdi(str(v))}" for k, v in sampling.items())
+    lines = [f"<b>{bdi(r.name)}</b>: target {bdi(info.target)}, drafter {bdi(info.drafter)}",
+             f"{'greedy' if info.greedy else 'sampling'}{', ' + settings if settings else ''}",
+             f"recorded {bdi(info.created or '(no date)')}" + (f" on {bdi(info.device)}" if info.device else "")
              + ": the speeds shown are that machine's"]
     return f'<div class="sv-replay-about">{"<br>".join(lines)}</div>'
 
@@ -240,7 +241,8 @@ def open_trace(path, session, policy: Policy):
         if Path(path).suffix.lower() != ".json":
             raise SpecvizError(f"{Path(path).name} is not a trace: a trace is the .json file that "
                                "'Download trace' saves")
-        r = Replay(load(path, max_bytes=policy.max_trace_bytes), Path(path).name, from_file=True)
+        r = Replay(load(path, max_bytes=policy.max_trace_bytes, max_steps=policy.max_new_tokens), Path(path).name,
+                   from_file=True)
     except SpecvizError as e:  # said in the status and under the file box, where the reader is
         return {**_values(error_frame(str(e)), session, None), "about": status_html(str(e), "error"),
                 "prompt": gr.skip(), "upload": None}
