@@ -82,17 +82,24 @@ def app_policy(folders: dict[str, str], **overrides):
     return Policy(**base)
 
 
-def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35) -> None:
+def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35, read: list | None = None) -> None:
     """The app's speculative runs read their prompt `chunk` tokens a forward, each chunk taking
-    `seconds` more, so a status heartbeat (every second from the second on) sees the prefill's progress."""
+    `seconds` more, so a status heartbeat (every second from the second on) sees the prefill's progress.
+    `read`: a list each chunk read appends its count of tokens read so far to."""
     import specviz.engine.generate as generate
     from specviz.ui import runner
 
     monkeypatch.setattr(generate, "PREFILL_CHUNK", chunk)
     real = runner.speculative_generate
 
+    def told(done, total, on_prefill):
+        time.sleep(seconds)
+        if read is not None:
+            read.append(done)
+        on_prefill(done, total)
+
     def slow(*args, on_prefill, **kwargs):
-        return real(*args, on_prefill=lambda done, total: (time.sleep(seconds), on_prefill(done, total)), **kwargs)
+        return real(*args, on_prefill=lambda done, total: told(done, total, on_prefill), **kwargs)
 
     monkeypatch.setattr(runner, "speculative_generate", slow)
 

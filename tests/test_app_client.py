@@ -81,6 +81,27 @@ def test_a_script_hears_a_long_prefills_progress_while_it_runs(client, app_model
     assert said[-1][0] == "done"
 
 
+def test_stop_during_a_prefill_is_acknowledged_at_once_and_ends_it_at_the_next_piece(client, app_models, monkeypatch):
+    """API /stop during a long prefill: the status went on counting the prompt's pieces (a teacher
+    pressed Stop again); now every update after the press says "Stopping…", and at most the
+    piece under way is read after it (pieces sized by time: tests/test_engine.py)."""
+    read = []
+    slow_prefill(monkeypatch, read=read)
+    job = client.submit(**dict(SETTINGS, max_new_tokens=4), prompt=PROMPT * 3, target=app_models["target"],
+                        drafter="prompt lookup", api_name="/generate")
+    deadline = time.monotonic() + 600  # only a guard against hanging forever
+    while not any("reading the prompt (prefill: " in o[-1]["message"] for o in job.outputs()):
+        assert time.monotonic() < deadline and not job.done(), "the prefill's progress never showed"
+        time.sleep(0.05)
+    client.predict(api_name="/stop")
+    at_stop, shown = len(read), len(job.outputs())
+    *_, summary = job.result()
+    after = [o[-1] for o in job.outputs()[shown:]]
+    assert summary["state"] == "stopped" and len(read) - at_stop <= 1, (at_stop, read)
+    assert [s["message"] for s in after if s["state"] == "running"] == ["Stopping…"] * sum(
+        s["state"] == "running" for s in after)
+
+
 def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, tmp_path):
     missing = generate(client, target_folder=str(tmp_path / "no-such-model"))
     assert missing["state"] == "error" and "does not exist" in missing["message"]

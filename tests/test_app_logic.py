@@ -201,6 +201,31 @@ def test_a_long_prefill_says_how_much_of_the_prompt_is_read(app_models, monkeypa
     assert frames[-1][0].startswith("Done") and frames[-1][1] is None
 
 
+def test_every_update_after_stop_says_stopping_not_the_runs_count(monkeypatch):
+    """Stop pressed while a prefill is read: the status went on counting its pieces ("prefill: 1,536
+    of 3,082 tokens read"), and a teacher pressed Stop again. From the press (the page's script says
+    it at once, layout.STOPPING_JS) every update of the run says "Stopping…" until it has stopped."""
+    from specviz.ui import handlers as page
+
+    monkeypatch.setattr(page, "UPDATE_EVERY", 0.0)  # every frame shown
+    handlers, session = page.Handlers(Policy(), real_models), Session()
+
+    def run(settings, policy, models, should_stop):
+        for n in (4, 8, 12, 16):
+            yield Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")], state="running",
+                        message=f"reading the prompt (prefill: {n} of 16 tokens read)")
+        yield Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")], state="stopped",
+                    message="Stopped after 0 tokens.", final=True)
+
+    updates = handlers._stream(session, None, dict(prompt="a long prompt"), run, lambda f: {"status": f.message},
+                               False)
+    said = [next(updates)["status"]]
+    handlers.stop(session)
+    said += [update["status"] for update in updates]
+    assert said == ["reading the prompt (prefill: 4 of 16 tokens read)", "Stopping…", "Stopping…", "Stopping…",
+                    "Stopped after 0 tokens."]
+
+
 def test_slow_work_is_counted_in_seconds_while_it_runs():
     release, ticks = threading.Event(), iter(range(0, 1000))
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])

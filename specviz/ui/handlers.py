@@ -22,6 +22,9 @@ from .settings import NO_DRAFTER, Settings
 from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)
+# What the status says from the press of Stop to the run's end (the page's script says it at the
+# press, layout.STOPPING_JS; each update says it again, where the run's count would overwrite it).
+STOPPING = "Stopping…"
 
 
 class Session:
@@ -111,6 +114,8 @@ class Handlers:
             if remember:
                 session.settings = settings
             for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
+                if session.stop and frame.state in ("loading", "running"):
+                    frame.message = STOPPING
                 if remember:
                     session.last = session.run = frame
                 yield {**values(frame), "session": session}

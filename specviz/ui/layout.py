@@ -2,6 +2,7 @@
 Playground, Compare and Serving engine tabs, on the right."""
 from __future__ import annotations
 
+import json
 import pathlib
 
 import gradio as gr
@@ -13,7 +14,7 @@ from ..render.compare import HEADERS, WIDTHS
 from . import distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
 from .examples import Example, load_examples, note_html
-from .handlers import Handlers, Session, zero_gpu
+from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .requests import count_values
@@ -34,6 +35,13 @@ SKIP = ('<nav class="sv-skip" aria-label="Skip to">'
         '<a href="#sv-prompt" data-focus="#sv-prompt textarea">Skip to prompt</a>'
         '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a></nav>')
 # A skip link moves focus (an anchor alone only scrolls), opening the Playground tab if another is shown.
+# A run's status says "Stopping…" the moment Stop is pressed: a prefill piece or a step may take
+# a moment to end, and a status still counting made a teacher press Stop again.
+STOPPING_JS = f"""() => {{
+  for (const status of document.querySelectorAll('.sv-status[data-state="running"], .sv-status[data-state="loading"]')) {{
+    status.querySelector('.sv-status-text').textContent = {json.dumps(STOPPING)};
+  }}
+}}"""
 SKIP_JS = """
 if (!window.svSkip) {
   window.svSkip = true;
@@ -271,6 +279,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         cancels = dict(cancels=[page.generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
+        for button in (stop, cmp_stop):  # said at the press, before the server hears it
+            button.click(None, js=STOPPING_JS, queue=False, api_visibility="private")
         # always_last: a drag sends many values; the one it ends on must arrive, and last
         page.step.input(handlers.inspect, [session, page.step], shown["inspector"], trigger_mode="always_last",
                         **instant)
