@@ -9,6 +9,7 @@ by the renderers like any model text.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -126,6 +127,7 @@ def wire(c: Controls, page: Page) -> None:
     opened = c.upload.upload(named(lambda path, s: open_trace(path, s, page.policy), opening),
                              [c.upload, page.session], list(opening.values()), **instant)
     opened.then(ready, [state, page.session], s.buttons, **instant)
+    c.upload.upload(None, js=READING_JS, **instant)  # said at once: a big file takes seconds to check
     # A race mostly sleeps between events, so a few may run beside the models' line.
     raced = s.play.click(named(race, shown), [state, page.session, s.speed], outputs, api_visibility="private",
                          concurrency_limit=4, concurrency_id="replay")
@@ -229,6 +231,17 @@ def _card(r: Replay) -> str:
              f"recorded {bdi(info.created or '(no date)')}" + (f" on {bdi(info.device)}" if info.device else "")
              + ": the speeds shown are that machine's"]
     return f'<div class="sv-replay-about">{"<br>".join(lines)}</div>'
+
+
+# The status while an uploaded trace is read and checked: it said "Ready" for the 23 s a 23 MB file took.
+READING = "Reading the trace file: every step is checked before anything is drawn…"
+READING_JS = f"""() => {{
+  const status = document.querySelector('#sv-status .sv-status');
+  if (status) {{
+    status.dataset.state = 'loading';
+    status.querySelector('.sv-status-text').textContent = {json.dumps(READING)};
+  }}
+}}"""
 
 
 def open_trace(path, session, policy: Policy):
