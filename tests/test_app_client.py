@@ -148,7 +148,10 @@ def test_requests_gradio_or_the_tokenizer_would_refuse_get_one_sentence(client, 
     """Over raw HTTP: a prompt with half a UTF-16 pair (the tokenizer's TypeError), a request one
     value short (Gradio's bare {"error": null}) and one with two values too many (every value
     shifted by one, and the drafter blamed for k's 4)."""
-    values = [PROMPT, app_models["target"], "prompt lookup", 4, False, "greedy", 0.7, 0, 1.0, 1.0, 0, 8, True]
+    given = dict(SETTINGS, prompt=PROMPT, target=app_models["target"], drafter="prompt lookup", max_new_tokens=8)
+    params = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/generate"]["parameters"]
+    names = [p["parameter_name"] for p in params]
+    values = [given.get(p["parameter_name"], p.get("parameter_default")) for p in params]
     event, data = call(client, "generate", values)
     assert event == "complete" and data[-2]["state"] == "done"  # the request as it should be
 
@@ -157,11 +160,12 @@ def test_requests_gradio_or_the_tokenizer_would_refuse_get_one_sentence(client, 
     assert data[-2]["message"] == ("prompt is not valid Unicode text: character 3 is half of a UTF-16 surrogate "
                                    "pair ('\\ud800') with no other half")
 
+    n = len(values)
     event, data = call(client, "generate", values[:-1])
-    assert event == "error" and data["error"].startswith("/generate takes 13 values (prompt, target, drafter, k,")
-    assert "this request sent 12, without chat: nothing was run" in data["error"]
+    assert event == "error" and data["error"].startswith(f"/generate takes {n} values (prompt, target, drafter, k,")
+    assert f"this request sent {n - 1}, without {names[-1]}: nothing was run" in data["error"]
 
     event, data = call(client, "generate", [*values, "x", "y"])
-    assert event == "error" and "this request sent 15, 2 more than it takes" in data["error"]
+    assert event == "error" and f"this request sent {n + 2}, 2 more than it takes" in data["error"]
     event, data = call(client, "stop", [1])  # an endpoint of no values, sent one
     assert event == "error" and data["error"].startswith("/stop takes 0 values")
