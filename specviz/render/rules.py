@@ -119,19 +119,16 @@ def rules_html(e: StepEvent, labels) -> str:
     rows = compare(e)
     names = labels.draft if len(labels.draft) == len(e.draft) else tuple(f"#{t}" for t in e.draft)
 
-    def verdict(ok: bool) -> str:
+    def verdict(ok: bool, rule: str) -> str:
         kind = "accepted" if ok else "rejected"
-        return f'<td class="sv-verdict-{kind}" data-label="{{}}">{"kept" if ok else "not kept"}</td>'
+        return f'<td class="sv-verdict-{kind}" data-label="{rule}">{"kept" if ok else "not kept"}</td>'
 
     body = "".join(
         f'<tr><td data-label="#">{r.i}</td><td data-label="draft">{_tok(names[r.i - 1])}</td>'
-        f'<td data-label="draw u">{_n(r.u)}</td>'
-        f'<td data-label="token-wise: min(1, p/q)">{_n(r.a)}</td>'
-        + verdict(r.token_kept).format("token-wise")
-        + f'<td data-label="block: weight w">{_n(r.w)}</td>'
+        f'<td data-label="draw u">{_n(r.u)}</td><td data-label="token-wise: min(1, p/q)">{_n(r.a)}</td>'
+        f'{verdict(r.token_kept, "token-wise")}<td data-label="block: weight w">{_n(r.w)}</td>'
         f'<td data-label="block: residual mass |r|">{"bonus" if r.mass is None else _n(r.mass)}</td>'
-        f'<td data-label="block: stop chance h">{_n(r.h)}</td>'
-        + verdict(r.block_kept).format("block") + "</tr>"
+        f'<td data-label="block: stop chance h">{_n(r.h)}</td>{verdict(r.block_kept, "block")}</tr>'
         for r in rows)
     weights = "".join(f"<li>{escape(weight_text(rows, j))}</li>" for j in range(len(rows)))
     passes = "".join(f"<li>{escape(line)}</li>" for line in [*backward_pass(e), "the target's token: " + token_source(e)])
