@@ -30,7 +30,7 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specviz.bench.suite import load_suite  # noqa: E402
+from specviz.run.suites import load_suite  # noqa: E402
 from specviz.modeling.threads import machine  # noqa: E402
 from specviz.serving.client import stream_completion  # noqa: E402
 

@@ -13,7 +13,7 @@ import torch
 from conftest import noisy_copy
 from specviz.bench import add_arguments, main
 from specviz.bench import metrics as m
-from specviz.bench import report, suite
+from specviz.bench import report
 from specviz.bench.drafters import BenchDrafter, make_drafters
 from specviz.bench.html import write_html
 from specviz.bench.runner import BenchConfig, plan_arms, run_benchmark, schedule
@@ -21,6 +21,8 @@ from specviz.bench.summary import summarise
 from specviz.core.errors import SpecvizError
 from specviz.core.theory import predicted_speedup
 from specviz.drafters import DraftModel
+from specviz.modeling.threads import environment
+from specviz.run import suites
 
 
 def loaded(model, tokenizer=None):
@@ -117,7 +119,7 @@ def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
 
 
 def test_runs_alternate_between_baseline_and_drafter(target, prompts):
-    encoded = [(suite.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:3])]
+    encoded = [(suites.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:3])]
     cfg = BenchConfig(max_new_tokens=4, repeats=2, warmup=False, cost_repeats=1)
     result = run_benchmark(target, make_drafters(["pld"], loaded(target)), encoded, cfg)
     order = [(r.prompt_id, r.arm, r.repeat) for r in result.records]
@@ -132,7 +134,7 @@ def test_the_thread_count_is_chosen_again_before_each_prompt_and_kept_for_its_ar
     run says its count, and the change is said once, naming the prompt it starts from."""
     from specviz.bench.command import threads_again
 
-    encoded = [(suite.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:4])]
+    encoded = [(suites.BenchPrompt(f"p{i}", "code", (("user", "x"),)), ids) for i, ids in enumerate(prompts[1:4])]
     counts, said, was = iter([2, 1, 1]), [], torch.get_num_threads()
 
     def choose(role):  # what threads.for_run does, with the machine's answers made up
@@ -161,8 +163,8 @@ def test_suffix_memory_carries_across_a_series_per_arm_and_repeat_never_from_war
     again, here) drafts from request 1's answer, the other series starts cold, and neither a
     warm-up nor the other repeat leaks into it."""
     ids = [5, 6, 7, 8, 9, 10, 11, 12]
-    asked = [suite.BenchPrompt(f"s{i}", "repeated", (("user", "x"),), series="a") for i in (1, 2)]
-    other = suite.BenchPrompt("t1", "repeated", (("user", "x"),), series="b")
+    asked = [suites.BenchPrompt(f"s{i}", "repeated", (("user", "x"),), series="a") for i in (1, 2)]
+    other = suites.BenchPrompt("t1", "repeated", (("user", "x"),), series="b")
     encoded = [(asked[0], ids), (asked[1], ids), (other, ids)]
     cfg = BenchConfig(max_new_tokens=12, repeats=2, warmup=True, cost_repeats=1)
     result = run_benchmark(target, make_drafters(["suffix"], loaded(target)), encoded, cfg)
@@ -179,7 +181,7 @@ def test_suffix_memory_carries_across_a_series_per_arm_and_repeat_never_from_war
 # ------------------------------------------------------------------ prompt suites
 
 def test_builtin_suite_covers_every_category():
-    prompts = suite.load_suite("default")
+    prompts = suites.load_suite("default")
     counts = {}
     for p in prompts:
         counts[p.category] = counts.get(p.category, 0) + 1
@@ -195,11 +197,11 @@ def test_builtin_suite_covers_every_category():
 
 
 def test_select_by_category_and_limit():
-    prompts = suite.load_suite("default")
-    chosen = suite.select(prompts, ["code", "rag"], limit=2)
+    prompts = suites.load_suite("default")
+    chosen = suites.select(prompts, ["code", "rag"], limit=2)
     assert [p.category for p in chosen] == ["rag", "rag", "code", "code"]
     with pytest.raises(SpecvizError, match="no category poetry"):
-        suite.select(prompts, ["poetry"])
+        suites.select(prompts, ["poetry"])
 
 
 def _write(tmp_path, lines):
@@ -216,7 +218,7 @@ def test_user_suite_loads(tmp_path):
         '{"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]}',
         '{"id": "c", "category": "raw", "prompt": "Once upon", "chat": false}',
     ])
-    a, b, c = suite.load_suite(path)
+    a, b, c = suites.load_suite(path)
     assert a.messages == (("user", "Why?"),) and a.chat
     assert b.text == "Again" and len(b.messages) == 3
     assert not c.chat
@@ -237,15 +239,15 @@ def test_user_suite_loads(tmp_path):
 ])
 def test_bad_user_suite_says_where_and_what(tmp_path, line, message):
     with pytest.raises(SpecvizError, match=message):
-        suite.load_suite(_write(tmp_path, [line]))
+        suites.load_suite(_write(tmp_path, [line]))
 
 
 def test_duplicate_ids_and_missing_files_are_reported(tmp_path):
     line = '{"id": "a", "category": "qa", "prompt": "x"}'
     with pytest.raises(SpecvizError, match="line 2: id 'a' appears twice"):
-        suite.load_suite(_write(tmp_path, [line, line]))
+        suites.load_suite(_write(tmp_path, [line, line]))
     with pytest.raises(SpecvizError, match="no prompt suite"):
-        suite.load_suite(str(tmp_path / "absent.jsonl"))
+        suites.load_suite(str(tmp_path / "absent.jsonl"))
 
 
 class CharTokenizer:
@@ -258,11 +260,11 @@ class CharTokenizer:
 
 
 def test_encode_without_chat_template_uses_raw_text():
-    p = suite.BenchPrompt("a", "qa", (("user", "hey"),))
-    assert suite.encode(CharTokenizer(), p) == [ord("h") % 96, ord("e") % 96, ord("y") % 96]
-    convo = suite.BenchPrompt("b", "chat", (("user", "a"), ("assistant", "b"), ("user", "c")))
+    p = suites.BenchPrompt("a", "qa", (("user", "hey"),))
+    assert suites.encode(CharTokenizer(), p) == [ord("h") % 96, ord("e") % 96, ord("y") % 96]
+    convo = suites.BenchPrompt("b", "chat", (("user", "a"), ("assistant", "b"), ("user", "c")))
     with pytest.raises(SpecvizError, match="no chat template"):
-        suite.encode(CharTokenizer(), convo)
+        suites.encode(CharTokenizer(), convo)
 
 
 # ------------------------------------------------------------------ end to end
@@ -272,8 +274,8 @@ def tiny_result(target):
     g = torch.Generator().manual_seed(7)
     phrase = torch.randint(0, 96, (12,), generator=g).tolist()
     encoded = [
-        (suite.BenchPrompt("copy", "code", (("user", "x"),)), phrase * 3),
-        (suite.BenchPrompt("free", "qa", (("user", "y"),)), torch.randint(0, 96, (9,), generator=g).tolist()),
+        (suites.BenchPrompt("copy", "code", (("user", "x"),)), phrase * 3),
+        (suites.BenchPrompt("free", "qa", (("user", "y"),)), torch.randint(0, 96, (9,), generator=g).tolist()),
     ]
     drafters = make_drafters(["none", "pld", "layerskip:0"], loaded(target))
     noisy = noisy_copy(target, 0.3)
@@ -282,7 +284,7 @@ def tiny_result(target):
     result = run_benchmark(target, drafters, encoded, cfg, ["hf", "hf-pld", "hf-assisted"])
     config = {"target": "tiny", "suite": "inline", "greedy": True, "max_new_tokens": 10, "repeats": 2,
               "sampling": {"temperature": 0.0}, "command": "pytest"}
-    return result, report.document(result, summarise(result), config, report.environment("cpu", torch.float32))
+    return result, report.document(result, summarise(result), config, environment("cpu", torch.float32))
 
 
 def test_greedy_speculative_output_is_identical_to_the_baseline(tiny_result):
@@ -436,7 +438,7 @@ def test_tree_steps_are_costed_by_every_node_the_target_verified(target, prompts
     from test_heads import make
 
     drafter = make("medusa", target, tree=3)
-    encoded = [(suite.BenchPrompt("p0", "code", (("user", "x"),)), prompts[1])]
+    encoded = [(suites.BenchPrompt("p0", "code", (("user", "x"),)), prompts[1])]
     cfg = BenchConfig(max_new_tokens=12, ks=(4,), warmup=False, cost_repeats=1)
     result = run_benchmark(target, [BenchDrafter("medusa", drafter)], encoded, cfg)
     rec = next(r for r in result.records if r.arm == "medusa k=4")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_llama
-from specviz.bench.families import tiny_model
+from specviz.matrix.families import tiny_model
 from specviz.core.errors import SpecvizError
 from specviz.modeling import llama_fast, models, probe
 from specviz.modeling.forward import _cache_keyword, forward, new_cache, transformers_problem

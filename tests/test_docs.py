@@ -15,12 +15,14 @@ import shlex
 import pytest
 import torch
 
-from specviz.bench import report, suite
+from specviz.bench import report
 from specviz.bench.drafters import make_drafters
 from specviz.bench.runner import BenchConfig, run_benchmark
 from specviz.bench.summary import summarise
 from specviz.cli import main as cli, docs_tables
 from specviz.core.errors import SpecvizError
+from specviz.modeling.threads import environment
+from specviz.run import suites
 from test_bench import loaded
 from tiny_folder import make_tiny_model_dir
 
@@ -45,11 +47,11 @@ def test_every_page_has_its_tables_between_markers():
 
 @pytest.fixture(scope="module")
 def bench_doc(target):
-    prompt = suite.BenchPrompt("copy", "code", (("user", "x"),))
+    prompt = suites.BenchPrompt("copy", "code", (("user", "x"),))
     cfg = BenchConfig(max_new_tokens=6, ks=(2,), dynamic_k=1, repeats=1, cost_repeats=1)
     result = run_benchmark(target, make_drafters(["pld"], loaded(target)), [(prompt, list(range(10)) * 3)], cfg)
     config = {"command": "python -m specviz bench --k 2 --dynamic-k 1", "greedy": True}
-    return report.document(result, summarise(result), config, report.environment("cpu", torch.float32))
+    return report.document(result, summarise(result), config, environment("cpu", torch.float32))
 
 
 def page_with(tmp_path, doc, kinds):

@@ -184,8 +184,8 @@ def test_chunked_prefill_on_transformers_caches_too(monkeypatch, family):
     """Families the fast path does not take (transformers' own cache: chunks too) and a sliding
     one (its RollbackCache takes the prefill whole): the same tokens and drafts either way."""
     import specviz.engine.generate as generate
-    from specviz.bench import matrix
-    from specviz.bench.families import tiny_model
+    from specviz.matrix import cells as matrix
+    from specviz.matrix.families import tiny_model
 
     model, ids = tiny_model(family, matrix.VOCAB), matrix.prompt()
 

@@ -1,5 +1,5 @@
 """Every model a user brings: tiny random models of the popular decoder families, in three precisions,
-with every drafter that applies (the matrix, specviz/bench/matrix.py), against plain decoding.
+with every drafter that applies (the matrix, specviz/matrix/cells.py), against plain decoding.
 
 Sliding-window and mixed caches must roll back past their window; whatever the family applies after
 its LM head (soft-capping, logit scales) must reach the verifier; a drafter a family cannot have is
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from specviz import DraftModel, GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
-from specviz.bench import matrix
+from specviz.matrix import cells as matrix
 from specviz.core.errors import SpecvizError
-from specviz.bench.families import FAMILIES, SLIDING, WINDOW, tiny_model
+from specviz.matrix.families import FAMILIES, SLIDING, WINDOW, tiny_model
 from specviz.drafters.eagle import Eagle, EagleHead, eagle_config
 from specviz.modeling.forward import RollbackCache, forward, new_cache, rollback
 from test_sampling_distribution import assert_matches

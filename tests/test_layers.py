@@ -1,4 +1,5 @@
-"""The package's shape: folders are layers, imports only go down, and no two modules import each other.
+"""The package's shape: folders are layers, imports only go down (never to a sibling of the same rank),
+no two modules or packages import each other, and each package's "May import" line is true.
 
 Read from the source with `ast` (nothing is imported, so this runs without torch): every
 `import` in every module counts, the ones inside functions too, since a lazy import still
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
@@ -21,7 +23,10 @@ LAYERS = (
     ("render",),  # events and traces to HTML and figures
     ("traces",),  # trace files, replaying them, each token's display text
     ("run",),  # one way to ask for a run: drafter specs, settings, the race, prompt suites
-    ("ui", "bench", "serving", "train", "audit"),  # the applications
+    ("serving", "train"),  # the applications that need no other: serving engines from outside, training drafters
+    ("bench", "matrix"),  # the measurements: the benchmark (bench --server reads serving), the family matrix (trains heads)
+    ("audit",),  # the exactness audit of any engine (servers through serving, transformers through bench)
+    ("ui",),  # the Gradio app (its serving tab reads serving)
     ("cli",),  # the command line
     ("",),  # the package face: specviz/__init__.py and __main__.py
 )
@@ -107,15 +112,38 @@ def test_every_module_sits_in_a_known_layer():
     assert loose == [], f"outside any layer (move them into a layer's folder, or add it to LAYERS): {loose}"
 
 
+def packages() -> dict[str, set[str]]:
+    """Layer -> the other layers its modules import."""
+    out: dict[str, set[str]] = {}
+    for src, targets in graph().items():
+        out.setdefault(layer(src), set()).update(layer(dst) for dst in targets if layer(dst) != layer(src))
+    return out
+
+
 def test_imports_only_go_down():
+    # Up a rank, or across to a sibling of the same rank (the applications are ranked so that none needs one).
     upward = sorted(
         f"{src} imports {dst}" for src, targets in graph().items() for dst in targets
-        if RANK.get(layer(dst), -1) > RANK.get(layer(src), -1) and (src, dst) not in ALLOWED)
-    assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+        if layer(dst) != layer(src) and RANK.get(layer(dst), -1) >= RANK.get(layer(src), -1)
+        and (src, dst) not in ALLOWED)
+    assert upward == [], "imports from a higher layer or a sibling:\n" + "\n".join(upward)
 
 
 def test_no_import_loops():
     assert cycles(graph()) == [], "modules that import each other (directly or round a loop)"
+    assert cycles(packages()) == [], "packages that import each other (directly or round a loop)"
+
+
+def may_import(doc: str, name: str) -> set[str]:
+    """The layers a package's "May import:" line names, read up to its first ';', ':' or full stop
+    (what follows says why, or what never): "every layer below" names every lower rank."""
+    line = doc.split("May import:", 1)[1].split("\n", 1)[0]
+    said = re.split(r"[;:]|\.(?:\s|$)", line, maxsplit=1)[0]
+    if "every layer below" in said:
+        return {other for other in RANK if RANK[other] < RANK[name]}
+    if "every layer" in said:
+        return set(RANK) - {name}
+    return set(re.findall(r"[a-z]+", said)) & set(RANK) - {name}  # its own name may appear ("bench --server")
 
 
 def test_every_import_names_a_real_module():
@@ -125,11 +153,18 @@ def test_every_import_names_a_real_module():
     assert missing == []
 
 
-def test_each_package_says_what_it_is_and_what_it_may_import():
+def test_each_package_says_truly_what_it_may_import():
+    imported = packages()
     for name, (path, is_pkg) in modules().items():
-        if is_pkg:
-            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-            assert "may import" in doc.lower(), f"{path}: the docstring says what the package may import"
+        if not is_pkg:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert "May import:" in doc, f"{path}: the docstring says what the package may import"
+        allowed = may_import(doc, layer(name))
+        above = sorted(p for p in allowed if RANK[p] >= RANK[layer(name)])
+        assert above == [], f"{path}: its May import line names {above}, not below it in LAYERS"
+        unsaid = sorted(imported.get(layer(name), set()) - allowed)
+        assert unsaid == [], f"{path}: it imports {unsaid}, which its May import line does not name"
 
 
 def test_the_check_finds_a_loop_and_an_upward_import():
@@ -138,3 +173,14 @@ def test_the_check_finds_a_loop_and_an_upward_import():
         ["specviz.core.a", "specviz.core.b"]]
     assert RANK[layer("specviz.core.verify")] < RANK[layer("specviz.engine.generate")]
     assert layer("specviz") == layer("specviz.__main__") == ""
+    assert RANK["bench"] == RANK["matrix"]  # siblings: test_imports_only_go_down refuses one importing the other
+
+
+def test_the_may_import_reading():
+    assert may_import("x.\nMay import: core and modeling; never the engine, which imports them.", "drafters") == {
+        "core", "modeling"}
+    assert may_import("May import: core only (events, distribution, theory): no engine, no models.", "render") == {
+        "core"}
+    assert may_import("May import: every layer below it, serving (the serving view) among them.", "ui") == {
+        name for name in RANK if RANK[name] < RANK["ui"]}
+    assert may_import("May import: nothing else of specviz (torch and the standard library).", "core") == set()

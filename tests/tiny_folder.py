@@ -114,11 +114,11 @@ def _make_tokenizer(words: list[str], style: str):
 
 
 def make_family_dir(path, family: str, seed: int = 0) -> pathlib.Path:
-    """A tiny random model of `family` (specviz/bench/families.py: Mistral, Gemma 3, GPT-OSS, ...)
+    """A tiny random model of `family` (specviz/matrix/families.py: Mistral, Gemma 3, GPT-OSS, ...)
     with the same tokenizer as make_tiny_model_dir, saved as an ordinary transformers folder."""
     from transformers import GenerationConfig
 
-    from specviz.bench.families import tiny_model
+    from specviz.matrix.families import tiny_model
 
     path = pathlib.Path(path)
     tokenizer = _make_tokenizer(list(WORDS), "bytelevel")

@@ -1,8 +1,8 @@
 """The benchmark: `python -m specviz bench` (see command.py for the options).
 
-Layers: suite (prompts) -> runner (interleaved runs, measured costs) -> summary
+Layers: run/suites.py (prompts) -> runner (interleaved runs, measured costs) -> summary
 (medians, speedups, predictions) -> report / html (terminal, JSON, CSV, HTML).
-May import: core, modeling, drafters, engine, render, and serving (for --server) beside it.
+May import: core, modeling, drafters, engine, run (its prompt suites), serving (bench --server).
 """
 from .command import add_arguments, main
 

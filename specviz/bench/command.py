@@ -11,8 +11,8 @@ import time
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, VERIFICATIONS
-from ..modeling.threads import for_run, load_average
-from . import suite as suites
+from ..modeling.threads import environment, for_run, load_average
+from ..run import suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
 from .peers import PEERS
 from .runner import BenchConfig, run_benchmark
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"draft as a transformers model, for --peers hf-assisted), {TINY_RANDOM}, or draft model "
                    "ids/folders sharing the target's tokenizer; NAME+pld pairs a model drafter with prompt "
                    "lookup, e.g. eagle+pld; suffix (suffix decoding, its memory carried across a series of "
-                   "requests: suite.py) and suffix+NAME (default: %(default)s)")
+                   "requests: run/suites.py) and suffix+NAME (default: %(default)s)")
     p.add_argument("--k", default=",".join(map(str, d.ks)),
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--tree-nodes-per-k", type=int, default=d.tree_nodes_per_k, metavar="N",
@@ -183,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
     }
-    env = report.environment(target.device, target.dtype, load_before)
+    env = environment(target.device, target.dtype, load_before)
     from ..engine.verify_cost import curve
 
     verify = curve(target.model).to_dict()  # after the runs, never inside one (cached per model)

@@ -5,7 +5,7 @@ and the terminal shows the same rows, the time breakdown per phase and the cost 
 
 JSON schema "specviz.bench/1":
     schema, created, environment{python, platform, processor, cpus, load_average_before/after
-                 (threads.machine), torch, transformers, threads, device, dtype}
+                 (threads.environment), torch, transformers, threads, device, dtype}
     config{target, suite, categories, limit, drafters, peers, ks, dynamic_k, max_new_tokens,
            repeats, sampling{...}, greedy, eos_token_ids}
     summary[]   one row per arm and category (plus category "all"): SUMMARY_FIELDS
@@ -26,10 +26,6 @@ import datetime
 import json
 import sys
 
-import torch
-
-from ..modeling.threads import machine
-
 SCHEMA = "specviz.bench/1"
 SUMMARY_FIELDS = (
     "arm", "engine", "drafter", "k", "dynamic", "category", "prompts", "tokens", "seconds", "tokens_per_s",
@@ -38,14 +34,6 @@ SUMMARY_FIELDS = (
 )
 RUN_FIELDS = ("prompt_id", "category", "arm", "repeat", "tokens", "elapsed", "prefill", "steps", "drafted",
               "accepted", "candidates", "draft_time", "verify_time", "target_forward", "draft_forward", "stop_reason", "threads")
-
-
-def environment(device, dtype, load_before: float | None = None) -> dict:
-    """threads.machine, plus what only a local model run has: torch, transformers, threads, device, dtype."""
-    import transformers
-
-    return {**machine(load_before), "torch": torch.__version__, "transformers": transformers.__version__,
-            "threads": torch.get_num_threads(), "device": str(device), "dtype": str(dtype).replace("torch.", "")}
 
 
 def raw_document(result, config: dict, env: dict) -> dict:

@@ -6,7 +6,7 @@ a transformers peer. For each prompt the arms run round-robin, repeat after repe
 alike. Before the first prompt each arm runs once briefly, unrecorded, to warm up.
 
 Suffix decoding remembers earlier answers. Each arm and repeat keeps one memory per series of
-requests (suite.py: a series, else the category), filled in the suite's order, so a series'
+requests (run/suites.py: a series, else the category), filled in the suite's order, so a series'
 first request runs cold and the later ones warm, and no run ever sees its own earlier repeat;
 warm-ups get an empty memory and teach nothing.
 
@@ -34,7 +34,7 @@ from ..engine.timing import ForwardClock, forward_costs
 from ..render.rules import comparable, kept
 from . import peers
 from .drafters import BenchDrafter
-from .suite import BenchPrompt
+from ..run.suites import BenchPrompt
 
 BASELINE = "baseline"
 

@@ -104,7 +104,7 @@ def summarise(result: BenchResult) -> dict:
 
 
 def memory_groups(prompts) -> dict[str, set[str]]:
-    """For categories of request series (suite.py): "<category>, first requests" (each series'
+    """For categories of request series (run/suites.py): "<category>, first requests" (each series'
     first: a memory across requests starts empty) and "<category>, later requests" (warm)."""
     out, seen = {}, set()
     for p in prompts:

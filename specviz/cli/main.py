@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from .. import bench
 from ..audit import command as audit_command
-from ..bench import matrix_command
+from ..matrix import command as matrix_command
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, VERIFICATIONS, GenerationConfig

@@ -98,6 +98,15 @@ def machine(load_before: float | None) -> dict:
             "load_average_before": load_before, "load_average_after": load_average()}
 
 
+def environment(device, dtype, load_before: float | None = None) -> dict:
+    """machine(), plus what only a local model run has: torch, transformers, threads, device, dtype."""
+    import torch
+    import transformers
+
+    return {**machine(load_before), "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(), "device": str(device), "dtype": str(dtype).replace("torch.", "")}
+
+
 def _cpu_ticks() -> tuple[int, int, int] | None:
     """(busy ticks of the whole machine, all ticks, this process's ticks) from /proc; None elsewhere."""
     try:

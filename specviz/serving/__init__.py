@@ -19,5 +19,5 @@ load_command.py     `python -m specviz load`
 No engine says which drafted token was rejected, so nothing here colours tokens: a step is a
 group of tokens the server sent together, with how many drafts it kept.
 figures.py          the serving view's figures and cards, from records
-May import: core, modeling, render, bench (its prompt suite); never the engine: the server does the decoding.
+May import: core, modeling, render, run (its prompt suites); never the engine: the server does the decoding.
 """

@@ -84,7 +84,7 @@ def suite_prompts(suite: str = "default") -> tuple:
     """A bench suite's prompts as the client sends them: a string for one user turn, the
     conversation's (role, text) pairs for several (sent as chat messages, so the server's chat
     template lays them out as it would for a real user). The bench's own loader reads the suite."""
-    from ..bench.suite import load_suite  # imports torch (through models): only when needed
+    from ..run.suites import load_suite  # imports torch (through models): only when needed
 
     return tuple(p.messages[0][1] if len(p.messages) == 1 else tuple(p.messages) for p in load_suite(suite))
 

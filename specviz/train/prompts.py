@@ -74,7 +74,7 @@ def grams(text: str, n: int = GRAM) -> set[tuple[str, ...]]:
 @functools.lru_cache(maxsize=1)
 def bench_text() -> tuple[frozenset, frozenset]:
     """(every 8-word run, every whole message) of every built-in bench suite, lower-cased."""
-    from ..bench.suite import builtin_suites, load_suite
+    from ..run.suites import builtin_suites, load_suite
 
     texts = [content for s in builtin_suites() for p in load_suite(s) for _, content in p.messages]
     return frozenset().union(*(grams(t) for t in texts)), frozenset(t.strip().lower() for t in texts)

@@ -1,5 +1,5 @@
 """The Gradio app: layout and handlers on top of the runner (models -> engine -> events -> render).
-May import: every layer below it, and bench (its prompts) and serving (the serving view) beside it.
+May import: every layer below it, serving (the serving view) among them.
 """
 from .layout import build_app, launch_options
 from .policy import Policy, hosted_policy, policy_from_env

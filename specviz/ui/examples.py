@@ -12,7 +12,7 @@ import json
 import pathlib
 from dataclasses import dataclass, field
 
-from ..bench.suite import ASSETS, load_suite
+from ..run.suites import ASSETS, load_suite
 from ..drafters.choose import drafter_label
 
 RESULTS = ASSETS / "examples-results.json"

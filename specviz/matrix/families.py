@@ -5,7 +5,7 @@ mixtures of experts, fused or biased projections, learned or rotary positions, l
 soft-capping. Each family here is a 2-layer, 64-wide model that transformers builds from its
 config class in a fraction of a second, with the family's defining features switched on and
 any window shorter than a test prompt, so the engine meets every cache layout a real checkpoint
-of that family would give it. The matrix (matrix.py) and the tests share these builders.
+of that family would give it. The matrix (cells.py) and the tests share these builders.
 """
 from __future__ import annotations
 

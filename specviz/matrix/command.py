@@ -1,4 +1,4 @@
-"""`python -m specviz matrix`: every family x precision x drafter on tiny models (matrix.py),
+"""`python -m specviz matrix`: every family x precision x drafter on tiny models (cells.py),
 printed as it goes and written as the results file docs/models.md's table is drawn from."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import sys
 import torch
 
 from ..core.errors import SpecvizError
-from . import matrix
+from ..modeling.threads import environment
+from . import cells as matrix
 from .families import FAMILIES
-from .report import environment
 
 
 def _names(text: str | None, known, what: str) -> list[str]:
