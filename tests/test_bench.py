@@ -12,14 +12,14 @@ import torch
 
 from conftest import noisy_copy
 from specviz.bench import add_arguments, main
-from specviz.bench import metrics as m
 from specviz.bench import report
 from specviz.bench.drafters import BenchDrafter, make_drafters
 from specviz.bench.html import write_html
 from specviz.bench.runner import BenchConfig, plan_arms, run_benchmark, schedule
 from specviz.bench.summary import summarise
 from specviz.core.errors import SpecvizError
-from specviz.core.theory import predicted_speedup
+from specviz.core import metrics as m
+from specviz.core.metrics import predicted_speedup
 from specviz.drafters import DraftModel
 from specviz.modeling.threads import environment
 from specviz.run import suites

@@ -179,7 +179,7 @@ def test_the_check_finds_a_loop_and_an_upward_import():
 def test_the_may_import_reading():
     assert may_import("x.\nMay import: core and modeling; never the engine, which imports them.", "drafters") == {
         "core", "modeling"}
-    assert may_import("May import: core only (events, distribution, theory): no engine, no models.", "render") == {
+    assert may_import("May import: core only (events, distribution, metrics): no engine, no models.", "render") == {
         "core"}
     assert may_import("May import: every layer below it, serving (the serving view) among them.", "ui") == {
         name for name in RANK if RANK[name] < RANK["ui"]}

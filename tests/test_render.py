@@ -9,9 +9,9 @@ import re
 import pytest
 
 from specviz.core.events import RunEnd, RunStats, StepEvent, TokenEvent, TreeDraft
+from specviz.core.metrics import predicted_speedup
 from specviz.render import (Labels, Trace, agreement, agreement_html, compare_figures, compare_rows, headline,
-                            headline_html, panel_html, playground_figures, predicted_speedup, side_by_side_html,
-                            step_html, tokens_html)
+                            headline_html, panel_html, playground_figures, side_by_side_html, step_html, tokens_html)
 from specviz.render.charts import position_rates
 from specviz.render.numbers import gap_html
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..core.theory import predicted_speedup
-from . import metrics as m
+from ..core import metrics as m
 from .peers import PEERS
 from .runner import BASELINE, Arm, BenchResult, RunRecord
 
@@ -138,7 +137,7 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
         s.update(
             alpha=alpha, tau=m.mean_accepted_length(sum(r.tokens for r in recs), sum(r.steps for r in recs)),
             position_acceptance=m.position_acceptance(reached, kept), c=c, predicted=pred,
-            predicted_closed_form=predicted_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
+            predicted_closed_form=m.predicted_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
             else None,
             efficiency=m.efficiency(s["decode_speedup"], pred),
             candidates_per_step=_candidates_per_step(recs),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import metrics
+
 
 @dataclass(frozen=True)
 class StepEvent:
@@ -131,12 +133,12 @@ class RunStats:
     @property
     def acceptance_rate(self) -> float:
         """alpha: accepted / drafted, along the chain the target walked (a tree's winning branch)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return metrics.acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_accepted_length(self) -> float:
         """tau: tokens per step (accepted drafts plus the target's own token)."""
-        return self.tokens / self.steps if self.steps else 0.0
+        return metrics.mean_accepted_length(self.tokens, self.steps)
 
     @property
     def tokens_per_s(self) -> float:

@@ -4,7 +4,7 @@ No gradio, no torch, no tokenizer here: the UI feeds in Traces (events plus each
 display text) and shows what comes out. Names are imported lazily (as in specviz/__init__),
 so the command line, which needs only `render.kinds` and `render.trace`, never loads plotly:
 training runs on a machine that has none.
-May import: core only (events, distribution, theory): no engine, no models.
+May import: core only (events, distribution, metrics): no engine, no models.
 """
 from importlib import import_module
 
@@ -15,7 +15,7 @@ _HOMES = {
     "step_html": "inspect",
     "Headline": "numbers", "agreement": "numbers", "agreement_html": "numbers", "divergence": "numbers",
     "headline": "numbers",
-    "headline_html": "numbers", "predicted_speedup": "numbers",
+    "headline_html": "numbers",
     "status_html": "status",
     "Labels": "trace", "Trace": "trace",
 }

@@ -1,11 +1,8 @@
 """The headline numbers: measured speedup beside what the theory predicts, alpha, tau, calls saved.
 
-Theory (Leviathan et al. 2023): with acceptance rate alpha and k drafts per step, a step
-yields E[tokens] = (1 - alpha^(k+1)) / (1 - alpha) and costs (c k + v) target-step times,
-where c is the cost of one draft token relative to one target decode step and v that of
-verifying k + 1 tokens in one pass. So the predicted speedup is
-(1 - alpha^(k+1)) / ((1 - alpha)(c k + v)). Here c is measured: mean draft time per step
-over k, divided by the baseline's mean time per token; v is read off this machine's
+The predicted speedup is Leviathan et al.'s (2023), (1 - alpha^(k+1)) / ((1 - alpha)(c k + v)),
+step by step for trees and varied draft lengths (core/metrics.py). Here c is measured: drafting
+time per drafted token over the baseline's mean time per token; v is read off this machine's
 measured verify-cost curve (verify_cost.py) at k + 1 tokens. The paper's v = 1 (verifying
 is free of its length) holds on a GPU, not on a CPU: with no curve it is only assumed.
 """
@@ -14,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from ..core import metrics
 from ..core.divergence import Divergence, first_divergence, tie_tolerance
 from ..core.events import TokenEvent
-from ..core.theory import predicted_from_steps, predicted_speedup
 from .status import count
 from .trace import Trace
 
@@ -37,7 +34,7 @@ class Headline:
     calls_saved: int  # target passes the speculative run's tokens would have cost plain decoding, minus its own
     base_calls: int  # target passes plain decoding needs for the speculative run's tokens (one per token)
     timing: str = "measured"  # measured | measuring (too few tokens yet) | too short (done with too few)
-    trees: bool = False  # the drafter proposed trees: predicted step by step (core/theory.py)
+    trees: bool = False  # the drafter proposed trees: predicted step by step (core/metrics.py)
     varied: bool = False  # draft lengths differ between steps (dynamic k, trees): predicted step by step
     # Seconds a speculative step took beyond what the prediction counts (drafting, plus each verify
     # pass at the verify-cost curve's price): picking tokens, host copies, what the views record.
@@ -58,49 +55,51 @@ class Headline:
         return dict(self.__dict__)
 
 
+def _timing(spec: Trace, base: Trace, tokens: int) -> str:
+    """measured, or why not yet: a speedup needs MIN_TOKENS from each run (`tokens`: the fewer)."""
+    if tokens >= MIN_TOKENS:
+        return "measured"
+    return "too short" if spec.done and base.done else "measuring"
+
+
 def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     """curve: the target's verify_cost.VerifyCurve on this machine (None: verifying assumed free)."""
     s, b = spec.stats(), base.stats()
-    timing = "measured"
-    if min(s.tokens, b.tokens) < MIN_TOKENS:
-        timing = "too short" if spec.done and base.done else "measuring"
+    timing = _timing(spec, base, min(s.tokens, b.tokens))
     speedup = s.tokens_per_s / b.tokens_per_s if timing == "measured" and b.tokens_per_s > 0 else None
+    steps = spec.steps
     # What drafting cost scales with: a chain's drafts, every node of a tree (alpha counts only
     # the branch the target walked, so that a tree's alpha compares with a chain's).
     k = s.candidates / s.steps if s.steps else 0.0  # Trace.stats counts them for older traces too
     base_step = b.verify_time / b.steps if b.steps else 0.0  # the baseline's time per token
-    c = None
-    if k > 0 and base_step > 0:
-        c = (s.draft_time / s.steps) / k / base_step
-    steps = spec.steps
-    trees = any(e.tree is not None for e in steps)
-    # A tree is verified whole: every node rides in the one pass, so its size sets the cost.
-    verified = 1 + (sum(len(e.tree.tokens) if e.tree else len(e.draft) for e in steps) / len(steps) if trees else k)
-    v = curve.cost(verified) if curve is not None and steps else None
+    c = metrics.cost_ratio(s.draft_time, s.candidates, base_step) if s.candidates and base_step > 0 else None
+    # Tokens in each verify pass: a tree is verified whole, every node rides in the one pass.
     sizes = [1 + (len(e.tree.tokens) if e.tree else len(e.draft)) for e in steps]
-    varied = trees or len(set(sizes)) > 1
-    predicted = None
-    if c is not None and timing == "measured" and not varied:
-        predicted = predicted_speedup(s.acceptance_rate, k, c, 1.0 if v is None else v)
-    elif c is not None and timing == "measured":  # one k no longer describes the run: step by step
-        costs = [curve.cost(m) for m in sizes] if curve is not None else [1.0] * len(sizes)
-        predicted = predicted_from_steps([e.accepted for e in steps], c * k, costs)
+    trees = any(e.tree is not None for e in steps)
+    verified = sum(sizes) / len(sizes) if trees else 1 + k
+    v = curve.cost(verified) if curve is not None and steps else None
+    varied = trees or len(set(sizes)) > 1  # one k no longer describes the run: predicted step by step
     prefill = b.prefill_time / base_step if base_step > 0 else 0.0  # target steps both runs spend on the prompt
-    if predicted is not None and predicted > 0 and s.tokens:
-        # The measured speedup counts the prefill both runs share (engine time, prefill included):
-        # so does the prediction, or a long prompt would look like a miss.
-        predicted = (prefill + s.tokens) / (prefill + s.tokens / predicted)
-    unmodelled = gap_time = None
-    gap_prefill = gap_steps = 0.0
-    if predicted is not None and s.steps:
-        verify_steps = (1.0 if v is None else v) if not varied else sum(costs) / len(costs)
-        unmodelled = s.verify_time / s.steps - verify_steps * base_step
+    predicted = unmodelled = None
+    if c is not None and timing == "measured":
+        if varied:
+            costs = [1.0 if curve is None else curve.cost(n) for n in sizes]
+            verify = sum(costs) / len(costs)  # target steps a verify pass, on average
+            predicted = metrics.predicted_from_steps([e.accepted for e in steps], c * k, costs)
+        else:
+            verify = 1.0 if v is None else v
+            predicted = metrics.predicted_speedup(s.acceptance_rate, k, c, verify)
+        if predicted > 0 and s.tokens:
+            # The measured speedup counts the prefill both runs share (engine time, prefill included):
+            # so does the prediction, or a long prompt would look like a miss.
+            predicted = metrics.with_prefill(predicted, s.tokens, prefill)
+        unmodelled = s.verify_time / s.steps - verify * base_step
+    gap_time, gap_prefill, gap_steps = None, 0.0, 0.0
     if predicted is not None and predicted > 0 and speedup is not None:
         # The time the speculative run would have taken had it sped up exactly as predicted, against the
         # baseline's measured time; the difference is what the gap line explains, part by part.
         gap_time = s.elapsed - s.tokens * b.elapsed / (b.tokens * predicted)
-        gap_prefill = s.prefill_time - b.prefill_time
-        gap_steps = s.steps * unmodelled if unmodelled is not None else 0.0
+        gap_prefill, gap_steps = s.prefill_time - b.prefill_time, s.steps * unmodelled
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
         alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,

@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 
+from ..core import metrics
 from ..core.errors import SpecvizError
 from ..modeling.chat import chat_messages
 from . import client
@@ -60,8 +61,8 @@ def summarise(runs: list[dict], greedy: bool) -> list[dict]:
         row = {"category": category, "prompts": len({r["prompt"] for r in mine}), "spec_tokens_per_s": s_tps,
                "plain_tokens_per_s": b_tps, "speedup": s_tps / b_tps if b_tps else None,
                "rate": "decode" if key == "decode_tokens_per_s" else "end-to-end",
-               "acceptance_rate": accepted / drafted if drafted else None,
-               "mean_accepted_length": 1 + accepted / steps if steps else None}
+               "acceptance_rate": metrics.acceptance_rate(accepted, drafted) if drafted else None,
+               "mean_accepted_length": metrics.mean_accepted_length(accepted + steps, steps) if steps else None}
         if greedy:
             pairs = {}
             for r in mine:

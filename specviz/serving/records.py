@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..core import metrics
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -46,14 +48,12 @@ class SpecStats:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return metrics.acceptance_rate(self.accepted, self.drafted)
 
     @property
     def mean_accepted_length(self) -> float | None:
         """Tokens per verify step (kept drafts + the target's own token); None without a step count."""
-        if not self.steps:
-            return None
-        return 1.0 + self.accepted / self.steps
+        return metrics.mean_accepted_length(self.accepted + self.steps, self.steps) if self.steps else None
 
     @property
     def per_position_acceptance(self) -> list[float]:

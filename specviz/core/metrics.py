@@ -1,4 +1,6 @@
-"""The benchmark's arithmetic, as pure functions of counts and times.
+"""The numbers of speculative decoding, as pure functions of counts and times: alpha, tau, c,
+v(n) and the predicted speedup. RunStats, the page's headline, the benchmark's summary and the
+serving records all read them here, so each number means the same everywhere.
 
 Units: every cost is relative to one target forward over a single new token (a plain
 decoding step), measured in the same process on the same cache state.
@@ -9,14 +11,17 @@ decoding step), measured in the same process on the same cache state.
 - c (cost ratio) = drafting time per drafted token / one target forward.
 - v(n) (verify cost ratio) = target forward over n tokens / over 1 token.
 
-Leviathan et al. (2023, eq. 1 with the verify cost made explicit; specviz.core.theory):
-drafting k tokens that are each accepted with probability alpha, independently, gives
+Leviathan et al. (2023, eq. 1 with the verify cost made explicit): drafting k tokens that are
+each accepted with probability alpha, independently, yields E = (1 - alpha^(k+1)) / (1 - alpha)
+tokens a step for c k + v(k+1) target steps, so
 
     predicted = (1 - alpha^(k+1)) / ((1 - alpha) * (k*c + v(k+1)))
 
-Real drafts are neither always k long (prompt lookup often finds nothing) nor independent
-(a copied span is accepted whole), so the benchmark also evaluates the same cost model
-on the steps that actually happened:
+(the paper's v = 1, verifying free of its length, holds on a GPU, not on a CPU).
+
+Real drafts are neither always k long (prompt lookup often finds nothing, dynamic k varies,
+a tree verifies all its nodes and keeps a branch) nor independent (a copied span is accepted
+whole), so the same ratio is also taken over the steps that actually happened:
 
     predicted_steps = tau / mean over steps of (c * n_i + v(n_i + 1))
 
@@ -67,6 +72,35 @@ def predicted_cost(draft_lengths: Mapping[int, int], c: float, verify_ratio: Map
     step-model speedup (summary.Costs.predicted).
     """
     return sum(count * (c * n + verify_ratio[n + 1]) for n, count in draft_lengths.items())
+
+
+def expected_tokens(alpha: float, k: float) -> float:
+    """E[tokens per step]: 1 + alpha + ... + alpha^k."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: float, c: float, v: float = 1.0) -> float:
+    """E[tokens per step] / (c k + v), in units of plain decoding's tokens per second."""
+    return expected_tokens(alpha, k) / (c * k + v)
+
+
+def predicted_from_steps(accepted: list[int], draft_cost: float, verify_costs: list[float]) -> float:
+    """E[tokens per step] / E[cost per step] over measured steps: accepted[i] drafts kept at step i
+    (1 + mean: the fraction of steps whose kept path reached each depth, summed, plus the target's
+    own token), draft_cost the mean drafting cost of a step and verify_costs[i] the cost of step i's
+    verify pass, both in target decode steps."""
+    if not accepted:
+        return 0.0
+    tokens = 1.0 + sum(accepted) / len(accepted)
+    return tokens / (draft_cost + sum(verify_costs) / len(verify_costs))
+
+
+def with_prefill(predicted: float, tokens: int, prefill: float) -> float:
+    """A decode-only predicted speedup over a run that also read its prompt: `prefill` target
+    steps both runs spend alike, so the whole run's speedup is nearer 1."""
+    return (prefill + tokens) / (prefill + tokens / predicted)
 
 
 def cost_ratio(draft_time: float, drafted: int, target_step: float) -> float:
