@@ -12,45 +12,23 @@ from html import unescape
 import pytest
 
 from llamacpp_servers import SLOTS, servers
-from vllm_servers import audit, cli
+from vllm_servers import ECHO, audit, cli, generated, lane
 from specviz.serving.figures import REBUILT
 from specviz.serving.steps import COUNTERS
 
 # One worker runs them all (pytest-xdist's loadgroup): the servers start once.
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.xdist_group("llamacpp")]
 
-# Repetition gives ngram lookup something to find: its drafts are kept here.
-ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
 K = 4  # the drafts' length the spec server was started with (llamacpp_servers.SPEC_FLAGS)
 
-
-@pytest.fixture(scope="module")
-def urls():
-    spec, base, stop = servers()
-    yield spec, base
-    stop()
+urls = lane(servers)
 
 
 def test_generate_reads_llamacpps_own_counts_and_rebuilds_its_steps(urls):
-    spec, base = urls
-    r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
-            "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    st, sv = out["stats"], out["server"]
-    assert "quick brown fox" in out["text"]
-    assert sv["engine"] == "llama.cpp"
     # Steps are rebuilt from the running draft counters: one entry per step that drafted.
-    assert len(sv["per_step_accepted"]) == len(sv["per_step_drafted"]) == st["steps"] > 0
-    assert sum(sv["per_step_accepted"]) == st["accepted"] > 0 and sum(sv["per_step_drafted"]) == st["drafted"]
-    assert all(0 <= a <= d <= K for a, d in zip(sv["per_step_accepted"], sv["per_step_drafted"]))
-    assert st["acceptance_rate"] == pytest.approx(st["accepted"] / st["drafted"])
+    out = generated(*urls, "llama.cpp", k=K)
     # llama.cpp streams one chunk per token (a token ending inside a UTF-8 character rides with the next)
-    assert all(c["tokens"] in (1, 2, None) for c in sv["chunks"])
-    # The server-wide counters moved by exactly this request's drafts (nothing else ran).
-    delta = sv["metrics_delta"]
-    assert delta["draft_tokens"] == st["drafted"] and delta["accepted_tokens"] == st["accepted"]
-    assert out["baseline"]["stats"]["tokens"] > 0 and "identical_to_baseline" in out
+    assert all(c["tokens"] in (1, 2, None) for c in out["server"]["chunks"])
 
 
 def test_generate_prints_rebuilt_steps_as_groups(urls):

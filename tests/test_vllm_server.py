@@ -10,46 +10,24 @@ import random
 
 import pytest
 
-from vllm_servers import audit, cli, servers, suffix_server
+from vllm_servers import ECHO, audit, cli, generated, lane, servers, suffix_server
 
 # One worker runs them all (pytest-xdist's loadgroup): the servers start once, on fixed ports.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
-# Repetition gives ngram lookup something to find: its drafts are accepted here.
-ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
-
-
-@pytest.fixture(scope="module")
-def urls():
-    spec, base, stop = servers()
-    yield spec, base
-    stop()
+urls = lane(servers)
 
 
 def test_generate_reports_the_servers_own_acceptance(urls):
-    spec, base = urls
-    r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
-            "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    st, sv = out["stats"], out["server"]
-    assert "quick brown fox" in out["text"]
-    assert sv["engine"] == "vllm"
     # The per-step arrays are the engine's record of each verify step that drafted.
-    assert len(sv["per_step_accepted"]) == len(sv["per_step_drafted"]) == st["steps"] > 0
-    assert sum(sv["per_step_accepted"]) == st["accepted"] and sum(sv["per_step_drafted"]) == st["drafted"]
-    assert all(0 <= a <= d <= 4 for a, d in zip(sv["per_step_accepted"], sv["per_step_drafted"]))
-    assert st["acceptance_rate"] == pytest.approx(st["accepted"] / st["drafted"])
+    out = generated(*urls, "vllm", k=4)
+    st, sv = out["stats"], out["server"]
     assert st["mean_accepted_length"] == pytest.approx(1 + st["accepted"] / st["steps"])
     assert st["acceptance_rate"] > 0.3  # the prompt repeats itself: ngram drafts must be kept
     # Each chunk is one engine step: token counts add up to the server's usage count.
     assert sum(c["tokens"] for c in sv["chunks"]) == st["tokens"]
     assert max(c["tokens"] for c in sv["chunks"]) > 1  # some step kept drafts
-    # The server-wide counters moved by exactly this request's drafts (nothing else ran).
-    delta = sv["metrics_delta"]
-    assert delta["draft_tokens"] == st["drafted"] and delta["accepted_tokens"] == st["accepted"]
-    assert out["baseline"]["stats"]["tokens"] > 0 and out["speedup"] > 0
-    assert "identical_to_baseline" in out
+    assert out["speedup"] > 0
 
 
 def test_generate_prints_groups_and_a_summary(urls):

@@ -3,7 +3,8 @@
 SPECVIZ_VLLM_URL / SPECVIZ_VLLM_BASELINE_URL point at servers already running (the spec one with
 ngram speculation, the baseline without), SPECVIZ_VLLM_SUFFIX_URL at one with suffix speculation;
 otherwise they start here on free loopback ports (~3 min on 2 cores) and stop when the tests
-end. No mock stands in for them.
+end. No mock stands in for them. What both server lanes share (this file's cli, and llamacpp_servers.py's
+servers) lives here too: the prompt, the `urls` fixture and the checks of a `generate --json` record.
 """
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ import sys
 import threading
 import time
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "serve-vllm.sh"
 START_S = 900  # a busy 2-core machine took ~3.5 min; a cold disk more
+# Repetition gives n-gram lookup something to find: its drafts are kept here.
+ECHO = "Repeat this line three times, exactly: the quick brown fox jumps over the lazy dog."
 
 
 def free_port() -> int:
@@ -95,6 +100,36 @@ def audit(spec: str, base: str, path, draws: int = 200) -> tuple[subprocess.Comp
     r = cli("audit", "--server", spec, "--baseline-server", base, "--draws", str(draws), "--json", str(path))
     assert r.returncode in (0, 1), r.stderr  # 1: not exact, which the caller judges with the table in stdout
     return r, json.loads(path.read_text())
+
+
+def lane(servers):
+    """A lane's `urls` fixture: (spec_url, baseline_url) from `servers()`, started once for the module."""
+    @pytest.fixture(scope="module")
+    def urls():
+        spec, base, stop = servers()
+        yield spec, base
+        stop()
+    return urls
+
+
+def generated(spec: str, base: str, engine: str, k: int) -> dict:
+    """`generate --json` of ECHO on both servers, holding what any engine's record must: its per-step
+    arrays add up to the run's counts, no step keeps more than it drafted or drafts more than `k`,
+    and the server-wide counters moved by exactly this request's drafts (nothing else ran)."""
+    r = cli("generate", "--server", spec, "--baseline-server", base, "--prompt", ECHO, "--max-new-tokens", "48",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    st, sv = out["stats"], out["server"]
+    assert "quick brown fox" in out["text"] and sv["engine"] == engine
+    assert len(sv["per_step_accepted"]) == len(sv["per_step_drafted"]) == st["steps"] > 0
+    assert sum(sv["per_step_accepted"]) == st["accepted"] > 0 and sum(sv["per_step_drafted"]) == st["drafted"]
+    assert all(0 <= a <= d <= k for a, d in zip(sv["per_step_accepted"], sv["per_step_drafted"]))
+    assert st["acceptance_rate"] == pytest.approx(st["accepted"] / st["drafted"])
+    delta = sv["metrics_delta"]
+    assert delta["draft_tokens"] == st["drafted"] and delta["accepted_tokens"] == st["accepted"]
+    assert out["baseline"]["stats"]["tokens"] > 0 and "identical_to_baseline" in out
+    return out
 
 
 def suffix_server():
