@@ -89,12 +89,6 @@ esac
 url="http://127.0.0.1:$port"
 what="without speculation"; [ "$spec" != off ] && what="with $spec speculation"
 echo "== starting llama-server $what on $(basename "$model") at $url"
-"$bin" "${args[@]}" "${extra[@]}" &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' INT TERM EXIT
-until curl -sf "$url/health" >/dev/null 2>&1; do
-    if ! kill -0 $server 2>/dev/null; then echo "serve-llamacpp.sh: the server exited before answering" >&2; exit 1; fi
-    sleep 1
-done
-echo "llama-server is serving $(basename "$model") $what at $url"
-wait $server
+. scripts/lib-serve.sh
+serve serve-llamacpp.sh "$url/health" "llama-server is serving $(basename "$model") $what at $url" \
+    "$bin" "${args[@]}" "${extra[@]}"

@@ -97,12 +97,6 @@ fi
 url="http://127.0.0.1:$port"
 what="without speculation"; [ "$spec" != off ] && what="with $spec speculation (k = $k)"
 echo "== starting vLLM $what on $model at $url"
-"$py" -m vllm.entrypoints.openai.api_server "${args[@]}" "${extra[@]}" &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' INT TERM EXIT
-until curl -sf "$url/v1/models" >/dev/null 2>&1; do
-    if ! kill -0 $server 2>/dev/null; then echo "serve-vllm.sh: the server exited before answering" >&2; exit 1; fi
-    sleep 2
-done
-echo "vLLM is serving $(basename "$model") $what at $url"
-wait $server
+. scripts/lib-serve.sh
+serve serve-vllm.sh "$url/v1/models" "vLLM is serving $(basename "$model") $what at $url" \
+    "$py" -m vllm.entrypoints.openai.api_server "${args[@]}" "${extra[@]}"
