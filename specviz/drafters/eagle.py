@@ -35,9 +35,9 @@ from torch import nn
 from ..core.errors import SpecvizError
 from ..modeling import stack
 from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
-from ..modeling.packing import draft_dtype, linear
+from ..modeling.packing import linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
-from .medusa import TargetHead
+from .medusa import TargetHead, beside, with_weights
 
 
 def eagle_config(target, subset: int = 0) -> dict:
@@ -404,15 +404,10 @@ def _likeliest(score: list[float], depth: list[int], n: int, min_confidence: flo
 
 def head_from(config: dict, state_dict: dict) -> EagleHead:
     """A saved head (see specviz.train.eagle) as a module: its config and weights, on the CPU."""
-    head = EagleHead(config, state_dict.get("subset"))
-    head.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-    return head
+    return with_weights(EagleHead(config, state_dict.get("subset")), state_dict)
 
 
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Eagle:
     """Rebuild a trained head (see specviz.train.eagle) for a loaded target."""
-    target = target_loaded.model
-    ref = target.get_output_embeddings().weight
-    dtype = draft_dtype(ref)
-    head = head_from(config, state_dict).to(device=ref.device, dtype=dtype).requires_grad_(False)
-    return Eagle(target, head, lm=TargetHead(target, head.subset, dtype))
+    head, lm = beside(head_from(config, state_dict), target_loaded.model)
+    return Eagle(target_loaded.model, head, lm=lm)

@@ -130,17 +130,27 @@ class Medusa(Drafter):
         self._keep(hidden)  # rows for the pending token and the kept drafts: keep the newest
 
 
+def with_weights(module: torch.nn.Module, state_dict: dict) -> torch.nn.Module:
+    """`module` holding a saved state, its `subset` buffer as token ids (EAGLE's head and Medusa's)."""
+    module.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
+    return module
+
+
+def beside(module: torch.nn.Module, target) -> tuple[torch.nn.Module, TargetHead]:
+    """A trained head where `target`'s LM head is, in the drafting dtype and frozen, with that LM
+    head restricted to the head's subset in the same dtype: what a drafter drafts with."""
+    ref = target.get_output_embeddings().weight
+    dtype = draft_dtype(ref)
+    module = module.to(device=ref.device, dtype=dtype).requires_grad_(False)
+    return module, TargetHead(target, module.subset, dtype)
+
+
 def heads_from(config: dict, state_dict: dict) -> MedusaHeads:
     """Saved heads (see specviz.train.medusa) as a module: their config and weights, on the CPU."""
-    heads = MedusaHeads(config["hidden_size"], config["heads"], state_dict.get("subset"))
-    heads.load_state_dict({k: v.long() if k == "subset" else v for k, v in state_dict.items()})
-    return heads
+    return with_weights(MedusaHeads(config["hidden_size"], config["heads"], state_dict.get("subset")), state_dict)
 
 
 def drafter_from(config: dict, state_dict: dict, target_loaded) -> Medusa:
     """Rebuild trained heads (see specviz.train.medusa) for a loaded target."""
-    target = target_loaded.model
-    ref = target.get_output_embeddings().weight
-    dtype = draft_dtype(ref)
-    heads = heads_from(config, state_dict).to(device=ref.device, dtype=dtype).requires_grad_(False)
-    return Medusa(target, heads, lm=TargetHead(target, heads.subset, dtype))
+    heads, lm = beside(heads_from(config, state_dict), target_loaded.model)
+    return Medusa(target_loaded.model, heads, lm=lm)
