@@ -22,7 +22,7 @@ import time
 import pytest
 import torch
 
-import specviz.drafters.draft_model as draft_model_module
+import specviz.drafters.base as drafter_base  # whose autoregressive_draft the draft model calls
 from conftest import noisy_copy
 from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, baseline_generate, collect
 from specviz import speculative_generate
@@ -109,7 +109,7 @@ def test_the_confidence_stop_does_stop(small, fake_clock):
 def test_the_check_catches_the_old_discarding_stop(small, joint, fake_clock, monkeypatch):
     """Control: with the old rule the same check fails, so it has the power to see this bug (on
     the same number of draws: a third of them do not show it)."""
-    monkeypatch.setattr(draft_model_module, "autoregressive_draft", discarding_draft)
+    monkeypatch.setattr(drafter_base, "autoregressive_draft", discarding_draft)
     drafter = draft_model(small)
     counts = sample_joint(lambda seed: speculative_generate(small, drafter, PROMPT, config(seed, CONFIDENCE)))
     with pytest.raises(AssertionError):
@@ -127,6 +127,6 @@ def test_greedy_drafts_and_output_are_unchanged_by_the_fix(target, prompts, monk
         steps, end = collect(speculative_generate(target, DraftModel(other), ids, cfg))
         assert end.token_ids == collect(baseline_generate(target, ids, cfg))[1].token_ids
         with monkeypatch.context() as m:
-            m.setattr(draft_model_module, "autoregressive_draft", discarding_draft)
+            m.setattr(drafter_base, "autoregressive_draft", discarding_draft)
             old_steps, _ = collect(speculative_generate(target, DraftModel(other), ids, cfg))
         assert [s.draft for s in steps] == [s.draft for s in old_steps]

@@ -117,6 +117,42 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
     return Draft(torch.stack(tokens), torch.stack(rows))
 
 
+class Autoregressive(Drafter):
+    """A small model drafting one token per forward from a cache of its own (a draft model, the
+    target with layers skipped, a distilled drafter). It feeds only what its cache has not seen:
+    all but the last prompt token at begin, then at each propose the last step's kept tokens and
+    the target's; after feedback the cache keeps the context and the accepted drafts. A subclass
+    says how: `_start()` (a fresh cache), `_step(tokens)` (feed them; the logits (1, vocab) for
+    the token after them), `_length()` (tokens the cache holds) and `_crop(n)`."""
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model
+        if name:
+            self.name = name
+
+    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
+        self.processor, self.generator, self.device = processor, generator, device
+        self.base = 0  # context length at the last propose
+        self.drafted = False  # did this step's propose feed drafts the cache must drop again?
+        self._start()
+        if len(prompt_ids) > 1:  # prefill all but the last prompt token; propose feeds the rest
+            self._step(torch.as_tensor(prompt_ids[:-1], dtype=torch.long, device=device))
+
+    def propose(self, ids, k, min_confidence=0.0) -> Draft:
+        if k < 1:
+            return empty_draft(self.device)
+        self.base, self.drafted = len(ids), True
+        logits = self._step(torch.as_tensor(ids[self._length():], dtype=torch.long, device=self.device))
+        return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence, self._step)
+
+    def feedback(self, accepted: int, hidden=None, path=None) -> None:
+        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid. A step
+        # this drafter sat out (dynamic k chose 0, the last token) fed nothing to take back.
+        if self.drafted:
+            self.drafted = False
+            self._crop(min(self._length(), self.base + accepted))
+
+
 def features_read(drafter: Drafter | None) -> bool | tuple[int, ...]:
     """What a run asks the target's forward for on the drafter's behalf, as forward's `hidden`
     takes it: False (nothing), True (the final hidden states: Medusa, EAGLE) or the decoder

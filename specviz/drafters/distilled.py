@@ -19,7 +19,7 @@ from torch import nn
 from ..core.errors import SpecvizError
 from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from ..modeling.packing import dense, linear
-from .base import Draft, Drafter, autoregressive_draft, empty_draft
+from .base import Autoregressive
 
 
 @dataclass(frozen=True)
@@ -121,42 +121,27 @@ class DistilledLM(nn.Module):
         return dense(self.norm(x[0]), self.fused, self.bias)
 
 
-class DistilledDrafter(Drafter):
-    """Drafts autoregressively from its own cache; after feedback the cache is cut back."""
+class DistilledDrafter(Autoregressive):
+    """Drafts over its token subset from its own cache (base.Autoregressive)."""
 
     name = "distilled draft"
 
-    def __init__(self, model: DistilledLM, name: str | None = None):
-        self.model = model
-        if name:
-            self.name = name
+    def _start(self) -> None:
+        self.cache = self.model.new_cache(self.device)
+        self.keep = self.model.keep.to(self.device)
 
-    def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
-        self.processor, self.generator, self.device = processor, generator, device
-        self.cache = self.model.new_cache(device)
-        self.base = 0  # context length at the last propose
-        self.keep = self.model.keep.to(device)
-        if len(prompt_ids) > 1:  # prefill all but the last prompt token; propose feeds the rest
-            self.model.step(torch.as_tensor(prompt_ids[:-1], device=device), self.cache)
-
-    def _full(self, logits: torch.Tensor) -> torch.Tensor:
-        """Subset logits -> full-vocabulary logits (-inf off the subset: q = 0 there)."""
+    def _step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The next token's subset logits as a full-vocabulary row (-inf off the subset: q = 0 there)."""
+        logits = self.model.step(tokens, self.cache)[-1:]
         full = torch.full((logits.shape[0], self.processor.vocab_size), float("-inf"), device=logits.device)
         full[:, self.keep] = logits
         return full
 
-    def propose(self, ids, k, min_confidence=0.0) -> Draft:
-        if k < 1:
-            return empty_draft(self.device)
-        self.base = len(ids)
-        new = torch.as_tensor(ids[self.cache.length:], dtype=torch.long, device=self.device)
-        logits = self._full(self.model.step(new, self.cache)[-1:])
-        return autoregressive_draft(self.processor, self.generator, logits, k, min_confidence,
-                                    lambda t: self._full(self.model.step(t, self.cache)))
+    def _length(self) -> int:
+        return self.cache.length
 
-    def feedback(self, accepted: int, hidden=None, path=None) -> None:
-        # The cache holds context + drafts[:-1]; only context + drafts[:accepted] stay valid.
-        self.cache.crop(self.base + accepted)
+    def _crop(self, n: int) -> None:
+        self.cache.crop(n)
 
 
 def build(config: dict, keep: torch.Tensor) -> DistilledLM:
