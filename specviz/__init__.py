@@ -3,8 +3,8 @@
 The package face: the names below, imported lazily, so `specviz.core.events` or `specviz.render`
 load without torch.
 May import: every layer. Layers, bottom to top (tests/test_layers.py keeps them one way): core ->
-modeling -> drafters -> engine -> render -> traces -> run -> serving, train -> bench, matrix -> ui -> cli
-(and app.py).
+modeling -> drafters -> engine -> render -> traces -> run -> serving, train -> bench, matrix -> audit -> ui
+-> cli (and app.py).
 """
 from importlib import import_module
 
