@@ -479,11 +479,11 @@ def test_the_bench_runs_an_arm_per_rule_and_counts_both_on_the_same_steps(target
     from test_bench import loaded
 
     from specviz import Sampling
-    from specviz.bench import suite
+    from specviz.run import suites
     from specviz.bench.drafters import make_drafters
     from specviz.bench.runner import BenchConfig, run_benchmark
 
-    encoded = [(suite.BenchPrompt("p0", "code", (("user", "x"),)), prompts[2])]
+    encoded = [(suites.BenchPrompt("p0", "code", (("user", "x"),)), prompts[2])]
     cfg = BenchConfig(max_new_tokens=16, warmup=False, cost_repeats=1, verifications=("token", "block"),
                       sampling=Sampling(temperature=1.0))
     result = run_benchmark(target, make_drafters(["pld"], loaded(target)), encoded, cfg)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from specviz import GenerationConfig, LayerSkip, SpecvizError, baseline_generate, collect, speculative_generate
-from specviz.bench import matrix
-from specviz.bench.families import tiny_model
 from specviz.drafters.layer_skip import default_layers, skip_layers
+from specviz.matrix import cells as matrix
+from specviz.matrix.families import tiny_model
 from specviz.modeling.forward import forward, new_cache
 from specviz.modeling.stack import find
 from specviz.train.generate import generate, teacher_force
