@@ -96,7 +96,8 @@ def test_the_verdict_withholds_judgement_without_drafts_or_draws_and_states_the_
     assert report.verdict(few, drafted=12, accepted=5)[0] == report.NO_VERDICT
     word, sentence = report.verdict(c, drafted=400, accepted=100)
     assert word == report.EXACT and f"TV {c.detectable:.3f} or more with 80% probability" in sentence
-    assert "never exercised" in report.verdict(c, drafted=400, accepted=400)[1]
+    assert "rejection rule was never exercised" in report.verdict(c, drafted=400, accepted=400)[1]
+    assert "acceptance rule was never exercised" in report.verdict(c, drafted=400, accepted=0)[1]
 
 
 # --- a served engine, over HTTP ----------------------------------------------------------------

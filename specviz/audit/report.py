@@ -32,7 +32,8 @@ def verdict(c: Comparison, drafted: int, accepted: int) -> tuple[str, str]:
         return NOT_EXACT, (f"NOT exact: p = {c.p:.2g} < {c.alpha:g}, {tv}: the speculative draws do not follow "
                            "the plain ones' distribution.")
     refused = drafted - accepted
-    caveat = "" if refused else " Every draft was accepted, so a wrong rejection rule was never exercised."
+    caveat = (" Every draft was accepted, so a wrong rejection rule was never exercised." if not refused else
+              " No draft was accepted, so a wrong acceptance rule was never exercised." if not accepted else "")
     return EXACT, (f"Consistent with exact sampling: p = {c.p:.2g}, {tv}; at {c.draws[0]} draws each way the "
                    f"test catches a difference of TV {c.detectable:.3f} or more with {POWER:.0%} probability "
                    f"(smaller ones can pass).{caveat}")
