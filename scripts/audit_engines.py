@@ -2,6 +2,8 @@
 
     python scripts/audit_engines.py [--draws 300] [--out assets/audit/engines.json] [--only NAME ...]
 
+--only runs the audits named and keeps the file's others (its commands are all recorded).
+
 Runs `python -m specviz audit`'s steps for specviz's drafters and transformers' `generate` (prompt
 lookup; the distilled draft model exported as an assistant), then the two controls that must fail
 (specviz with q taken before the warpers; transformers' lossy assistant_ensemble_weight), on the
@@ -32,6 +34,7 @@ AUDITS = (
     ("specviz draft", "specviz", "draft", [], False),
     ("specviz eagle", "specviz", "eagle", [], False),
     ("specviz medusa", "specviz", "medusa", [], False),
+    ("specviz draft, block verification", "specviz", "draft", ["--verification", "block"], False),
     ("transformers prompt lookup", "transformers", "pld", [], False),
     ("transformers assisted", "transformers", "draft", [], False),
     ("control: specviz draft, q before the warpers", "specviz", "draft", ["--lossy", "raw-q"], True),
@@ -64,16 +67,22 @@ def main(argv=None) -> int:
     ap.add_argument("--temperature", type=float, default=0.7,
                     help="(default 0.7: the warpers then change q, so the raw-q control has something to get wrong)")
     ap.add_argument("--out", default="assets/audit/engines.json")
-    ap.add_argument("--only", nargs="*", help="audit only these names (default: all)")
+    ap.add_argument("--only", nargs="*", help="audit only these names, keeping the file's others (default: all)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
-    store, rows = {}, []
+    store, rows, path = {}, [], pathlib.Path(args.out)
+    command_line = "python scripts/audit_engines.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    kept = json.loads(path.read_text()) if args.only and path.exists() else None
     doc = {"format": "specviz-audit-set v1", "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "load_average_before": load,
            "versions": command.versions(), "threads": 1, "draws": args.draws, "temperature": args.temperature,
-           "command": "python scripts/audit_engines.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "audits": rows}
+           "commands": (kept.get("commands") or [kept["command"]] if kept else []) + [command_line], "audits": rows}
+    if kept:  # the others, as they were measured (the versions must match: one table, one stack)
+        if kept["versions"] != doc["versions"] or kept["draws"] != args.draws or kept["temperature"] != args.temperature:
+            raise SystemExit(f"{path} was measured with other versions or settings: re-run every audit")
+        doc.update(date=kept["date"], load_average_before=kept["load_average_before"])
+        rows += [a for a in kept["audits"] if a["name"] not in args.only]
     for name, engine, drafter, extra, control in AUDITS:
         if args.only and name not in args.only:
             continue
@@ -90,7 +99,6 @@ def main(argv=None) -> int:
         rows.append({"name": name, "control": control, "audited": what, "flags": " ".join(
             ["--engine", engine, "--drafter", drafter, *extra]), "seconds": round(time.monotonic() - start),
             "results": results})
-        path = pathlib.Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"audit_engines: {name} done in {rows[-1]['seconds']} s", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import ncx2
 
 from conftest import noisy_copy, tiny_llama
-from specviz import DraftModel, PromptLookup, Sampling
+from specviz import DraftModel, Sampling
 from specviz.audit import report
 from specviz.audit.controls import RawQ
 from specviz.audit.engines import Generate, Local
@@ -214,10 +214,13 @@ def test_transformers_generate_reports_what_prompt_lookup_drafted_and_kept(small
     assert Generate(small, "hf", PROMPT, s, tokens=3).draw(0).drafted == 0
 
 
-def test_specviz_draws_count_the_drafts_behind_the_tokens(small):
-    e = Local(small, PromptLookup(), PROMPT, Sampling(temperature=1.0), tokens=3, k=3)
-    d = e.draw(0)
-    assert len(d.tokens) == 3 and d.drafted >= 1
+def test_specviz_draws_count_the_drafts_behind_the_tokens_under_either_rule(small):
+    for rule in ("token", "block"):
+        e = Local(small, DraftModel(noisy_copy(small, 0.1, seed=11)), PROMPT, Sampling(temperature=1.0), tokens=3, k=3,
+                  verification=rule)
+        d = e.draw(0)
+        assert len(d.tokens) == 3 and d.drafted >= 1 and e.settings()["verification"] == rule
+    assert main(["audit", "--engine", "transformers", "--verification", "block"]) == 2  # specviz's own rule only
 
 
 @pytest.mark.slow  # 900 sampled runs on a tiny model

@@ -5,7 +5,7 @@ each (the plain side's seeds are another range: the same seed on both sides woul
 them and hide differences), for the temperature alone and with top-k/top-p, and tests that
 both sides follow one distribution (stats.py). The engine is
 
-    local specviz       --target MODEL --drafter NAME (every drafter `generate` takes)
+    local specviz       --target MODEL --drafter NAME (every drafter `generate` takes), --verification RULE
     transformers        --engine transformers --drafter pld (prompt lookup) or a draft model
                         (`draft`: the distilled drafter exported as a transformers model)
     a server            --server URL --baseline-server URL2 (the same model without speculation)
@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
+from ..engine.generate import VERIFICATIONS
 from . import report
 from .engines import PLAIN_SEEDS, Generate, Local, Server, outcomes
 from .stats import ALPHA, compare
@@ -41,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=("specviz", "transformers"), default="specviz",
                    help="the local engine that speculates (default specviz)")
     p.add_argument("--k", type=int, default=4, help="draft length (default %(default)s)")
+    p.add_argument("--verification", choices=VERIFICATIONS, default="token",
+                   help="specviz's rule for a sampled chain draft: token by token or as a block (default %(default)s)")
     p.add_argument("--draws", type=int, default=500, help="completions each way per setting (default %(default)s)")
     p.add_argument("--tokens", type=int, default=3, help="tokens per completion, tested jointly (default %(default)s)")
     p.add_argument("--temperature", type=float, default=1.0, help="(default %(default)s)")
@@ -93,6 +96,8 @@ def check(args) -> None:
         raise SpecvizError("--model goes with --server")
     if args.lossy and (args.server or args.engine != "specviz"):
         raise SpecvizError("--lossy is a control for specviz's own engine")
+    if args.verification != "token" and (args.server or args.engine != "specviz"):
+        raise SpecvizError("--verification chooses specviz's own rule: the other engines verify their way")
     if args.ensemble_weight is not None and args.engine != "transformers":
         raise SpecvizError("--ensemble-weight is transformers' option: add --engine transformers")
 
@@ -121,7 +126,8 @@ def engines(args):
     def show(o):
         return repr(models.decode(target, o))[1:-1]
 
-    what = {"target": args.target, "drafter": args.drafter, "engine": args.engine, "prompt_tokens": len(ids)}
+    what = {"target": args.target, "drafter": args.drafter, "engine": args.engine, "prompt_tokens": len(ids),
+            "verification": args.verification}
     if args.engine == "transformers":
         peer, assistant = "hf-pld", None
         if args.drafter.strip().lower() not in ("pld", "prompt-lookup", "ngram"):
@@ -141,7 +147,8 @@ def engines(args):
         from .controls import RawQ
 
         drafter = RawQ(drafter)
-    return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos),
+    return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos,
+                              verification=args.verification),
                         Local(target.model, None, ids, s, args.tokens, args.k, eos))), show, what)
 
 

@@ -33,13 +33,14 @@ class Local:
     """specviz's engine on a loaded model: `drafter` None draws plainly (baseline_generate)."""
 
     def __init__(self, model, drafter, prompt_ids: list[int], sampling: Sampling, tokens: int, k: int = 4,
-                 eos: tuple[int, ...] = (), label: str = "specviz"):
+                 eos: tuple[int, ...] = (), label: str = "specviz", verification: str = "token"):
         self.model, self.drafter, self.prompt = model, drafter, list(prompt_ids)
         self.sampling, self.tokens, self.k, self.eos, self.label = sampling, tokens, k, eos, label
+        self.verification = verification
 
     def settings(self) -> dict:
         shown = {k: v for k, v in self.sampling.__dict__.items() if k != "seed"}  # each draw has its own
-        return {"engine": "specviz", **shown, "k": self.k,
+        return {"engine": "specviz", **shown, "k": self.k, "verification": self.verification,
                 "mapping": "the settings as given (the engine's own sampler)"}
 
     def draw(self, seed: int) -> Draw:
@@ -50,7 +51,7 @@ class Local:
             return Draw(tuple(end.token_ids))
         # Room for a whole draft past the last token wanted, so the first steps are not cut short.
         cfg = GenerationConfig(max_new_tokens=self.tokens + self.k, k=self.k, sampling=s, eos_token_ids=self.eos,
-                               top=0, raw_top=0)
+                               top=0, raw_top=0, verification=self.verification)
         out, drafted, accepted = [], 0, 0
         events = speculative_generate(self.model, self.drafter, self.prompt, cfg, remember=False)
         for ev in events:

@@ -249,6 +249,47 @@ def matrix_caption(doc: dict, path: str) -> str:
             f"Results: [`{path}`](/{path}).")
 
 
+# --- the exactness audit (schema specviz-audit-set v1) ----------------------------------------
+
+def audit_table(doc: dict) -> str:
+    """One row per engine and setting: the verdict with the power beside it; then, for each that
+    failed, its commonest outcomes side by side."""
+    rows, failed = [], []
+    for a in doc["audits"]:
+        for r in a["results"]:
+            c = r["comparison"]
+            name = f"{a['name']} (must fail)" if a["control"] else a["name"]
+            word = "**NOT exact**" if r["verdict"] == "NOT exact" else r["verdict"]
+            rows.append([name, r["setting"], str(c["draws"][0]), f"{r['drafted']} / {r['refused']}", f"{c['p']:.2g}",
+                         f"{c['tv']:.3f} ({c['tv_interval'][0]:.3f}-{c['tv_interval'][1]:.3f}; floor {c['tv_floor']:.3f})",
+                         f"{c['detectable_tv']:.3f}", word])
+            if r["verdict"] == "NOT exact":
+                failed.append((name, r))
+    lines = [_md(["engine", "setting", "draws each way", "drafted / refused", "p (all tests)",
+                  "TV (95% interval; one sampler twice)", "catches TV >= (80%)", "verdict"], rows)]
+    for name, r in failed:
+        lines += ["", f"{name}, {r['setting']}: the first {r['comparison']['depth']} tokens, speculative against plain:",
+                  "", _md(["first tokens", "speculative", "plain"],
+                          [[o["outcome"] if o["outcome"].startswith("(") else f"`{_cell(o['outcome'])}`",
+                            str(o["speculative"]), str(o["plain"])] for o in r["outcomes"][:8]])]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text for a markdown table's cell: a bare | would end the cell (<|im_end|>)."""
+    return text.replace("|", "\\|")
+
+
+def audit_caption(doc: dict, path: str) -> str:
+    v = doc["versions"]
+    load = doc.get("load_average_before")
+    return (f"Measured {doc['date']} on {doc['processor']} (load {load:.1f} before), {doc['threads']} torch thread, "
+            f"Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}: the embedded "
+            f"SmolLM2-135M, the audit's repeated question, {doc['draws']} seeded draws each way of 3 tokens, "
+            f"temperature {doc['temperature']:g}; {', then '.join(f'`{c}`' for c in doc.get('commands') or [doc['command']])}. "
+            f"Results: [`{path}`](/{path}).")
+
+
 KINDS = {
     "bench-headline": (bench_headline, bench_caption),
     "bench-arms": (bench_arms, bench_caption),
@@ -258,6 +299,7 @@ KINDS = {
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),
     "matrix": (matrix_table, matrix_caption),
+    "audit": (audit_table, audit_caption),
 }
 
 
