@@ -38,16 +38,18 @@ def make_app_models(root: pathlib.Path) -> dict[str, str]:
         for f in target.iterdir():  # the same tokenizer files
             if f.is_file() and not f.name.endswith((".safetensors", "config.json")):
                 shutil.copy(f, draft / f.name)
-    medusa = root / "tiny-medusa.safetensors"
-    if not medusa.is_file():
-        _save_random_medusa(target, medusa)
-    return {"target": str(target), "draft": str(draft), "medusa": f"medusa:{medusa}"}
+    heads = {kind: root / f"tiny-{kind}.safetensors" for kind in ("medusa", "eagle")}
+    for kind, path in heads.items():
+        if not path.is_file():
+            _save_random_head(kind, target, path)
+    return {"target": str(target), "draft": str(draft), **{kind: f"{kind}:{path}" for kind, path in heads.items()}}
 
 
-def _save_random_medusa(target_dir: pathlib.Path, path: pathlib.Path) -> None:
-    """Medusa heads with random weights for the tiny target: they draft trees (greedy)."""
+def _save_random_head(kind: str, target_dir: pathlib.Path, path: pathlib.Path) -> None:
+    """Medusa heads or an EAGLE head with random weights for the tiny target: they draft trees."""
     import torch
 
+    from specviz.drafters.eagle import EagleHead, eagle_config
     from specviz.drafters.medusa import MedusaHeads, heads_config
     from specviz.drafters.trained import save_drafter
     from specviz.modeling.models import load
@@ -55,6 +57,10 @@ def _save_random_medusa(target_dir: pathlib.Path, path: pathlib.Path) -> None:
     target = load(str(target_dir), device="cpu", dtype="fp32")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
+        if kind == "eagle":
+            config = eagle_config(target.model)
+            save_drafter(path, "eagle", EagleHead(config, None), config, target)
+            return
         heads = MedusaHeads(target.model.config.hidden_size, 3, None)
         for block in heads.blocks:
             torch.nn.init.normal_(block.weight, std=0.3)

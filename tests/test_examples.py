@@ -14,8 +14,8 @@ import sqlite3
 
 import pytest
 
+from specviz.engine.generate import GenerationConfig
 from specviz.ui import examples as app_examples
-from specviz.ui.settings import TREE_NODES_PER_K
 
 
 def words(text: str) -> list[str]:
@@ -88,7 +88,7 @@ def test_every_example_that_says_it_pays_was_measured_paying():
     results = app_examples.load_results()
     assert "bench --suite examples" in results["config"]["command"]
     assert results["config"]["repeats"] >= 3  # medians: one run each moved single speedups by 10-25%
-    assert results["config"]["tree_nodes_per_k"] == TREE_NODES_PER_K  # the app's trees were measured
+    assert results["config"]["tree_nodes_per_k"] == GenerationConfig().tree_nodes_per_k  # the app's trees were measured
     for e in EXAMPLES:
         assert e.measured, f"{e.id}: no measurement for its drafter {e.drafter}"
         assert e.measured["identical_to_baseline"], e.id

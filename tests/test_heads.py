@@ -143,7 +143,7 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, kind, k, dynamic, 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
 def test_a_tree_budget_above_k_draws_a_branching_tree_and_stays_exact(baselines, kind):
     """With k = 4 a tree of k nodes was mostly a straight line; the app asks for 3k nodes."""
-    cfg = GenerationConfig(max_new_tokens=24, k=4, tree_nodes=12)
+    cfg = GenerationConfig(max_new_tokens=24, k=4, tree_nodes_per_k=3)
     for model, prompt, base in baselines:
         steps, end = collect(speculative_generate(model, make(kind, model, tree=3), prompt, cfg))
         assert end.token_ids == base.token_ids

@@ -633,7 +633,7 @@ def test_one_acceptance_for_a_tree_run_in_the_engine_the_page_compare_and_the_ex
 
     drafter = make("medusa", target, tree=3)
     trace = Trace("medusa")
-    for ev in speculative_generate(target, drafter, prompts[2], GenerationConfig(max_new_tokens=16, k=4, tree_nodes=8)):
+    for ev in speculative_generate(target, drafter, prompts[2], GenerationConfig(max_new_tokens=16, k=4)):
         trace.add(ev)
     steps = [e for e in trace.events if isinstance(e, StepEvent)]
     assert any(e.tree is not None and len(e.tree.tokens) > len(e.draft) for e in steps), "no tree with hidden nodes"

@@ -159,7 +159,7 @@ class Listener(Drafter):
 
 @pytest.mark.parametrize("sampling", [
     Sampling(),
-    Sampling(temperature=1.0),  # the sibling walk (core/tree_sampling.py)
+    Sampling(temperature=0.85),  # the sibling walk (core/tree_sampling.py), up to the policy's temperature
     Sampling(repetition_penalty=1.3),  # each row penalised for its own branch
     Sampling(temperature=0.7, top_k=5, top_p=0.9, repetition_penalty=1.3),
 ])
@@ -167,6 +167,13 @@ def test_trees_are_allowed_greedy_or_sampled(target, sampling):
     drafter = Listener()
     collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=2, sampling=sampling)))
     assert drafter.trees is True
+
+
+def test_sampled_runs_above_the_policys_temperature_draft_chains(target):
+    drafter = Listener()
+    cfg = GenerationConfig(max_new_tokens=2, sampling=Sampling(temperature=1.0))
+    collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], cfg))
+    assert drafter.trees is False and cfg.sampled_trees_up_to == 0.85
 
 
 def test_trees_need_a_position_indexed_cache():
@@ -211,7 +218,7 @@ def test_inspector_draws_the_tree_with_the_winning_branch_and_escapes_text():
 def test_medusa_proposes_trees_within_budget_and_stays_exact(target, prompts, subset):
     from test_heads import make
 
-    cfg = GenerationConfig(max_new_tokens=30, k=6)
+    cfg = GenerationConfig(max_new_tokens=30, k=6, tree_nodes_per_k=1)
     for prompt in prompts:
         _, base = collect(baseline_generate(target, prompt, cfg))
         steps, end = collect(speculative_generate(target, make("medusa-subset" if subset else "medusa", target, tree=3),

@@ -40,6 +40,7 @@ from specviz.core.sampling import Processor
 from specviz.core.tree_sampling import sample_tree, walk_order
 
 V = 6
+ANY = float("inf")  # GenerationConfig.sampled_trees_up_to: sampled trees at any temperature, the rule under test
 CONTEXT = [1, 4, 1]  # what the repetition penalty sees before the tree
 
 
@@ -433,7 +434,7 @@ def small():
 def test_a_sampled_run_drafts_trees_and_records_each_walk(small):
     from test_heads import make
 
-    cfg = GenerationConfig(max_new_tokens=24, k=4, tree_nodes=8,
+    cfg = GenerationConfig(max_new_tokens=24, k=4, sampled_trees_up_to=ANY,
                            sampling=Sampling(temperature=1.0, top_k=3, repetition_penalty=1.2, seed=1))
     steps, end = collect(speculative_generate(small, make("eagle", small, tree=3), [0, 1, 2, 3, 0, 1], cfg))
     assert end.stats.tokens == 24
@@ -460,10 +461,10 @@ def test_a_sampled_tree_step_survives_a_trace_file(small):
     from specviz.render.trace import Labels, Trace
     from specviz.traces import trace_file
 
-    cfg = GenerationConfig(max_new_tokens=8, k=4, tree_nodes=6, sampling=Sampling(temperature=1.0, seed=2))
+    cfg = GenerationConfig(max_new_tokens=8, k=3, sampled_trees_up_to=ANY, sampling=Sampling(temperature=1.0, seed=2))
     steps, end = collect(speculative_generate(small, make("medusa", small, tree=3), [0, 1, 2, 3, 0, 1], cfg))
     assert any(s.tree is not None and s.tree.walk for s in steps)
-    trace = Trace("medusa", k=4)
+    trace = Trace("medusa", k=3)
     for s in steps:
         trace.add(s, Labels(draft=tuple(map(str, s.draft)), tree=tuple(map(str, s.tree.tokens)) if s.tree else ()))
     trace.add(end)
@@ -524,7 +525,7 @@ def test_sampled_tree_runs_follow_the_target(small, kind):
     for seed in range(runs):
         # Six tokens, so that the first step's tree may have five nodes (a step drafts no more
         # than the run can still emit); the first three are compared.
-        cfg = GenerationConfig(max_new_tokens=6, k=3, tree_nodes=6, top=0, raw_top=0,
+        cfg = GenerationConfig(max_new_tokens=6, k=3, sampled_trees_up_to=ANY, top=0, raw_top=0,
                                sampling=Sampling(**{**sampling.__dict__, "seed": seed}))
         steps, end = collect(speculative_generate(small, drafter, prompt, cfg))
         counts[tuple(end.token_ids[:3])] += 1
@@ -536,15 +537,15 @@ def test_sampled_tree_runs_follow_the_target(small, kind):
 
 
 def test_trees_can_be_turned_off_for_a_run():
-    """GenerationConfig(trees=False): a tree drafter drafts chains (the app's sampling mode)."""
+    """Above GenerationConfig.sampled_trees_up_to a tree drafter drafts chains (every entry point's policy)."""
     from conftest import tiny_llama
     from test_heads import make
 
     from specviz import GenerationConfig, Sampling, collect, speculative_generate
 
     target = tiny_llama(seed=0)
-    cfg = GenerationConfig(max_new_tokens=12, k=3, tree_nodes=6, sampling=Sampling(temperature=1.0, seed=1))
+    cfg = GenerationConfig(max_new_tokens=12, k=3, sampled_trees_up_to=1.0, sampling=Sampling(temperature=1.0, seed=1))
     with_trees, _ = collect(speculative_generate(target, make("eagle", target, tree=3), list(range(20, 30)), cfg))
     chains, _ = collect(speculative_generate(target, make("eagle", target, tree=3), list(range(20, 30)),
-                                             replace(cfg, trees=False)))
+                                             replace(cfg, sampled_trees_up_to=0.99)))
     assert any(e.tree is not None for e in with_trees) and all(e.tree is None for e in chains)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shlex
 import sys
@@ -10,7 +11,7 @@ import time
 
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
-from ..engine.generate import K_MAX, VERIFICATIONS
+from ..engine.generate import K_MAX, TREE_NODES_PER_K_MAX, VERIFICATIONS
 from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
@@ -33,8 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", default=",".join(map(str, d.ks)),
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--tree-nodes-per-k", type=int, default=d.tree_nodes_per_k, metavar="N",
-                   help="tree drafters (EAGLE, Medusa) propose N*k candidates a step at fixed k, as the app "
-                   "does with 3 (default: k, like a chain)")
+                   help="tree drafters (EAGLE, Medusa) propose N*k candidates a step at fixed k; 0: k, as a chain "
+                   "would (default: %(default)s, as generate and the app)")
+    p.add_argument("--sampled-trees-up-to", type=float, default=d.sampled_trees_up_to, metavar="T",
+                   help="sampled runs draft trees up to this temperature and chains above; greedy runs always may "
+                   "(default: %(default)s, as generate and the app)")
     p.add_argument("--verification", default=",".join(d.verifications), metavar="RULE[,RULE]",
                    help="how sampled chain drafts are judged, an arm per rule: token, block or token,block "
                    "(default: %(default)s)")
@@ -95,15 +99,17 @@ def bench_config(args) -> BenchConfig:
     confidences = parse_confidences(args.draft_confidence)
     if confidences and args.dynamic_k < 1:
         raise SpecvizError("--draft-confidence needs --dynamic-k: the threshold sizes dynamic drafts")
-    if not 0 <= args.tree_nodes_per_k <= 4:
-        raise SpecvizError("--tree-nodes-per-k must be from 0 (= k) to 4")
+    if not 0 <= args.tree_nodes_per_k <= TREE_NODES_PER_K_MAX:
+        raise SpecvizError(f"--tree-nodes-per-k must be from 0 (= k) to {TREE_NODES_PER_K_MAX}")
+    if not 0 <= args.sampled_trees_up_to < math.inf:
+        raise SpecvizError("--sampled-trees-up-to must be a temperature >= 0")
     rules = tuple(dict.fromkeys(split(args.verification)))
     if not rules or set(rules) - set(VERIFICATIONS):
         raise SpecvizError(f"--verification takes {', '.join(VERIFICATIONS)} or a comma-separated list; got {args.verification!r}")
     return BenchConfig(max_new_tokens=args.max_new_tokens, ks=parse_ks(args.k), dynamic_k=max(0, args.dynamic_k),
                        verifications=rules,
                        confidences=confidences, sampling=sampling, repeats=args.repeats,
-                       tree_nodes_per_k=args.tree_nodes_per_k)
+                       tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=args.sampled_trees_up_to)
 
 
 def parse_confidences(text: str) -> tuple[float, ...]:
@@ -179,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
         "command": command_line(),
         "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
         "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
-        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
     }

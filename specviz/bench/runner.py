@@ -64,7 +64,9 @@ class BenchConfig:
     ks: tuple[int, ...] = (GenerationConfig().k,)
     dynamic_k: int = 0  # > 0: also run each drafter with dynamic k starting here
     confidences: tuple[float, ...] = ()  # with dynamic_k: also a dynamic arm per draft-confidence threshold
-    tree_nodes_per_k: int = 0  # tree drafters' candidates per step per unit of k at fixed k (0: k, a chain's count)
+    # The engine's tree policy (GenerationConfig), which `generate` and the app run by: overridable to measure it
+    tree_nodes_per_k: int = GenerationConfig().tree_nodes_per_k
+    sampled_trees_up_to: float = GenerationConfig().sampled_trees_up_to
     verifications: tuple[str, ...] = ("token",)  # an arm per rule for each drafter at each k (GenerationConfig.verification)
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
@@ -176,7 +178,8 @@ class Runner:
         s = self.cfg.sampling
         return GenerationConfig(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
-            draft_confidence=arm.confidence, tree_nodes=self.cfg.tree_nodes_per_k * (arm.k or 1),
+            draft_confidence=arm.confidence, tree_nodes_per_k=self.cfg.tree_nodes_per_k,
+            sampled_trees_up_to=self.cfg.sampled_trees_up_to,
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
             verification=arm.verification,

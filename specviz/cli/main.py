@@ -171,6 +171,7 @@ def generate(args) -> int:
         "target": args.target,
         "drafter": args.drafter,
         "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
+                   "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to,
                    **sampling.__dict__},
         "stats": end.stats.to_dict(),
         "steps": [event_to_dict(s) for s in steps],

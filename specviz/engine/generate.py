@@ -26,6 +26,7 @@ from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (GenerationConfig.verification)
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
+TREE_NODES_PER_K_MAX = 4  # a tree of 4k candidates is dynamic k's largest; more only costs verification
 # The most prompt tokens one prefill forward reads. On the embedded model (1 thread) a 7,000-token prompt
 # took 88 s in one pass, so it is read in pieces whose progress the app shows; and pieces are faster
 # (medians of 2: 1,500 tokens 5.7 s against 6.3 s whole, 4,000 tokens 22 s against 33 s in 512s). Below
@@ -41,13 +42,16 @@ class GenerationConfig:
     # With dynamic_k: a chain drafter stops when its q of the next token is below this, and a
     # tree drafter keeps the nodes whose path probability reaches it, up to 4k nodes.
     draft_confidence: float = 0.0
-    # Candidates a tree drafter (EAGLE, Medusa) may propose per step at fixed k; 0: k, as a chain would. A
-    # tree of k = 4 nodes is most often a straight line, so the app asks for more (settings.py).
-    tree_nodes: int = 0
-    # Let a tree drafter propose trees where the engine can verify them (greedy or sampled); False:
-    # chains only. The app samples with chains above temperature 0.85, where 2k-node trees paid less
-    # than chains on its examples (docs/performance.md, "Trees when sampling"; ui/settings.py).
-    trees: bool = True
+    # The tree policy, one default for every entry point (the CLI, the app, the bench). At fixed k a tree
+    # drafter (EAGLE, Medusa) proposes tree_nodes_per_k * k candidates a step (0: k, as a chain would): a
+    # tree of k = 4 nodes is most often a straight line, 8 show branches, and 12 verified slower on a
+    # 2-core CPU than 6-8 (bench --tree-nodes-per-k).
+    tree_nodes_per_k: int = 2
+    # Greedy runs may always draft trees; sampled runs up to this temperature, chains above. On the app's
+    # examples at k = 4 (docs/performance.md, "Trees when sampling", medians of three) trees paid more at
+    # 0.7 (1.39x against 1.28x) and chains at 1.0 (1.12x against 0.96x); nothing between is measured, so
+    # the cut is halfway. 0: sampled runs draft chains; inf: trees at any temperature.
+    sampled_trees_up_to: float = 0.85
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
     top: int = 5  # how many of the target's top tokens each step records (0 = none)
@@ -66,9 +70,12 @@ class GenerationConfig:
         m = self.max_new_tokens
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise SpecvizError(f"max new tokens must be a positive integer, got {m}")
-        t = self.tree_nodes
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 4 * K_MAX:
-            raise SpecvizError(f"tree nodes must be an integer from 0 (= k) to {4 * K_MAX}, got {t}")
+        t = self.tree_nodes_per_k
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= TREE_NODES_PER_K_MAX:
+            raise SpecvizError(f"tree nodes per k must be an integer from 0 (= k) to {TREE_NODES_PER_K_MAX}, got {t}")
+        u = self.sampled_trees_up_to
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or math.isnan(u) or u < 0:
+            raise SpecvizError(f"the temperature up to which sampled runs draft trees must be a number >= 0, got {u}")
         c = self.draft_confidence
         if not isinstance(c, (int, float)) or math.isnan(c) or not 0 <= c < 1:
             raise SpecvizError(f"draft confidence threshold must be in [0, 1), got {c}")
@@ -77,6 +84,17 @@ class GenerationConfig:
             raise SpecvizError(f"verification must be one of {', '.join(VERIFICATIONS)} (how a sampled draft is judged), "
                                f"got {self.verification!r}")
         return self
+
+    @property
+    def trees(self) -> bool:
+        """May a tree drafter propose trees (where the engine can verify them): greedy, or sampled up to
+        sampled_trees_up_to; else it drafts chains."""
+        return self.sampling.greedy or self.sampling.temperature <= self.sampled_trees_up_to
+
+    @property
+    def tree_nodes(self) -> int:
+        """A tree drafter's candidates per step at fixed k."""
+        return (self.tree_nodes_per_k or 1) * self.k
 
 
 class _Run:

@@ -8,7 +8,7 @@ import pathlib
 import gradio as gr
 
 from ..drafters.choose import drafter_label
-from ..engine.generate import K_MAX
+from ..engine.generate import K_MAX, GenerationConfig
 from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
 from ..render.compare import HEADERS, WIDTHS
 from . import distribution, exactness, hardware, reading, replay, serving
@@ -18,7 +18,9 @@ from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .requests import count_values
-from .settings import GREEDY, SAMPLED_TREES_UP_TO, SAMPLING, SAMPLING_TEMPERATURE, Settings
+from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
+
+TREES_UP_TO = GenerationConfig().sampled_trees_up_to  # the engine's tree policy, which the slider states
 
 REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
@@ -97,7 +99,7 @@ def _settings(policy: Policy) -> dict:
         with gr.Group(visible=not d.greedy) as sampling_group:
             temperature = gr.Slider(0.05, 2.0, value=d.temperature or SAMPLING_TEMPERATURE, step=0.05,
                                     label="temperature", elem_id="sv-temperature",
-                                    info=f"EAGLE and Medusa draft trees up to {SAMPLED_TREES_UP_TO}, chains above: "
+                                    info=f"EAGLE and Medusa draft trees up to {TREES_UP_TO:g}, chains above: "
                                          "what paid more on the examples")
             top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")

@@ -18,13 +18,6 @@ PROMPT_LOOKUP = "prompt lookup"
 LAYER_SKIP = "layerskip"
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
-# A tree drafter's candidates per step, per unit of k: with k = 4 a 4-node tree is mostly a straight
-# line; 8 show branches a class can see. 12 verified slower on a 2-core CPU than 6-8 (bench --tree-nodes-per-k).
-TREE_NODES_PER_K = 2
-# Sampling, those trees pay at lower temperatures and chains at higher ones (docs/performance.md, "Trees
-# when sampling", medians of three on the examples at k = 4: 0.7, trees 1.39x against chains 1.28x; 1.0,
-# chains 1.12x against trees 0.96x). Between the two nothing is measured: the cut is halfway.
-SAMPLED_TREES_UP_TO = 0.85
 
 
 def _number(value, name: str, whole: bool):
@@ -145,15 +138,10 @@ class Settings:
     def greedy(self) -> bool:
         return self.sampling.greedy
 
-    @property
-    def trees(self) -> bool:
-        """May EAGLE and Medusa draft trees: greedy, or sampling up to SAMPLED_TREES_UP_TO."""
-        return self.greedy or self.temperature <= SAMPLED_TREES_UP_TO
-
     def config(self, eos_token_ids=()) -> GenerationConfig:
         """The engine's config; raises SpecvizError for values it would not accept."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
             verification=self.verification,
-            eos_token_ids=tuple(eos_token_ids), tree_nodes=TREE_NODES_PER_K * self.k, trees=self.trees,
+            eos_token_ids=tuple(eos_token_ids),
         ).validate()

@@ -1,0 +1,76 @@
+"""The same words give the same run, whichever entry point is asked: `generate --json`, the app's
+/generate handler and `bench --json`, on one prompt, greedy and sampled (fixed seed), with EAGLE, Medusa
+and prompt lookup. The CLI used to draft k-node trees at temperature 1 where the app drafted chains
+(and 2k-node trees where the CLI drafted k), because the tree policy lived in the app alone.
+
+The CLI and the app are compared step by step (each step's draft, how many were kept, its tree's size,
+the tokens); the bench records counts per run, so it is compared by those: steps, drafted, accepted,
+the nodes verified and how many steps verified each tree size.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture)
+
+from specviz.cli.main import main
+from specviz.modeling import models
+from specviz.ui import Policy
+from specviz.ui.handlers import Handlers, Session
+
+K, TOKENS, SEED = 3, 12, 5
+DRAFTERS = ("eagle", "medusa", "pld")
+
+
+def _step(draft, accepted, tree, emitted) -> tuple:
+    return tuple(draft), accepted, len(tree) if tree else len(draft), tuple(emitted)
+
+
+def cli_run(folders, drafter: str, temperature: float, capsys) -> tuple[list, list]:
+    assert main(["generate", "--json", "--no-baseline", "--prompt", PROMPT, "--target", folders["target"],
+                 "--drafter", drafter, "--k", str(K), "--temperature", str(temperature), "--seed", str(SEED),
+                 "--max-new-tokens", str(TOKENS)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    steps = [_step(s["draft"], s["accepted"], s["tree"] and s["tree"]["tokens"], s["emitted"]) for s in out["steps"]]
+    return out["token_ids"], steps
+
+
+def app_run(folders, drafter: str, temperature: float) -> tuple[list, list]:
+    handlers, session = Handlers(Policy(), models), Session()
+    for _ in handlers.generate(handlers.arm(session), prompt=PROMPT, target=folders["target"], drafter=drafter,
+                               k=K, mode="sampling" if temperature else "greedy", temperature=temperature,
+                               seed=SEED, max_new_tokens=TOKENS):
+        pass
+    frame = session.last
+    assert frame.state == "done", frame.message
+    steps = [_step(s.draft, s.accepted, s.tree and s.tree.tokens, s.emitted) for s in frame.spec.steps]
+    return list(frame.spec.token_ids), steps
+
+
+def bench_runs(folders, names: list[str], temperature: float, tmp_path) -> dict[str, dict]:
+    suite, out = tmp_path / "one.jsonl", tmp_path / f"bench-{temperature}.json"
+    suite.write_text(json.dumps({"id": "one", "category": "c", "prompt": PROMPT}) + "\n")
+    assert main(["bench", "--target", folders["target"], "--drafters", ",".join(names), "--k", str(K),
+                 "--temperature", str(temperature), "--seed", str(SEED), "--max-new-tokens", str(TOKENS),
+                 "--suite", str(suite), "--json", str(out), "--no-progress"]) == 0
+    return {r["arm"].removesuffix(f" k={K}"): r for r in json.loads(out.read_text())["runs"]}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generate_the_app_and_the_bench_run_the_same_steps_for_the_same_words(app_models, temperature,  # noqa: F811
+                                                                              capsys, tmp_path):
+    names = {kind: app_models.get(kind, kind) for kind in DRAFTERS}  # the tiny heads' files; pld by name
+    benched = bench_runs(app_models, list(names.values()), temperature, tmp_path)
+    capsys.readouterr()
+    for kind, name in names.items():
+        tokens, steps = cli_run(app_models, name, temperature, capsys)
+        assert app_run(app_models, name, temperature) == (tokens, steps), f"{kind} at temperature {temperature}"
+        b = benched[name]
+        nodes = Counter(size for _, _, size, _ in steps)
+        assert (b["tokens"], b["steps"], b["drafted"], b["accepted"], b["candidates"]) == (
+            len(tokens), len(steps), sum(len(d) for d, *_ in steps), sum(a for _, a, _, _ in steps), sum(nodes.elements()))
+        assert b["draft_lengths"] == {str(n): c for n, c in sorted(nodes.items())}, f"{kind} at temperature {temperature}"
+        if kind != "pld":  # the tree policy: 2k-node trees greedy, chains when sampling at 1.0
+            assert max(nodes) == (2 * K if not temperature else K), nodes
