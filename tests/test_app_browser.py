@@ -152,6 +152,28 @@ def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url)
     page.close()
 
 
+def test_compare_with_ten_drafters_shows_every_row_inside_the_tables_box(browser, app_models):
+    """With ten drafters the last row hid below the table's box (Gradio's 500 px max height), and the
+    throughput chart reused colours (prompt lookup and layer skip both orange: tests/test_render.py)."""
+    draft, medusa = app_models["draft"], app_models["medusa"]
+    ten = ("none", "prompt lookup", draft, medusa, "suffix", "layerskip:0", "layerskip:1", f"{draft}+pld",
+           f"suffix+{draft}", f"{medusa}+pld")
+    with serve_app(app_policy(app_models, max_new_tokens=16, compare_drafters=ten)) as address:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(address)
+        page.get_by_role("tab", name="Compare drafters").click()
+        page.locator("#sv-compare").click()
+        page.wait_for_selector('#sv-compare-status [data-state="done"]', timeout=HANG)
+        assert page.locator("#sv-compare-table tbody tr").count() == 11
+        clipped = page.locator("#sv-compare-table *").evaluate_all(
+            "els => els.filter(e => ['auto', 'scroll', 'hidden'].includes(getComputedStyle(e).overflowY)"
+            " && e.scrollHeight > e.clientHeight + 2).map(e => e.className)")
+        assert clipped == [], clipped  # nothing inside the table scrolls or hides a row
+        page.locator("#sv-compare-table").screenshot(path=str(OUT / "compare-ten-table.png"))
+        page.locator("#sv-compare-speed").screenshot(path=str(OUT / "compare-ten-speed.png"))
+        page.close()
+
+
 def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
     with serve_app(app_policy(app_models, max_new_tokens=40, default_drafter=app_models["medusa"])) as address:
         page = generated(browser, address)

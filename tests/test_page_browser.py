@@ -164,6 +164,24 @@ def test_the_inspector_stays_on_the_step_the_reader_chose_while_the_run_goes_on(
     page.close()
 
 
+def test_stop_is_acknowledged_on_the_page_while_the_run_is_still_busy(browser, url, held_target):
+    """Stop pressed while the run is held in a pass (as in a long prefill piece): the status went on
+    counting with nothing acknowledging the click, and a teacher pressed it again. It says
+    "Stopping…" while the pass is still under way, then "Stopped"."""
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(url)
+    held_target.hold_after(20)
+    run(page, 120)
+    page.wait_for_selector('#sv-status [data-state="running"]', timeout=HANG)
+    page.locator("#sv-stop").click()
+    page.wait_for_function("document.querySelector('#sv-status .sv-status-text')?.innerText === 'Stopping…'",
+                           timeout=HANG)
+    assert page.locator('#sv-status [data-state="running"]').count() == 1  # still held: the run has not ended
+    held_target.release()
+    page.wait_for_selector('#sv-status [data-state="stopped"]', timeout=HANG)
+    page.close()
+
+
 def test_a_phone_sees_every_tab_every_verdict_and_hover_cards_inside_their_panel(browser, url):
     page = browser.new_page(viewport=PHONE, has_touch=True)
     page.goto(url)

@@ -210,8 +210,9 @@ def _compare_tab(policy: Policy):
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
     shown = dict(status=gr.HTML(status_html("Pick drafters and press Compare."), label="status",
                                 elem_id="sv-compare-status"),
+                 # max_height: Gradio's 500 px hid the last of ten drafters' rows below the table's box
                  table=gr.Dataframe(headers=HEADERS, label="comparison", interactive=False,
-                                    elem_id="sv-compare-table", wrap=True, column_widths=WIDTHS),
+                                    elem_id="sv-compare-table", wrap=True, column_widths=WIDTHS, max_height=4000),
                  # Full width, one above the other: horizontal bars need room for the run names.
                  speed=gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
                  quality=gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality"),
