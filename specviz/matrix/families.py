@@ -87,7 +87,8 @@ def _configs() -> dict[str, Callable[[int], object]]:
                                                             n_positions=512)),
         "mpt": lambda v: tf.MptConfig(**_gpt(v, d_model=HIDDEN, n_layers=LAYERS, n_heads=HEADS, max_seq_len=512)),
         "dbrx": lambda v: _dbrx(tf.DbrxConfig(**_gpt(v, d_model=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
-                                                     max_seq_len=512, attn_config={"kv_n_heads": KV_HEADS, "clip_qkv": 8.0},
+                                                     max_seq_len=512,
+                                                     attn_config={"kv_n_heads": KV_HEADS, "clip_qkv": 8.0},
                                                      ffn_config={"ffn_hidden_size": 2 * HIDDEN,
                                                                  "moe_num_experts": 4, "moe_top_k": 2}))),
         # Llama 4's text model: chunked and full layers, experts, and its base at `.model`, not the

@@ -90,18 +90,40 @@ class RollbackCache(DynamicCache):
             self.recording, self.floor = True, self.get_seq_length()
 
 
-def rollback_problem(cache) -> str | None:
-    """Why the engine could not roll `cache` back after a rejected draft, or None if it can.
+# One sentence for every model that carries a state forward instead of keeping past tokens
+# (Mamba, RWKV, MiniMax, Qwen3-Next, the hybrids): the cause is the same, whatever the library calls it.
+RECURRENT = ("it keeps a recurrent state (recurrent or linear-attention layers), which cannot be rolled back to an "
+             "earlier token")
+
+
+def keeps_state(model_class) -> bool:
+    """Does this class carry a recurrent state between calls instead of a cache? (RWKV's forward
+    takes `state` and no cache; older transformers marked such classes `_is_stateful`.)"""
+    if model_class is None:
+        return False
+    if getattr(model_class, "_is_stateful", False):
+        return True
+    try:
+        params = inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "state" in params and not {"cache", "past_key_values"} & set(params)
+
+
+def rollback_problem(cache, model_class=None) -> str | None:
+    """Why the engine could not roll `cache` (of a `model_class`) back after a rejected draft, or None if it can.
 
     Linear-attention and recurrent layers (Mamba's, Qwen3-Next's) call themselves croppable
     since transformers 5.25, but only with a history of their states kept per token, which
     their forward fills in for a few model families only; they are refused rather than trusted."""
     from transformers import cache_utils
 
+    if keeps_state(model_class):
+        return RECURRENT
     linear = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
     layers = getattr(cache, "layers", [])
     if any(isinstance(layer, linear) for layer in layers):
-        return "it has linear-attention or recurrent layers, whose state cannot be rolled back to an earlier token"
+        return RECURRENT
     if not cache.is_croppable:
         kinds = sorted({type(layer).__name__ for layer in layers if not layer.is_croppable})
         return f"its cache ({', '.join(kinds) or type(cache).__name__}) cannot be cropped to an earlier token"
@@ -139,7 +161,7 @@ def new_cache(model):
     if llama_fast.supports(model):
         return llama_fast.new_cache(model)
     cache = RollbackCache(config=model.config)
-    problem = rollback_problem(cache)
+    problem = rollback_problem(cache, type(model))
     if problem:
         raise SpecvizError(f"{type(model).__name__} cannot be used for speculative decoding: {problem}")
     return cache

@@ -301,15 +301,13 @@ def _load_failure(name: str, local: bool, error: Exception) -> str:
 
 def _check_rollback(name: str, model_class, config) -> None:
     """Refuse models whose KV cache the engine could not roll back after a rejection."""
-    from .forward import RollbackCache, rollback_problem
+    from .forward import RollbackCache, keeps_state, rollback_problem
 
     problem = None
-    if getattr(model_class, "_is_stateful", False):
-        problem = "it keeps a recurrent state, which cannot be rolled back to an earlier token"
-    elif model_class is not None and hasattr(model_class, "_supports_default_dynamic_cache") \
-            and not model_class._supports_default_dynamic_cache():
+    if model_class is not None and hasattr(model_class, "_supports_default_dynamic_cache") \
+            and not model_class._supports_default_dynamic_cache() and not keeps_state(model_class):
         problem = "it needs its own cache type, which cannot be cropped"
     else:
-        problem = rollback_problem(RollbackCache(config=config))
+        problem = rollback_problem(RollbackCache(config=config), model_class)
     if problem:
         raise SpecvizError(f"{name!r} cannot be used for speculative decoding: {problem}")

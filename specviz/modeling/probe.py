@@ -45,6 +45,15 @@ def _apart(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
 
 _checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> problem (None: fine)
 
+# The probe's checks in the order it makes them: a forward that raises is reported with the check
+# it was making, so a user reads what specviz tried before the library's own words.
+CHECKS = (
+    "one forward over 6 tokens gives a row of logits per token",
+    "a changed last token leaves the earlier logits alone (a causal decoder)",
+    "6 tokens in two forwards through its cache (4, then 2) match one forward",
+    "a rollback to 4 tokens gives the last 2 the same logits again",
+)
+
 
 def problem(model) -> str | None:
     """Why the engine cannot verify `model` exactly, or None. Cached per model object."""
@@ -78,23 +87,27 @@ def _probe(model) -> str | None:
         cache = new_cache(model)
     except SpecvizError as e:
         return str(e).split(": ", 1)[-1]
+    check = 0  # which of CHECKS is being made
     try:
         with torch.inference_mode():
             whole = forward(model, ids, cache)
             if whole.dim() != 2 or whole.shape[0] != len(ids):
                 return (f"one forward over {len(ids)} tokens gave logits of shape {tuple(whole.shape)}, not a row per "
                         "token, so drafts cannot be verified in one pass")
+            check = 1
             changed = forward(model, other, new_cache(model))
             if _apart(changed[:-1], whole[:-1], dtype):
                 return ("changing the last token changed the logits of earlier ones: its attention looks ahead "
                         "(not a causal decoder), so a draft would be scored with tokens after it")
             # The same tokens in two forwards, then a rollback and the last two again: the cache's way.
+            check = 2
             split = new_cache(model)
             first = forward(model, ids[:4], split)
             second = forward(model, ids[4:], split)
             if _apart(torch.cat([first, second]), whole, dtype):
                 return ("its cache does not reproduce one forward's logits when the same tokens come in two parts, "
                         "so verifying after a cached context would not be exact")
+            check = 3
             rollback(split, 4)
             again = forward(model, ids[4:], split)
             if _apart(again, whole[4:], dtype):
@@ -102,6 +115,7 @@ def _probe(model) -> str | None:
     except SpecvizError as e:
         return str(e).split(": ", 1)[-1]
     except Exception as e:  # noqa: BLE001 - any library error becomes the sentence a user reads
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        return f"its forward failed on a 6-token probe ({type(e).__name__}: {first})"
+        words = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]  # the sentence stays under 400
+        return (f"specviz's probe checks that {CHECKS[check]} (check {check + 1} of {len(CHECKS)}), and there its "
+                f"forward failed ({type(e).__name__}: {words})")
     return None
