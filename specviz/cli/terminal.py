@@ -53,6 +53,9 @@ def print_summary(r, out) -> None:
         f"{st['target_calls']} target calls; alpha {st['acceptance_rate']:.2f}, "
         f"tau {st['mean_accepted_length']:.2f}, {st['tokens_per_s']:.1f} tokens/s\n"
     )
+    if st.get("stop_reason") == "context":  # the run stopped before --max-new-tokens: say why
+        out.write(f"the run ended because the model's context is full ({r['prompt_tokens']} prompt tokens "
+                  f"and {st['tokens']} new)\n")
     if "baseline" in r:
         b = r["baseline"]
         out.write(f"baseline: {b['stats']['tokens']} tokens, {b['tokens_per_s']:.1f} tokens/s; "

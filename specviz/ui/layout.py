@@ -114,7 +114,7 @@ def _settings(policy: Policy) -> dict:
         repetition_penalty = gr.Slider(0.8, 2.0, value=d.repetition_penalty, step=0.05,
                                        label="repetition penalty (1 = off)")
         seed = gr.Number(d.seed, precision=0, label="seed")
-        chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template")
+        chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template (where the model has one)")
     mode.change(lambda m: gr.Group(visible=m == SAMPLING), mode, sampling_group, queue=False,
                 api_visibility="private")
     return dict(target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,

@@ -230,6 +230,9 @@ def tokens_made(frame: Frame) -> str:
                      + [f"{name} {len(t.token_ids)}" for name, t in rest])
 
 
+CONTEXT_FULL = "The run ended because the model's context is full"
+
+
 def _finish(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
@@ -238,6 +241,8 @@ def _finish(frame: Frame, deadline: Deadline) -> None:
     frame.message = f"Stopped after {made}." if stopped else f"Done: {made}."
     if stopped and deadline.passed:
         frame.message = f"Stopped at this app's time limit ({deadline.seconds:g} s a run) after {made}."
+    if any(t.end and t.end.stats.stop_reason == "context" for t in traces):
+        frame.message += f" {CONTEXT_FULL}."
     frame.fraction = None
 
 
@@ -251,7 +256,9 @@ def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop):
     target = yield from loading(models, s.target, "target", frame, should_stop, policy.model_bytes)
     if target is None:
         raise _Stopped
-    ids = models.encode_prompt(target, s.prompt, chat=s.chat)
+    # The chat box asks for the template where the model has one, as the CLI's default does: a
+    # script's (or the page's) chat=True on a model without one sends the prompt as it is.
+    ids = models.encode_prompt(target, s.prompt, chat=None if s.chat else False)
     policy.check_prompt_tokens(len(ids))
     return target, ids, replace(cfg, eos_token_ids=target.eos_token_ids)
 
