@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from dataclasses import dataclass
 
 from torch import nn
@@ -31,21 +32,34 @@ class Stack:
     norm: nn.Module | None  # the final norm, when the body has one under a known name
     head: nn.Module | None  # the LM head
 
-    @property
-    def body_path(self) -> str:
-        return self.path.rpartition(".")[0]
-
 
 def _lists(model) -> list[tuple[str, nn.ModuleList]]:
     return [(name, module) for name, module in model.named_modules()
             if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] in LAYER_LISTS and len(module)]
 
 
+_found: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> Stack | None
+
+
 def find(model) -> Stack | None:
     """The decoder stack of `model`, or None when it has no list of layers under a name families use.
 
     Of several lists (a vision tower's, an encoder's), the one as long as the text config's layer
-    count wins, then the shallowest: the language model's own stack."""
+    count wins, then the shallowest: the language model's own stack. Looked up once per model
+    (every EAGLE or Medusa step on transformers' path asks)."""
+    try:
+        return _found[model]
+    except (KeyError, TypeError):
+        pass
+    found = _find(model)
+    try:
+        _found[model] = found
+    except TypeError:  # not weak-referenceable: looked up again next time
+        pass
+    return found
+
+
+def _find(model) -> Stack | None:
     found = _lists(model)
     if not found:
         return None
@@ -56,17 +70,6 @@ def find(model) -> Stack | None:
     body = model.get_submodule(path.rpartition(".")[0]) if "." in path else model
     norm = next((getattr(body, n) for n in FINAL_NORMS if isinstance(getattr(body, n, None), nn.Module)), None)
     return Stack(path, body, layers, model.get_input_embeddings(), norm, model.get_output_embeddings())
-
-
-def stack(model) -> Stack:
-    """find(model), or a SpecvizError saying what was looked for."""
-    from ..core.errors import SpecvizError
-
-    found = find(model)
-    if found is None:
-        raise SpecvizError(f"{type(model).__name__} has no list of decoder layers under a name specviz knows "
-                           f"({', '.join(LAYER_LISTS)})")
-    return found
 
 
 def body(model) -> nn.Module:
