@@ -15,6 +15,26 @@ def test_fixed_k_never_changes():
     assert length.next() == 5
 
 
+class Named:
+    """A drafter that says what kind of draft comes next, chains or trees."""
+
+    def __init__(self, tree_width: int, kind=None):
+        self.tree_width, self.kind = tree_width, kind
+
+    def plan(self, ids):
+        return self.kind
+
+
+def test_the_policy_sizes_each_step_chain_tree_or_confidence_within_the_room_left():
+    chain, tree = Named(0, kind=3), Named(3)
+    fixed = DraftLength(4, 16, dynamic=False, tree_nodes=8, confidence=0.3)  # confidence sizes dynamic drafts only
+    assert fixed.plan(chain, [1], room=100) == (3, 4) and fixed.plan(tree, [1], room=100) == (None, 8)
+    assert fixed.plan(tree, [1], room=5) == (None, 4) and fixed.plan(None, [1], room=100) == (None, 0)
+    assert fixed.confidence == 0 and DraftLength(4, 16, dynamic=False).plan(tree, [1], room=100) == (None, 4)  # no trees: k
+    sized = DraftLength(4, 16, dynamic=True, tree_nodes=8, confidence=0.3)
+    assert sized.plan(tree, [1], room=100) == (None, 16) and sized.plan(chain, [1], room=100) == (3, 4)
+
+
 def feed(length, steps, drafted, accepted, cost):
     for _ in range(steps):
         j = length.next() if drafted is None else drafted

@@ -43,8 +43,16 @@ SLOW_DRAFT = 3.0  # a drafting time over this many times the estimate counts as 
 
 
 class DraftLength:
-    def __init__(self, k: int, k_max: int, dynamic: bool):
+    """The draft-length policy: how much each step drafts (`plan`), from what earlier steps did (`record`).
+
+    tree_nodes: a tree drafter's candidates per step at fixed k (0: this run drafts no trees).
+    confidence: with dynamic k, the drafter's own stop (chains stop below it; a tree is given the
+    largest budget, 4k, and keeps the nodes whose path probability reaches it)."""
+
+    def __init__(self, k: int, k_max: int, dynamic: bool, tree_nodes: int = 0, confidence: float = 0.0):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
+        self.tree_nodes = tree_nodes
+        self.confidence = confidence if dynamic else 0.0
         self.accepted = self.rejected = 0.0
         self.by_kind: dict[int, tuple[float, float]] = {}  # kind -> (accepted, rejected), discounted
         self.cost = VerifyCost()
@@ -87,6 +95,23 @@ class DraftLength:
     def draft_cost(self, kind=None) -> float:
         """Drafting seconds per token, as a fraction of a one-token verify."""
         return self.ratio_by_kind.get(kind, self.draft_ratio) or 0.0
+
+    def plan(self, drafter, ids: list[int], room: int) -> tuple[object, int]:
+        """(the kind of draft coming, how many tokens or tree nodes to ask for) for the next step. The
+        drafter first says what kind of draft it has (prompt lookup: the n-gram length it matched), and
+        dynamic k gives it the length that kind has earned; at fixed k a tree drafter gets the tree's
+        budget, and a tree sized by confidence the largest. Never more than room - 1: the target adds one."""
+        if drafter is None:
+            return None, 0
+        kind = drafter.plan(ids)
+        tree = self.tree_nodes and drafter.tree_width > 1
+        if tree and self.confidence > 0:
+            wanted = self.k_max
+        elif tree and not self.dynamic:  # dynamic k sizes trees itself
+            wanted = self.tree_nodes
+        else:
+            wanted = self.next(kind)
+        return kind, max(0, min(wanted, room - 1))
 
     def next(self, kind=None) -> int:
         """The draft length for the coming step (for a draft of this kind, when known)."""

@@ -213,12 +213,12 @@ def speculative_generate(
     prefill can take minutes on a CPU)."""
     run = _Run(target, prompt_ids, config, should_stop, on_prefill)
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
-    length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k)
-    min_conf = cfg.draft_confidence if cfg.dynamic_k else 0.0
 
     start = time.perf_counter()
     features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
     trees = cfg.trees and trees_verifiable(run.cache)  # may the drafter propose trees?
+    length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k, tree_nodes=cfg.tree_nodes if trees else 0,
+                         confidence=cfg.draft_confidence)
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None and not run.cut_short:
@@ -231,17 +231,11 @@ def speculative_generate(
     while reason is None:
         t0 = time.perf_counter()
         with torch.inference_mode():
-            # 1. Draft: at most k tokens, never more than the run can still emit. The drafter
-            # first says what kind of draft is coming (prompt lookup: the n-gram length it
-            # matched), and dynamic k gives it the length that kind has earned; a tree sized
-            # by confidence gets the largest budget and keeps the nodes its drafter is sure of.
-            kind = drafter.plan(run.ids) if drafter is not None else None
-            tree = trees and drafter is not None and drafter.tree_width > 1
-            sized = min_conf > 0 and tree
-            fixed_tree = tree and cfg.tree_nodes and not cfg.dynamic_k  # dynamic k sizes trees itself
-            wanted = length.k_max if sized else cfg.tree_nodes if fixed_tree else length.next(kind)
-            k_step = max(0, min(wanted, run.room() - 1))
-            draft = drafter.propose(run.ids, k_step, min_conf) if drafter and k_step else empty_draft(dev)
+            # 1. Draft: as many tokens (a tree: nodes) as the draft-length policy gives this kind of
+            # draft (draft_length.py: k, a tree's budget, or what dynamic k has priced), never more
+            # than the run can still emit.
+            kind, size = length.plan(drafter, run.ids, run.room())
+            draft = drafter.propose(run.ids, size, length.confidence) if size else empty_draft(dev)
             n_draft = draft.tokens.numel()
             synchronize(dev)
             t1 = time.perf_counter()
