@@ -109,7 +109,7 @@ def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
     filling one it is not wired to, raises instead of leaving a block blank."""
     import gradio as gr
 
-    from specviz.ui import layout
+    from specviz.ui import layout, serving
     from specviz.ui.page import named
     from specviz.ui.policy import Policy
     from specviz.ui.views import compare_values, error_frame, playground_values
@@ -118,8 +118,10 @@ def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
     with gr.Blocks():
         *_, playground, _ = layout._playground_tab(Policy())
         *_, compare = layout._compare_tab(Policy())
+        server = serving.controls(Policy(), runs=None)
     assert list(playground_values(frame)) == list(playground)  # /generate returns them in this order
     assert list(compare_values(frame)) == list(compare)
+    assert list(serving.values("x", "done")) == list(server.outputs)
     shown = named(lambda: playground_values(frame), playground)()
     assert shown[playground["status"]] == playground_values(frame)["status"]
     for slip in ({**playground_values(frame), "extra": 1}, {k: v for k, v in playground_values(frame).items()

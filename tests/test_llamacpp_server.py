@@ -72,7 +72,7 @@ def test_the_serving_tab_draws_llamacpps_steps(urls):
     runs = ServingRuns(policy, Line(policy.concurrency, policy.max_waiting, policy.runs_per_visitor))
     *_, last = runs.run(Session(), None, server=spec, baseline=base, model="", prompt=ECHO, mode="greedy",
                         temperature=0.0, seed=0, max_new_tokens=48, chat=True)
-    summary, panel = last[-2], unescape(last[2]).replace("&#x27;", "'")
+    summary, panel = last["summary"], unescape(last["spec"]).replace("&#x27;", "'")
     assert summary["state"] == "done", summary["message"]
     s, b = summary["speculative"], summary["baseline"]
     assert s["engine"] == "llama.cpp" and s["steps_from"] == COUNTERS and s["spec"]["drafted"] > 0

@@ -23,7 +23,6 @@ from specviz.ui.serving import ServingRuns
 
 SPEC, PLAIN = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
 HOSTILE = "<img src=x onerror=alert(1)>"
-STATUS, HEADLINE, SPEC_PANEL, BASE_PANEL, STEPS, POSITIONS, SPEED, SUMMARY = range(8)
 
 
 TEXTS = ("The cat sat", " on", " the mat and", ".", " Then it", " slept.")
@@ -78,7 +77,7 @@ def _read_result(path):
     return data
 
 
-def run_all(runs: ServingRuns, session=None, **overrides) -> list[list]:
+def run_all(runs: ServingRuns, session=None, **overrides) -> list[dict]:
     values = dict(server=SPEC, baseline=PLAIN, model="", prompt="Say hi", mode="greedy", temperature=0.7,
                   seed=7, max_new_tokens=64, chat=True) | overrides
     return list(runs.run(session or Session(), None, **values))
@@ -115,9 +114,9 @@ def test_hostile_model_text_is_escaped_everywhere_it_shows():
     failed = ServerRun(url=SPEC, model="smol", error=f"HTTP 400: {HOSTILE}")
     shown = serving(engines=fake_engines({SPEC: run, PLAIN: failed}))
     *_, last = run_all(shown)
-    page = "".join(v for v in last[:4] if isinstance(v, str))
+    page = "".join(last[name] for name in ("status", "headline", "spec", "base"))
     assert HOSTILE not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
-    assert "failed: HTTP 400" in last[STATUS]
+    assert "failed: HTTP 400" in last["status"]
 
 
 # ---- a whole run ---------------------------------------------------------------------------
@@ -129,17 +128,17 @@ def test_a_run_streams_the_speculative_server_then_the_plain_one_and_compares_th
     assert calls[0] | dict(url=None) == dict(url=None, prompt="Say hi", model=None, max_tokens=64,
                                              temperature=0.0, seed=7, chat=True, timeout_s=120.0)  # greedy
     last = updates[-1]
-    summary = last[SUMMARY]
-    assert summary["state"] == "done" and 'data-state="done"' in last[STATUS]
+    summary = last["summary"]
+    assert summary["state"] == "done" and 'data-state="done"' in last["status"]
     assert summary["speculative"]["spec"]["acceptance_rate"] == pytest.approx(12 / 18)
     assert summary["speedup"] == pytest.approx((18 / 0.65) / (20 / 1.01))
-    assert 'data-metric="alpha"' in last[HEADLINE] and "0.67" in last[HEADLINE]
-    steps, positions, speed = last[STEPS], last[POSITIONS], last[SPEED]
+    assert 'data-metric="alpha"' in last["headline"] and "0.67" in last["headline"]
+    steps, positions, speed = last["steps"], last["positions"], last["speed"]
     assert [t.type for t in steps.data] == ["bar", "scatter"] and list(steps.data[0].y) == [1, 1 / 3, 1, 0, 1, 2 / 3]
     assert [t.type for t in positions.data] == ["bar"] and list(positions.data[0].y) == [5 / 6, 4 / 6, 3 / 6]
     assert [t.name for t in speed.data] == ["speculative", "plain"]
-    assert "line up" not in last[BASE_PANEL] and "one engine step" in last[BASE_PANEL]  # a plain server drafts nothing
-    assert any(u[SUMMARY]["state"] == "running" for u in updates[:-1])  # the page updated while it streamed
+    assert "line up" not in last["base"] and "one engine step" in last["base"]  # a plain server drafts nothing
+    assert any(u["summary"]["state"] == "running" for u in updates[:-1])  # the page updated while it streamed
 
 
 def test_a_server_without_per_step_counts_gets_totals_not_invented_steps():
@@ -154,21 +153,21 @@ def test_a_server_without_per_step_counts_gets_totals_not_invented_steps():
 def test_a_failed_request_is_a_sentence_and_a_raising_client_too():
     failed = ServerRun(url=SPEC, model="smol", error="connection refused (is the server running?)")
     *_, last = run_all(serving(engines=fake_engines({SPEC: failed, PLAIN: plain_run()})))
-    assert last[SUMMARY]["state"] == "error"
-    assert "The speculative server failed: connection refused" in last[STATUS]
+    assert last["summary"]["state"] == "error"
+    assert "The speculative server failed: connection refused" in last["status"]
     boom = fake_engines({SPEC: RuntimeError("/secret/path"), PLAIN: plain_run()})
     *_, hosted = run_all(serving(hosted_policy(server_url=SPEC), boom), baseline="")
-    assert "unexpected error (RuntimeError)" in hosted[STATUS] and "/secret" not in hosted[STATUS]
+    assert "unexpected error (RuntimeError)" in hosted["status"] and "/secret" not in hosted["status"]
     *_, local = run_all(serving(engines=boom), baseline="")
-    assert "/secret/path" in local[STATUS]  # a local user may see their own paths
+    assert "/secret/path" in local["status"]  # a local user may see their own paths
 
 
 def test_stop_ends_the_request_at_the_next_chunk_and_keeps_what_arrived():
     session = Session()
     stopping = fake_engines({SPEC: spec_run(), PLAIN: plain_run()}, between=lambda i: setattr(session, "stop", i == 2))
     *_, last = run_all(serving(engines=stopping), session)
-    assert last[SUMMARY]["state"] == "stopped" and "Stopped after 6 tokens" in last[STATUS]
-    assert last[SPEC_PANEL].count('data-kind="step"') == 2 and last[SUMMARY]["baseline"] is None
+    assert last["summary"]["state"] == "stopped" and "Stopped after 6 tokens" in last["status"]
+    assert last["spec"].count('data-kind="step"') == 2 and last["summary"]["baseline"] is None
     assert not session.busy and not session.stop
 
 
@@ -181,10 +180,10 @@ def test_each_server_gets_its_share_of_the_time_limit():
 
     slow = fake_engines({SPEC: spec_run(), PLAIN: plain_run(3)}, between=stall)
     *_, last = run_all(serving(Policy(max_run_seconds=0.4), slow))
-    assert last[SUMMARY]["state"] == "done"
+    assert last["summary"]["state"] == "done"
     assert ("Done: 4 tokens at 40.0 tok/s; plain server 18.7 tok/s. The speculative request stopped at this "
-            "app's time limit (0.2 s a request) after 4 tokens.") in unescape(last[STATUS])
-    assert last[SUMMARY]["baseline"]["tokens"] == 3
+            "app's time limit (0.2 s a request) after 4 tokens.") in unescape(last["status"])
+    assert last["summary"]["baseline"]["tokens"] == 3
 
 
 def test_runs_wait_in_the_line_and_stop_while_waiting():
@@ -194,9 +193,9 @@ def test_runs_wait_in_the_line_and_stop_while_waiting():
     updates = runs.run(session, None, server=SPEC, prompt="hi", mode="greedy", temperature=0.7, seed=0,
                        max_new_tokens=8, chat=True)
     first = next(updates)
-    assert first[SUMMARY]["state"] == "waiting" and first[SUMMARY]["ahead"] == 1
+    assert first["summary"]["state"] == "waiting" and first["summary"]["ahead"] == 1
     session.stop = True
-    assert next(updates)[SUMMARY]["state"] == "stopped"
+    assert next(updates)["summary"]["state"] == "stopped"
     assert list(updates) == []  # ended: its ticket is out of the line
     runs.line.leave(other)
     assert len(runs.line) == 0
@@ -247,15 +246,15 @@ def test_a_hosted_app_sends_requests_only_to_its_operators_servers():
                      fake_engines({SPEC: spec_run(), PLAIN: plain_run()}, calls))
     for url in ("http://169.254.169.254/latest/meta-data", "http://127.0.0.1:22", "file:///etc/passwd"):
         *_, last = run_all(hosted, server=url)
-        assert "only sends requests to the serving engines its operator named" in last[STATUS]
+        assert "only sends requests to the serving engines its operator named" in last["status"]
         *_, last = run_all(hosted, baseline=url)
-        assert "not to the plain server URL given" in last[STATUS]
+        assert "not to the plain server URL given" in last["status"]
     assert not calls
-    assert run_all(hosted, server=SPEC + "/")[-1][SUMMARY]["state"] == "done"
+    assert run_all(hosted, server=SPEC + "/")[-1]["summary"]["state"] == "done"
     *_, last = run_all(serving(hosted_policy(), fake_engines({})))
-    assert "no serving engine: its operator names one" in last[STATUS]
+    assert "no serving engine: its operator names one" in last["status"]
     *_, last = run_all(hosted, max_new_tokens=1000)
-    assert "capped at 256" in last[STATUS]
+    assert "capped at 256" in last["status"]
 
 
 def test_a_trusted_app_takes_any_http_url_and_nothing_else():

@@ -236,8 +236,8 @@ def test_the_page_says_the_state_after_a_run(pages):
     runs = ServingRuns(policy, Line(policy.concurrency, policy.max_waiting, policy.runs_per_visitor), backend)
     *_, last = runs.run(Session(), None, server=url, baseline="", model="", prompt="Hi", mode="greedy",
                         temperature=0.0, seed=0, max_new_tokens=16, chat=True)
-    assert "llama.cpp drafted nothing for this request" in unescape(last[0])
-    assert "--speculative-config" not in unescape(last[0])
+    assert "llama.cpp drafted nothing for this request" in unescape(last["status"])
+    assert "--speculative-config" not in unescape(last["status"])
 
 
 # ---- 3. fair speed ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..serving.state import explain
 from . import uploads
 from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
-from .page import Page
+from .page import Page, named
 from .policy import MEASURED_LOAD, Policy
 from .runner import readable
 from .settings import Settings
@@ -38,6 +38,7 @@ MAX_MODEL_CHARS = 200
 MAX_LOAD_BYTES = 8 * MB  # a sweep's JSON keeps a row per request: ~1 MB for thousands of requests
 SETTINGS = ("prompt", "mode", "temperature", "seed", "max_new_tokens", "chat")  # the page's controls a server takes
 WAITING = "Press Run: the server's output appears here, one box per step it sent."
+CHARTS = ("steps", "positions", "speed")  # serving_figures' order
 
 
 def sweep_too_large(name: str, size: str, limit: str) -> str:
@@ -65,7 +66,7 @@ class Controls:
     model: gr.Textbox
     run: gr.Button
     stop: gr.Button
-    outputs: list  # status, headline, two panels, three charts, summary (values() order)
+    outputs: dict  # status, headline, two panels, three charts, summary: by values()' names
     load_file: gr.File
     load_path: gr.Textbox
     load_show: gr.Button
@@ -104,22 +105,22 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
         run = gr.Button("Run", variant="primary", scale=1, min_width=110, elem_id="sv-server-run",
                         interactive=bool(policy.server_url) or not policy.hosted)
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-server-stop")
-    outputs = [gr.HTML(status_html(ready(policy)), label="status", elem_id="sv-server-status"),
-               gr.HTML(label="headline numbers", elem_id="sv-server-headline")]
+    outputs = dict(status=gr.HTML(status_html(ready(policy)), label="status", elem_id="sv-server-status"),
+                   headline=gr.HTML(label="headline numbers", elem_id="sv-server-headline"))
     with gr.Row(equal_height=False, elem_classes="sv-panels"):
-        outputs += [gr.HTML(groups_html(None, "Speculative server", WAITING), label="speculative server text",
-                            elem_id="sv-server-spec", min_width=300),
-                    gr.HTML(groups_html(None, "Plain server", WAITING), label="plain server text",
-                            elem_id="sv-server-base", min_width=300)]
-    blank = serving_figures(None, None)
+        outputs["spec"] = gr.HTML(groups_html(None, "Speculative server", WAITING), label="speculative server text",
+                                  elem_id="sv-server-spec", min_width=300)
+        outputs["base"] = gr.HTML(groups_html(None, "Plain server", WAITING), label="plain server text",
+                                  elem_id="sv-server-base", min_width=300)
+    blank = dict(zip(CHARTS, serving_figures(None, None)))
     with gr.Row(elem_classes="sv-charts"):
-        outputs += [gr.Plot(blank[0], label="tokens per step chart", show_label=False, min_width=300,
-                            elem_id="sv-server-chart-steps"),
-                    gr.Plot(blank[1], label="draft positions chart", show_label=False, min_width=300,
-                            elem_id="sv-server-chart-positions")]
-    outputs.append(gr.Plot(blank[2], label="speed chart", show_label=False, elem_id="sv-server-chart-speed"))
+        outputs["steps"] = gr.Plot(blank["steps"], label="tokens per step chart", show_label=False, min_width=300,
+                                   elem_id="sv-server-chart-steps")
+        outputs["positions"] = gr.Plot(blank["positions"], label="draft positions chart", show_label=False,
+                                       min_width=300, elem_id="sv-server-chart-positions")
+    outputs["speed"] = gr.Plot(blank["speed"], label="speed chart", show_label=False, elem_id="sv-server-chart-speed")
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
-        outputs.append(gr.JSON(label="summary", elem_id="sv-server-summary"))
+        outputs["summary"] = gr.JSON(label="summary", elem_id="sv-server-summary")
     with gr.Accordion("Load sweep", open=bool(policy.load_result), elem_id="sv-load-box"):
         gr.Markdown("Many requests at once, with speculation on and off: tokens/s, time to first token, "
                     "inter-token latency and acceptance as concurrency grows (`python -m specviz load` writes "
@@ -138,17 +139,18 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
                     load_plot, runs)
 
 
-def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> list:
-    """status, headline, two panels, three charts (gr.skip() unless `charts`), summary."""
+def values(message: str, state: str, spec=None, base=None, charts: bool = True, ahead: int | None = None) -> dict:
+    """The tab's outputs by name (controls()'): status, headline, the two panels, three charts (gr.skip()
+    unless `charts`), summary."""
     figures = serving_figures(spec, base) if charts else (gr.skip(),) * 3
     c = compare(spec, base)
     summary = {"state": state, "message": message, "ahead": ahead, "speedup": c.speedup,
                "speedup_basis": c.basis, "speedup_withheld": c.withheld, "prompt_caches": c.cache,
                "speculative": run_dict(spec), "baseline": run_dict(base)}
-    return [status_html(message, state), headline_html(spec, base),
-            groups_html(spec, "Speculative server", WAITING if spec is None else "No text yet.", run_note(spec)),
-            groups_html(base, "Plain server", WAITING, run_note(base)),
-            *figures, summary]
+    return {"status": status_html(message, state), "headline": headline_html(spec, base),
+            "spec": groups_html(spec, "Speculative server", WAITING if spec is None else "No text yet.", run_note(spec)),
+            "base": groups_html(base, "Plain server", WAITING, run_note(base)),
+            **dict(zip(CHARTS, figures)), "summary": summary}
 
 
 class ServingRuns:
@@ -162,13 +164,13 @@ class ServingRuns:
         return self._backend or default_backend()
 
     def run(self, session, request: gr.Request = None, *, server, baseline="", model="", **controls):
-        """Stream the speculative server, then the plain one; yields values() + [session]."""
+        """Stream the speculative server, then the plain one; yields values() and the session."""
         def status(message, state, ahead=None):
-            return [*values(message, state, ahead=ahead), session]
+            return {**values(message, state, ahead=ahead), "session": session}
 
         def updates(checked):
             for update in self._requests(*checked, session.should_stop):
-                yield update + [session]
+                yield {**update, "session": session}
 
         yield from self.line.run(session, request, status, lambda: self._check(server, baseline, model, controls),
                                  updates)
@@ -189,7 +191,7 @@ class ServingRuns:
                                     seed=s.seed, chat=s.chat)
 
     def _requests(self, urls: list, prompt: str, options: dict, should_stop):
-        """values() lists while each server streams; the last one says how it ended."""
+        """values() while each server streams; the last one says how it ended."""
         seconds = self.policy.max_run_seconds and self.policy.max_run_seconds / len(urls)  # a fair share each
         runs: list = [None, None]
         notes = []
@@ -298,11 +300,12 @@ def _tps(run) -> str:
 def wire(c: Controls, page: Page) -> None:
     """Run takes the URLs, the model and the page's shared settings by name (API: /serving),
     in the handlers' Line and their Session (so the page's other Stop buttons and runs agree)."""
-    runs, session, handlers = c.runs, page.session, page.handlers
+    runs, session, handlers, outputs = c.runs, page.session, page.handlers, {**c.outputs, "session": page.session}
     inputs = dict(server=c.server, baseline=c.baseline, model=c.model) | {name: page.settings[name] for name in SETTINGS}
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(
-        runs.run, session, [*c.outputs, session], inputs_kwargs=inputs, api_name="serving", **page.queued)
+        named(runs.run, outputs), session, list(outputs.values()), inputs_kwargs=inputs, api_name="serving",
+        **page.queued)
     # Named: unnamed, it would take "stop" from the Playground's public /stop (wired later).
     c.stop.click(handlers.stop, session, session, api_name="serving_stop", **instant)
     c.load_file.upload(runs.show_upload, c.load_file, [c.load_status, c.load_plot], **instant)
