@@ -10,6 +10,7 @@ the nodes verified and how many steps verified each tree size.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -74,3 +75,16 @@ def test_generate_the_app_and_the_bench_run_the_same_steps_for_the_same_words(ap
         assert b["draft_lengths"] == {str(n): c for n, c in sorted(nodes.items())}, f"{kind} at temperature {temperature}"
         if kind != "pld":  # the tree policy: 2k-node trees greedy, chains when sampling at 1.0
             assert max(nodes) == (2 * K if not temperature else K), nodes
+
+
+@pytest.mark.parametrize("typo, meant", [("eagel", "eagle"), ("sufix+medusa", "suffix"), ("medusaa+pld", "medusa")])
+def test_a_mistyped_drafter_is_told_the_drafter_names_not_the_targets_advice(app_models, typo, meant,  # noqa: F811
+                                                                              capsys):
+    said = f"unknown drafter .*did you mean '{meant}'\\? The drafters are 'none', 'pld'"
+    assert main(["generate", "--prompt", PROMPT, "--target", app_models["target"], "--drafter", typo]) == 2
+    err = capsys.readouterr().err
+    assert re.search(said, err) and "embedded" not in err, err
+    handlers, session = Handlers(Policy(), models), Session()
+    for _ in handlers.generate(handlers.arm(session), prompt=PROMPT, target=app_models["target"], drafter=typo):
+        pass
+    assert session.last.state == "error" and re.search(said, session.last.message), session.last.message

@@ -5,6 +5,7 @@ a KV cache); the models behind them come from the shared, read-only load cache.
 """
 from __future__ import annotations
 
+import difflib
 import pathlib
 from typing import Callable
 
@@ -26,6 +27,24 @@ WITH_SUFFIX = "suffix+"  # "suffix+eagle": suffix decoding where it is sure, tha
 # titles all say these, never "pld" or "draft model layerskip".
 TRAINED = {"draft": "distilled draft model", "medusa": "Medusa", "eagle": "EAGLE"}
 SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "assets" / "drafters" / "smollm2-135m-instruct"
+
+
+NAMES = ("'none', 'pld', 'suffix', 'layerskip[:LAYERS]', 'eagle', 'medusa', 'draft' (or 'eagle:PATH' etc.), "
+         "'NAME+pld', 'suffix+NAME', or a draft model's Hub id or folder")
+
+
+def check_name(spec: str) -> None:
+    """Refuse a drafter name that is a typo of one of ours ('eagel', 'sufix'), in a sentence that says
+    what the drafter names are, before it is tried as a draft model (whose failure would give the
+    target's advice). A folder that exists, or a Hub id with its '/', is never refused here."""
+    s = (spec or "").strip()
+    if not s or "/" in s or "\\" in s or pathlib.Path(s).expanduser().exists():
+        return
+    known = [*NONE_NAMES, *PLD_NAMES, SUFFIX, LAYER_SKIP, *TRAINED]
+    for word in (part.partition(":")[0].strip().lower() for part in s.split("+")):  # "sufix+eagle", "eagel:PATH"
+        close = [] if word in known else difflib.get_close_matches(word, known, 1, 0.75)
+        if close:
+            raise SpecvizError(f"unknown drafter {s!r}: did you mean {close[0]!r}? The drafters are {NAMES}")
 
 
 def _trained(spec: str) -> tuple[str, str] | None:
@@ -116,7 +135,7 @@ def draft_model(target, draft, spec: str) -> DraftModel:
 
 
 def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
-                 progress: Callable[[str, float], None] | None = None, memory=None) -> Drafter | None:
+                 progress: Callable[[str, float], None] | None = None, memory=None, draft=None) -> Drafter | None:
     """`none` -> None (plain decoding in steps), `pld` -> prompt lookup, `suffix` -> suffix
     decoding over `memory` (a SuffixMemory; default: the process's), `layerskip[:layers]`
     -> the target with layers skipped, `draft`/`medusa`/`eagle` -> the shipped trained drafter
@@ -124,17 +143,19 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
     any of those but none, pld and suffix with `+pld` -> paired with prompt lookup, as
     `suffix+NAME` with suffix decoding (hybrid.py).
 
-    A draft model is loaded on the target's device and dtype and must share its tokenizer.
+    A draft model is loaded on the target's device and dtype and must share its tokenizer; `draft`:
+    one already loaded (models.Loaded) by a caller that shows its loading (the app).
     """
     from ..modeling import models  # imported here: the engine layers never need transformers' loaders
 
     s = (spec or "").strip()
     if not s:
-        raise SpecvizError("no drafter given: use 'none', 'pld', 'suffix', 'layerskip', 'draft', 'medusa', "
-                           "'eagle' or a draft model id/folder")
+        raise SpecvizError(f"no drafter given: the drafters are {NAMES}")
+    check_name(s)
     inner, copier = split_hybrid(s)
     if copier:
-        model = make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress, memory=memory)
+        model = make_drafter(inner, target, trust_remote_code=trust_remote_code, progress=progress, memory=memory,
+                             draft=draft)
         return paired(model, inner, copier, memory, target)
     if s.lower() in NONE_NAMES:
         return None
@@ -146,8 +167,9 @@ def make_drafter(spec: str, target, *, trust_remote_code: bool = False,
         return _layer_skip(s, target)
     if _trained(s):
         return trained_drafter(s, target)
-    draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
-                        trust_remote_code=trust_remote_code, progress=progress)
+    if draft is None:
+        draft = models.load(s, device=str(target.device), dtype=_dtype_name(target.dtype),
+                            trust_remote_code=trust_remote_code, progress=progress)
     return draft_model(target, draft, s)
 
 

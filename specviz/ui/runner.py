@@ -192,14 +192,14 @@ def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_byt
     memory: the visitor's suffix memory (handlers.Session); None gives suffix decoding a fresh
     one for this run alone. Never the process's: the app's visitors share the process."""
     memory = memory if memory is not None else SuffixMemory()
-    if not choose.needs_model(name):
-        return choose.make_drafter(name, target, memory=memory)
-    model, copier = choose.split_hybrid(name)
-    loaded = yield from loading(models, model, "draft model", frame, should_stop, cache_bytes)
-    if loaded is None:
-        return None
-    drafter = choose.draft_model(target, loaded, model)
-    return choose.paired(drafter, model, copier, memory, target) if copier else drafter
+    loaded = None
+    if choose.needs_model(name):  # loaded here, so that its progress reaches the page
+        choose.check_name(name)
+        model = choose.split_hybrid(name)[0]
+        loaded = yield from loading(models, model, "draft model", frame, should_stop, cache_bytes)
+        if loaded is None:
+            return None
+    return choose.make_drafter(name, target, memory=memory, draft=loaded)
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
