@@ -126,14 +126,13 @@ def _progress(message: str, fraction: float) -> None:
 
 def generate(args) -> int:
     from ..core.divergence import first_divergence, tie_tolerance
-    from ..core.events import RunEnd, event_to_dict
+    from ..core.events import event_to_dict
     from ..drafters.choose import make_drafter
     from ..engine import verify_cost
     from ..engine.generate import baseline_generate, speculative_generate, warm_up
-    from ..engine.interleave import interleave
     from ..modeling import models
     from ..render.trace import Trace
-    from ..traces.labels import Labeler
+    from ..run.race import race
 
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
@@ -151,13 +150,12 @@ def generate(args) -> int:
     # Why checking is cheap (or not) here: timed after warm-up and before the runs, never inside them.
     curve = verify_cost.curve(target.model) if args.json or args.trace else None  # a trace keeps it too
 
-    spec = speculative_generate(target.model, drafter, prompt, cfg)
-    runs = interleave(spec, baseline_generate(target.model, prompt, cfg)) if not args.no_baseline else (("spec", e) for e in spec)
-    # Each token's display text, in context, as the app shows it (and a trace keeps it).
-    labelers = {"spec": Labeler(models, target, prompt), "base": Labeler(models, target, prompt)}
+    runs = {"spec": speculative_generate(target.model, drafter, prompt, cfg)}
+    if not args.no_baseline:
+        runs["base"] = baseline_generate(target.model, prompt, cfg)
     traces = {"spec": Trace(args.drafter, k=cfg.k), "base": Trace("baseline", speculative=False)}
-    for which, ev in runs:
-        traces[which].add(ev, None if isinstance(ev, RunEnd) else labelers[which].label(ev))
+    for which, ev, labels in race(models, target, prompt, runs):  # labels: each token's text, as the app shows it
+        traces[which].add(ev, labels)
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
     if memory is not None:
         memory.save(args.suffix_memory)

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from ..core.errors import SpecvizError
-from ..core.events import RunEnd
 from ..engine.generate import VERIFICATIONS, baseline_generate, speculative_generate
 from ..engine.interleave import interleave_all
 from ..render import Trace
 from ..render.numbers import MIN_TOKENS
 from ..render.rules import RULE_NAMES
 from ..render.status import count
-from ..traces.labels import Labeler
+from ..run.race import race
 from .limits import Deadline
 from .policy import Policy
 from .runner import Frame, Worker, _end, _finish, _prepare, make_drafter, readable, run_label, waiting
@@ -145,10 +144,9 @@ def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, model
         frame.base = Trace(frame.base.label, speculative=False)
         frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
     traces = {"base": frame.base, **{i: frame.runs[i] for i in arms}}
-    labelers = {name: Labeler(models, target, ids) for name in traces}
-    events, said = interleave_all(_streams(target, arms, ids, cfg, should_stop, rules)), frame.message
+    events, said = race(models, target, ids, _streams(target, arms, ids, cfg, should_stop, rules)), frame.message
     while (item := (yield from waiting(lambda: next(events, None), frame, lambda t: f"{said} · {t} s",
                                        worker=worker))) is not None:
-        name, event = item
-        traces[name].add(event, None if isinstance(event, RunEnd) else labelers[name].label(event))
+        name, event, labels = item
+        traces[name].add(event, labels)
         yield frame

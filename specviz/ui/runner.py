@@ -18,15 +18,13 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from ..core.errors import SpecvizError
-from ..core.events import RunEnd
 from ..drafters import choose
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine import verify_cost
 from ..engine.generate import baseline_generate, speculative_generate, warm_up
-from ..engine.interleave import interleave
 from ..render import Trace
 from ..render.status import count
-from ..traces.labels import Labeler
+from ..run.race import race
 from .limits import Deadline
 from .policy import Policy
 from .settings import Settings
@@ -340,9 +338,9 @@ def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, shoul
     def reading(which: str):
         return lambda done, _total: read.__setitem__(which, done)
 
-    steps = interleave(speculative_generate(target.model, drafter, ids, cfg, should_stop, on_prefill=reading("spec")),
-                       baseline_generate(target.model, ids, cfg, should_stop, on_prefill=reading("base")))
-    labelers = {"spec": Labeler(models, target, ids), "base": Labeler(models, target, ids)}
+    steps = race(models, target, ids,
+                 {"spec": speculative_generate(target.model, drafter, ids, cfg, should_stop, on_prefill=reading("spec")),
+                  "base": baseline_generate(target.model, ids, cfg, should_stop, on_prefill=reading("base"))})
     traces = {"spec": frame.spec, "base": frame.base}
 
     def prefill(which: str) -> str:
@@ -370,8 +368,8 @@ def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, shoul
         item = yield from waiting(lambda: next(steps, _DONE), frame, say, clock, worker=worker)
         if item is _DONE:
             return
-        which, event = item
-        traces[which].add(event, None if isinstance(event, RunEnd) else labelers[which].label(event))
+        which, event, labels = item
+        traces[which].add(event, labels)
         frame.message = say()
         yield frame
 
