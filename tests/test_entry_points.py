@@ -88,3 +88,24 @@ def test_a_mistyped_drafter_is_told_the_drafter_names_not_the_targets_advice(app
     for _ in handlers.generate(handlers.arm(session), prompt=PROMPT, target=app_models["target"], drafter=typo):
         pass
     assert session.last.state == "error" and re.search(said, session.last.message), session.last.message
+
+
+def test_every_setting_of_the_page_is_a_generate_flag_with_the_same_default():
+    """The page's controls (ui/settings.Settings) and generate's flags ask for a run with the same words
+    and start from the same values (both read GenerationConfig's and Sampling's defaults)."""
+    from dataclasses import fields
+
+    from specviz.cli.main import build_parser
+    from specviz.drafters.choose import drafter_label
+    from specviz.ui.settings import Settings
+
+    flags = build_parser().parse_args(["generate", "--prompt", "x"])
+    page = Settings(prompt="x")
+    for f in fields(Settings):
+        assert hasattr(flags, f.name), f"the page's {f.name} has no generate flag --{f.name.replace('_', '-')}"
+        mine, theirs = getattr(page, f.name), getattr(flags, f.name)
+        if f.name == "drafter":  # the same drafter, as each spells it ("prompt lookup", "pld")
+            mine, theirs = drafter_label(mine), drafter_label(theirs)
+        if f.name == "chat":  # generate's None: the template when the model has one, as every model the page offers
+            theirs = True if theirs is None else theirs
+        assert mine == theirs, f"{f.name}: the page starts from {mine!r}, generate from {theirs!r}"
