@@ -196,7 +196,7 @@ def test_a_sampled_tree_step_plays_its_sibling_walk_child_by_child():
     got = phases(e, labels)
     assert [name for name, _ in got] == ["draft", "verify", *["sibling walk"] * 4, "accept/reject", "correction"]
     walk = [text for name, text in got if name == "sibling walk"]
-    assert walk[1] == ("2nd child of the pending token, “a”: p′(x) = 0.600 = 0.300 / 0.500, u = 0.710 ≥ p′(x): "
+    assert walk[1] == ("2nd child of the text so far, “a”: p′(x) = 0.600 = 0.300 / 0.500, u = 0.710 ≥ p′(x): "
                        "refused; p′ drops it and is renormalised: the rest of p divided by the mass left, 0.200")
     assert "u = 0.350 < p′(x): kept, the walk goes down into it" in walk[2] and "1st child of “an”" in walk[3]
     assert "min(1, p/q)" not in " ".join(text for _, text in got) and "a tree of 4 candidates" in got[0][1]

@@ -77,16 +77,20 @@ def test_a_token_is_named_for_a_screen_reader_by_its_verdict_text_and_numbers_es
     as the hover card, and model text in it stays text."""
     e = step(2, [1, 2, 3], 1, 7, q=(0.8, 0.5, 0.2), p=(0.91, 0.02, 0.3), greedy=False, token_p=0.6)
     out = tokens_html(spec_trace((e, Labels(draft=(" <b>Paris</b>", "", "  "), token="\n"))))
-    names = [html.unescape(n) for n in re.findall(r'aria-label="([^"]*)"', out)]
+    names = [html.unescape(n) for n in re.findall(r'<span class="tok[^>]* aria-label="([^"]*)"', out)]
     assert names[0] == ("accepted draft token ' <b>Paris</b>', target p 0.91, drafter q 0.80, "
                         "acceptance probability 1.00, draw u 0.25, step 3")
     assert names[1].startswith("rejected draft token with no text of its own")
     assert names[2].startswith("unchecked draft token (2 spaces)") and "after the first rejection" in names[2]
     assert names[3] == "target's corrected token (line break), target p 0.60, step 3"
     assert "<b>" not in out and "&lt;b&gt;Paris" in out  # never markup, in the text or in the name
-    # the empty token (the first bytes of a character) takes no Tab stop; the others each take one
+    # the run is one listbox and one Tab stop (its first kept token); the arrow keys reach every other
+    # token but the empty one (the first bytes of a character)
+    assert re.search(r'<div class="sv-text" role="listbox"[^>]* aria-label="[^"]* text, token by token"', out)
     spans = re.findall(r"<span class=\"tok[^>]*>", out)
-    assert ['tabindex="0"' in s for s in spans] == [True, False, True, True]
+    assert ['role="option"' in s for s in spans] == [True] * 4
+    assert ['tabindex="0"' in s for s in spans] == [True, False, False, False]
+    assert ['tabindex="-1"' in s for s in spans] == [False, False, True, True]
     base = Trace("baseline", speculative=False)
     base.add(TokenEvent(step=4, token=1, p=0.4, time=0.05, elapsed=0.1), Labels(token="Paris"))
     assert "aria-label=\"baseline token &#x27;Paris&#x27;, target p 0.40, token 5\"" in tokens_html(base)
@@ -452,9 +456,9 @@ def test_inspector_shows_a_sampled_tree_step_as_its_sibling_walk_not_min_p_q():
     cells = [[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", r)]
              for *_, r in rows]
     assert cells == [  # children of, tried, child, p, p′(x) when tried, u, verdict, mass left if refused
-        ["the pending token", "1st", "the", "0.500", "0.500", "0.620", "refused: u ≥ p′(x)", "0.500"],
-        ["the pending token", "2nd", "a", "0.300", "0.600 = 0.300 / 0.500", "0.710", "refused: u ≥ p′(x)", "0.200"],
-        ["the pending token", "3rd", "an", "0.100", "0.500 = 0.100 / 0.200", "0.350", "kept: u < p′(x)", "—"],
+        ["the text so far", "1st", "the", "0.500", "0.500", "0.620", "refused: u ≥ p′(x)", "0.500"],
+        ["the text so far", "2nd", "a", "0.300", "0.600 = 0.300 / 0.500", "0.710", "refused: u ≥ p′(x)", "0.200"],
+        ["the text so far", "3rd", "an", "0.100", "0.500 = 0.100 / 0.200", "0.350", "kept: u < p′(x)", "—"],
         ["an", "1st", "<b>", "0.400", "0.400", "0.900", "refused: u ≥ p′(x)", "0.600"]]
     words = html.unescape(out)
     assert "the next child's p′ is p without the refused children, divided by the mass of p they leave" in words

@@ -214,6 +214,8 @@ def card_html(pos: Position | None, temperature: float, top_p: float) -> str:
     scope = (f"Reshaped with temperature {temperature:g}, top-p {top_p:g} over the recorded top tokens "
              "(the rest is one estimated bar)" if pos.raw else
              "This trace holds only the processed top tokens: shown as recorded")
-    used = "p′ and u" if pos.walk else "p, q and u"
-    lines.append(f'<span class="sv-muted">{escape(scope)}. The run used the recorded {used}.</span>')
+    # A greedy run draws nothing: it kept a draft when it was the target's top token, no u involved.
+    used = ("The run compared the drafts with the target's top token (greedy draws no u)" if e.greedy else
+            f"The run used the recorded {'p′ and u' if pos.walk else 'p, q and u'}")
+    lines.append(f'<span class="sv-muted">{escape(scope)}. {used}.</span>')
     return f'<div class="sv-dist" data-row="{pos.row}">{"<br>".join(lines)}</div>'

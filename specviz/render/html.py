@@ -11,14 +11,17 @@ break is marked `tok-nl` and flows inline, so its break is a break. The end-of-t
 ended a run is not text: a small "end of answer" mark stands after the text instead.
 
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
-`data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts, and
-`tabindex` so the card opens from the keyboard too (ui/reading.py). A screen reader hears its
-`aria-label`, built from the same event as the card: "accepted draft token 'Paris', target p
-0.91, drafter q 0.80, step 3", not only "Paris". A token that shows no text (the first bytes of
-a character that a later token completes) is labelled but takes no Tab stop.
+`data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts. A run's
+text is one ARIA listbox and each token an option in it (`token_list`): the whole panel is one Tab
+stop, and the arrow keys, Home and End move between its tokens (ui/reading.py), where a token a
+Tab stop each put the step inspector ~100 Tab presses past Generate. A screen reader hears a
+token's `aria-label`, built from the same event as the card: "accepted draft token 'Paris',
+target p 0.91, drafter q 0.80, step 3", not only "Paris". A token that shows no text (the first
+bytes of a character that a later token completes) is labelled but never focused.
 """
 from __future__ import annotations
 
+import re
 from html import escape
 
 from ..core.events import StepEvent, TokenEvent
@@ -50,17 +53,40 @@ def visible(text: str) -> str:
 
 
 def token_span(kind: str, text: str, tip: str, step: int, extra_class: str = "", label: str = "") -> str:
-    """One token element. `text`, `tip` and `label` (what a screen reader says for it) are
-    model-derived and therefore escaped. A token with no text to show takes no Tab stop: its
-    card still opens on hover and tap, and its label says what it is."""
+    """One token element, an option of its run's listbox (token_list). `text`, `tip` and `label`
+    (what a screen reader says for it) are model-derived and therefore escaped. A token with no
+    text to show is never focused: its card still opens on hover and tap, and its label says
+    what it is."""
     classes = f"tok tok-{kind}" + (f" {extra_class}" if extra_class else "") + (" tok-nl" if "\n" in text else "")
-    # a button: Enter, Space and a tap open its card (ui/reading.py); an empty one is a labelled mark
-    focus = 'role="button" tabindex="0"' if text else 'role="img"'
     name = f' aria-label="{escape(label, quote=True)}"' if label else ""
     return (
-        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" {focus}{name} '
+        f'<span class="{classes}" data-kind="{kind}" data-step="{step}" {token_focus(text)}{name} '
         f'data-tip="{escape(tip, quote=True)}">{escape(text, quote=False)}</span>'
     )
+
+
+def token_focus(text: str) -> str:
+    """A token's role and focus: an option of its run's listbox, focused by the arrow keys (tabindex
+    -1; token_list makes one of them the panel's Tab stop); with no text, an option never focused."""
+    return 'role="option" tabindex="-1"' if text else 'role="option"'
+
+
+# The first token a Tab lands on: the first that can be focused and is not a rejected draft ("hide
+# rejected drafts" may hide those, and a hidden Tab stop would leave the panel unreachable).
+_FIRST_STOP = re.compile(r'(<span class="tok tok-(?!rejected)[^"]*"[^>]*? tabindex=")-1"')
+_ANY_STOP = re.compile(r'( tabindex=")-1"')
+
+
+def token_list(spans: list[str], label: str, run: str = "") -> str:
+    """A run's tokens as one ARIA listbox named `label`: one Tab stop (its first kept token), the
+    arrow keys between tokens (ui/reading.py moves the stop)."""
+    body = "".join(spans)
+    body, found = _FIRST_STOP.subn(r'\g<1>0"', body, count=1)
+    if not found:
+        body = _ANY_STOP.sub(r'\g<1>0"', body, count=1)
+    data = f' data-run="{escape(run)}"' if run else ""
+    return (f'<div class="sv-text" role="listbox" aria-orientation="horizontal" '
+            f'aria-label="{escape(label, quote=True)}"{data}>{body}</div>')
 
 
 WHITESPACE_NAMES = {" ": ("space", "spaces"), "\n": ("line break", "line breaks"), "\t": ("tab", "tabs"),
@@ -105,11 +131,12 @@ KIND_SHORT = {"accepted": "kept draft", "rejected": "refused draft", "corrected"
 
 def legend_html(kinds=("accepted", "rejected", "corrected", "bonus", "baseline"), short: bool = False) -> str:
     items = "".join(
-        f'<span class="sv-legend-item" title="{escape(KIND_HELP[k])}"><span class="tok tok-{k} sv-swatch">{k}</span>'
+        f'<span class="sv-legend-item" role="listitem" title="{escape(KIND_HELP[k])}">'
+        f'<span class="tok tok-{k} sv-swatch">{k}</span>'
         f'<span class="sv-legend-text">{escape(KIND_SHORT[k] if short else KIND_HELP[k])}</span></span>'
         for k in kinds
     )
-    return f'<div class="sv-legend" role="list">{items}</div>'
+    return f'<div class="sv-legend" role="list" aria-label="token colours">{items}</div>'
 
 
 def _fmt(x: float | None) -> str:
@@ -272,7 +299,7 @@ def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tupl
     if not spans:
         body = f'<span class="sv-placeholder">{escape(trace.error or placeholder)}</span>'
         return f'<div class="sv-text sv-empty" data-run="{escape(trace.label)}">{body}</div>'
-    return f'<div class="sv-text" data-run="{escape(trace.label)}">{"".join(spans)}</div>'
+    return token_list(spans, f"{trace.label} text, token by token", trace.label)
 
 
 def panel_html(trace: Trace, title: str, note: str = "", placeholder: str = "No tokens yet.",

@@ -22,7 +22,7 @@ class Judged:
     """One child the sibling walk judged, as the page shows it."""
 
     node: int  # its index in the tree
-    depth: int  # 0: a child of the pending token (the chain view's draft position)
+    depth: int  # 0: a child of the root, the text so far (the chain view's draft position)
     order: int  # its place among its parent's children, from 1: the order they were tried in
     p: float  # p(x): the target's probability of its token at its parent
     before: float  # p′(x) when its turn came: p(x) divided by `mass`, 0 for a repeat
@@ -99,7 +99,7 @@ def walk_table(tree: TreeDraft, labels, depth: int | None = None) -> str:
         if depth is None:
             parent = tree.parents[j.node]
             at = (f'<td data-label="children of">'
-                  f'{"the pending token" if parent < 0 else _code(_label(tree, labels, parent))}</td>')
+                  f'{"the text so far" if parent < 0 else _code(_label(tree, labels, parent))}</td>')
         kind = "accepted" if j.kept else "rejected"
         left = "—" if j.kept else f"{j.left:.3f}"
         rows.append(f'<tr data-kind="{kind}" data-node="{j.node}">{at}<td data-label="tried">{ordinal(j.order)}</td>'
@@ -126,7 +126,7 @@ def walk_end(e: StepEvent, labels) -> str:
         return (f"“{visible(_label(tree, labels, last.node))}” was kept and has no children (a leaf): "
                 "the target's token after it is drawn from its p there (the bonus)")
     parent = tree.parents[last.node]
-    whose = "the pending token" if parent < 0 else f"“{visible(_label(tree, labels, parent))}”"
+    whose = "the text so far" if parent < 0 else f"“{visible(_label(tree, labels, parent))}”"
     return (f"every child of {whose} was refused: the target's token is drawn from the final p′, p without "
             f"them divided by the mass they leave ({last.left:.3f})")
 
@@ -161,4 +161,4 @@ def tree_html(tree: TreeDraft, labels: tuple[str, ...]) -> str:
     return (f'<div class="sv-tree" data-nodes="{len(tree.tokens)}"><p class="sv-muted">Tree draft: '
             f'{len(tree.tokens)} candidates in one target forward; the target followed the highlighted '
             f'branch ({len(tree.path)} kept){how}.</p>'
-            f'<div class="sv-tree-root">▸ pending token{branch(-1)}</div></div>')
+            f'<div class="sv-tree-root">▸ the text so far (the tree’s root){branch(-1)}</div></div>')

@@ -8,6 +8,7 @@ asked again without it, and then the chunk counts stay unknown (None).
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -190,4 +191,13 @@ def _error_message(text: str) -> str:
 
 
 def _reason(e: Exception) -> str:
-    return str(getattr(e, "reason", None) or e)
+    """Why a request failed, in words: the socket's own "[Errno 111] Connection refused" told a teacher
+    nothing about what to do."""
+    reason = getattr(e, "reason", None) or e
+    if isinstance(reason, ConnectionRefusedError):
+        return "nothing is listening there: is the server started, and on that port?"
+    if isinstance(reason, socket.gaierror):
+        return "no machine has that name: check the URL's host"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "it did not answer in time"
+    return str(reason)

@@ -13,7 +13,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from ..render.charts import COLORS, acceptance_bars, figure, position_bars, speed_lines, styled, waiting_for
-from ..render.html import spoken
+from ..render.html import spoken, token_focus, token_list
 from ..render.numbers import MIN_TOKENS, _card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
@@ -38,12 +38,11 @@ def groups_html(run: ServerRun | None, title: str, placeholder: str, note: str =
     for i, g in enumerate(groups):
         tip = _tip(i, g, found)
         classes = "tok tok-step" + (" sv-step-odd" if i % 2 else "") + (" tok-nl" if "\n" in g.text else "")
-        focus = 'role="button" tabindex="0"'  # as render/html.py's tokens
         said = escape(f"{spoken(g.text)}, {tip}", quote=True)
-        spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" {focus} aria-label="{said}" '
+        spans.append(f'<span class="{classes}" data-kind="step" data-step="{i + 1}" {token_focus(g.text)} aria-label="{said}" '
                      f'data-tip="{escape(tip, quote=True)}">{escape(g.text, quote=False)}</span>')
     if spans:
-        body = f'<div class="sv-text" data-run="{escape(title)}">{"".join(spans)}</div>'
+        body = token_list(spans, f"{title}, step by step", title)
     else:
         message = (run.error if run and run.error else None) or placeholder
         body = f'<div class="sv-text sv-empty"><span class="sv-placeholder">{escape(message)}</span></div>'

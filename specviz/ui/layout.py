@@ -9,7 +9,8 @@ import gradio as gr
 
 from ..drafters.choose import drafter_label
 from ..engine.generate import K_MAX, GenerationConfig
-from ..render import Trace, empty_figures, legend_html, panel_html, side_by_side_html, status_html, step_html
+from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_html, side_by_side_html, status_html,
+                      step_html)
 from ..render.compare import HEADERS, WIDTHS
 from . import distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
@@ -31,11 +32,13 @@ INTRO = (
     "target decoding one token per pass. Hover or tap a token for its probabilities; step through a "
     "run, or pick a step in the inspector, to see its verdicts."
 )
-# The page's first Tab stops, before the settings column: Generate was 29 Tab presses from the top
-# and ~1,700 px down on a phone. Shown on a narrow screen; on a wide one, when focused (style.css).
+# The page's first Tab stops, before the settings column: Generate was 29 Tab presses from the top;
+# the inspector and the charts lie past the panels. Shown when focused (style.css).
 SKIP = ('<nav class="sv-skip" aria-label="Skip to">'
         '<a href="#sv-prompt" data-focus="#sv-prompt textarea">Skip to prompt</a>'
-        '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a></nav>')
+        '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a>'
+        '<a href="#sv-inspector-box" data-focus="#sv-inspector">Skip to step inspector</a>'
+        '<a href="#sv-chart-acceptance" data-focus="#sv-chart-acceptance .js-plotly-plot">Skip to charts</a></nav>')
 # A skip link moves focus (an anchor alone only scrolls), opening the Playground tab if another is shown.
 # A run's status says "Stopping…" the moment Stop is pressed: a prefill piece or a step may take
 # a moment to end, and a status still counting made a teacher press Stop again.
@@ -58,8 +61,9 @@ if (!window.svSkip) {
     requestAnimationFrame(() => {
       to = document.querySelector(link.dataset.focus);
       if (!to) return;
+      if (to.tabIndex < 0 && !to.hasAttribute('tabindex')) to.tabIndex = -1;  // the inspector, a chart: focusable
       to.focus({preventScroll: true});
-      to.scrollIntoView({block: 'center'});
+      to.scrollIntoView({block: to.offsetHeight > innerHeight / 2 ? 'start' : 'center'});
     });
   });
 }
@@ -70,10 +74,18 @@ WAITING = "Press Generate: the tokens appear here as they are decoded."
 
 def theme() -> gr.themes.Base:
     # System fonts only: the app must work offline, so nothing is fetched from a font CDN.
+    # WCAG AA contrast (4.5:1) in the light theme, which a projector shows: Gradio's subdued text
+    # (info lines, slider ends, every label that reads it) is slate-400 on white, 2.56:1, and white on
+    # its primary and stop buttons 3.67:1 and 3.76:1. Slate-600 is 7.6:1; blue-600 5.2:1, red-600 4.8:1.
     return gr.themes.Default(
         primary_hue="blue", neutral_hue="slate", radius_size="md",
         font=["Inter", "system-ui", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif"],
         font_mono=["JetBrains Mono", "ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"],
+    ).set(
+        body_text_color_subdued="*neutral_600",
+        button_primary_background_fill="*primary_600", button_primary_background_fill_hover="*primary_700",
+        button_primary_background_fill_dark="*primary_600", button_primary_background_fill_hover_dark="*primary_700",
+        button_cancel_background_fill="#dc2626", button_cancel_background_fill_hover="#b91c1c",
     )
 
 
@@ -208,14 +220,16 @@ def _compare_tab(policy: Policy):
                                     "then taking turns, three times")
         run = gr.Button("Compare", variant="primary", scale=1, min_width=110, elem_id="sv-compare")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=90, elem_id="sv-compare-stop")
+    blank = compare_figures([])
     shown = dict(status=gr.HTML(status_html("Pick drafters and press Compare."), label="status",
                                 elem_id="sv-compare-status"),
                  # max_height: Gradio's 500 px hid the last of ten drafters' rows below the table's box
                  table=gr.Dataframe(headers=HEADERS, label="comparison", interactive=False,
                                     elem_id="sv-compare-table", wrap=True, column_widths=WIDTHS, max_height=4000),
-                 # Full width, one above the other: horizontal bars need room for the run names.
-                 speed=gr.Plot(label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
-                 quality=gr.Plot(label="acceptance chart", show_label=False, elem_id="sv-compare-quality"),
+                 # Full width, one above the other: horizontal bars need room for the run names. Drawn
+                 # empty at first: Gradio's own empty plot box is a div with an aria-label and no role (axe: serious)
+                 speed=gr.Plot(blank[0], label="throughput chart", show_label=False, elem_id="sv-compare-speed"),
+                 quality=gr.Plot(blank[1], label="acceptance chart", show_label=False, elem_id="sv-compare-quality"),
                  panels=gr.HTML(side_by_side_html(Trace("baseline", speculative=False), []),
                                 label="outputs side by side", elem_id="sv-compare-panels"))
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):

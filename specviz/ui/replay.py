@@ -218,14 +218,22 @@ def _about(r: Replay) -> str:
     return f"{isolated(r.name)}: {isolated(info.target)}, drafter {isolated(info.drafter)}, {mode}, recorded{where}"
 
 
+def _setting(name: str, value) -> str:
+    """A recorded setting in words ("dynamic k off", not the field's "dynamic_k False")."""
+    if name == "dynamic_k":
+        return f"dynamic k {'on' if value else 'off'}"
+    if name == "max_new_tokens":
+        return f"at most {bdi(str(value))} new tokens"
+    return f"{name} {bdi(str(value))}"
+
+
 def _card(r: Replay) -> str:
     """What the loaded trace is, for the block: file, models, settings, machine, date."""
     info = r.recording.info
-    settings = ", ".join(f"{k} {bdi(str(v))}" for k, v in info.config.items()
-                         if k in ("k", "dynamic_k", "max_new_tokens"))
+    settings = ", ".join(_setting(k, v) for k, v in info.config.items() if k in ("k", "dynamic_k", "max_new_tokens"))
     sampling = info.config.get("sampling")
     if not info.greedy and isinstance(sampling, dict):
-        settings += ", " + ", ".join(f"{bdi(str(k))} {bdi(str(v))}" for k, v in sampling.items())
+        settings += ", " + ", ".join(f"{bdi(str(k).replace('_', '-'))} {bdi(str(v))}" for k, v in sampling.items())
     lines = [f"<b>{bdi(r.name)}</b>: target {bdi(info.target)}, drafter {bdi(info.drafter)}",
              f"{'greedy' if info.greedy else 'sampling'}{', ' + settings if settings else ''}",
              f"recorded {bdi(info.created or '(no date)')}" + (f" on {bdi(info.device)}" if info.device else "")

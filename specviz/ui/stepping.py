@@ -34,7 +34,7 @@ def _walk(e: StepEvent, labels) -> list[tuple[str, str]]:
     out = []
     for j in sibling_walk(tree):
         parent = tree.parents[j.node]
-        of = "the pending token" if parent < 0 else _tok(names[parent])
+        of = "the text so far" if parent < 0 else _tok(names[parent])
         if j.kept:
             then = "kept" + (", the walk goes down into it" if j.node in tree.parents else "")
         else:
