@@ -2,7 +2,8 @@
 violations) in light and dark, at a projector's 1280 px and a phone's 390 px, on the fresh page,
 after a run with the inspector open, and on the Compare and Serving tabs; a keyboard that reaches
 the step inspector in a few Tab presses (a run's panel is one Tab stop, its tokens an ARIA listbox
-walked with the arrow keys); charts a screen reader can read; Generate on a phone's first screen.
+walked with the arrow keys); charts a screen reader can read; Generate on a phone's first screen;
+and item 8's words, each checked where a reader meets it.
 
 axe-core comes from npm into the git-ignored .node/ (bash .ci/run installs it; by hand:
 `npm install --prefix .node axe-core@4.14.1`). Screenshots go to test-output/a11y-*.png (look at them).
@@ -16,6 +17,7 @@ import re
 import pytest
 from app_server import PROMPT, app_models, app_policy, free_port, serve_app  # noqa: F401 (app_models is a fixture)
 from test_app_browser import HANG, OUT, browser  # noqa: F401 (browser is a fixture)
+from test_page_browser import held_target  # noqa: F401 (a fixture)
 
 # slow: drives a real browser. One worker takes the whole module, in order: its tests share one page.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("a11y-browser")]
@@ -174,3 +176,107 @@ def test_a_server_that_is_not_there_is_a_sentence_not_an_errno(page):
     said = page.locator("#sv-server-status").inner_text()
     assert "Errno" not in said and "refused" not in said and "nothing is listening" in said, said
     page.get_by_role("tab", name="Playground").click()
+
+
+# ---- Issue 54 (8): words that pointed the wrong way, each seen on the page ----
+
+NOTE = "#sv-example-note .sv-example-note"
+COPYING = "Copy a passage word for word"  # the first example: prompt lookup, which the tiny policy offers
+
+
+def example(page, name: str) -> None:
+    page.get_by_role("button", name=re.compile(re.escape(name))).click()
+
+
+def choose_drafter(page, name: str) -> None:
+    page.locator("#sv-drafter input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+    page.wait_for_function(f"document.querySelector('#sv-drafter input').value === '{name}'", timeout=HANG)
+
+
+def test_the_example_note_shows_only_under_its_own_prompt_greedy_and_outside_serving(page):
+    """The "Copying..." note stayed under a haiku prompt, a story prompt, sampling runs and the Serving tab."""
+    page.get_by_role("tab", name="Playground").click()
+    example(page, COPYING)
+    page.wait_for_selector(f"{NOTE}:has-text('Copying.')", timeout=HANG)
+    page.locator("#sv-prompt textarea").fill("Write a haiku about the sea.")
+    page.wait_for_selector(NOTE, state="detached", timeout=HANG)
+    assert not page.locator("#sv-example-note").is_visible()
+    example(page, COPYING)
+    page.wait_for_selector(NOTE, timeout=HANG)
+    page.get_by_label("sampling").check()  # measured greedy: not what a sampled run will show
+    page.wait_for_selector(NOTE, state="detached", timeout=HANG)
+    page.get_by_label("greedy").check()
+    page.wait_for_selector(NOTE, timeout=HANG)
+    page.get_by_role("tab", name="Serving engine").click()
+    page.locator("#sv-server-run").wait_for(timeout=HANG)
+    assert not page.locator("#sv-example-note").is_visible(), "the example's note shows on the Serving tab"
+    page.get_by_role("tab", name="Playground").click()
+    assert page.locator("#sv-example-note").is_visible()
+
+
+def test_an_example_picked_during_a_run_waits_for_the_run_to_end(page, held_target):
+    """Picked mid-run, the note and the drafter switched while the old run was still on screen."""
+    drafter = page.locator("#sv-drafter input")
+    choose_drafter(page, "tiny draft model")
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    held_target.hold_after(20)
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="running"]', timeout=HANG)
+    example(page, COPYING)
+    page.wait_for_function("document.querySelector('#sv-prompt textarea').value.startsWith('Repeat')", timeout=HANG)
+    page.wait_for_timeout(500)  # time for a switch, had there been one
+    assert drafter.input_value() == "tiny draft model" and page.locator(NOTE).count() == 0
+    held_target.release()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_function("document.querySelector('#sv-drafter input').value === 'prompt lookup'", timeout=HANG)
+    page.wait_for_selector(f"{NOTE}:has-text('Copying.')", timeout=HANG)
+
+
+def test_the_inspector_says_why_a_sampled_medusa_run_drafts_a_chain_of_three(page):
+    """At T = 1.0 nothing said why EAGLE and Medusa draft chains, nor why Medusa at k = 4 drafts 3."""
+    choose_drafter(page, "tiny medusa")
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    page.get_by_label("sampling").check()
+    temperature = page.locator("#sv-temperature input[type=number]")
+    temperature.fill("1")
+    temperature.press("Enter")
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    said = page.locator("#sv-inspector .sv-shape").inner_text()
+    assert "a chain, not a tree" in said and "temperature 0.85" in said, said
+    assert "at most 3 drafts a step although k is 4" in said, said
+
+
+def test_a_greedy_tree_is_rooted_in_the_text_so_far_and_its_card_draws_no_u(page):
+    """The tree's root was "the pending token"; the greedy distribution card ended "The run used the
+    recorded p, q and u" (a greedy run draws no u)."""
+    page.get_by_label("greedy").check()
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    page.wait_for_selector("#sv-inspector .sv-tree", timeout=HANG)
+    tree = page.locator("#sv-inspector .sv-tree").inner_text()
+    assert "the text so far" in tree and "pending" not in tree, tree
+    page.locator("#sv-dist-box").get_by_text("Distributions at this step").click()
+    page.wait_for_selector("#sv-dist-card .sv-dist[data-row]", timeout=HANG)
+    card = page.locator("#sv-dist-card").inner_text()
+    assert "greedy draws no u" in card and "p, q and u" not in card, card
+
+
+def test_a_replayed_trace_says_its_settings_in_words(page, app_models, tmp_path):  # noqa: F811
+    """The replay's card said `dynamic_k False`."""
+    import dataclasses
+
+    from test_trace_file import record
+
+    from specviz.traces import trace_file
+
+    rec, _ = record(app_models, tokens=12)
+    rec = dataclasses.replace(rec, info=dataclasses.replace(rec.info, config={"k": 4, "dynamic_k": False,
+                                                                                  "max_new_tokens": 12}))
+    trace_file.save(tmp_path / "lesson.json", rec)
+    page.locator("#sv-replay-box").get_by_text("Export and replay").click()
+    page.locator("#sv-replay-file input[type=file]").set_input_files(str(tmp_path / "lesson.json"))
+    page.wait_for_selector("#sv-replay-about b", timeout=HANG)
+    about = page.locator("#sv-replay-about").inner_text()
+    assert "k 4, dynamic k off, at most 12 new tokens" in about and "dynamic_k" not in about, about

@@ -93,6 +93,11 @@ def _argmax(e: StepEvent, labels, j: int) -> str:
     return "the draft" if e.accept_prob[j] >= 1.0 else "another token"
 
 
+def _shape(trace: Trace) -> str:
+    """Why the run's drafts have their shape (a chain where a tree could be, fewer than k), when the app said."""
+    return f'<p class="sv-muted sv-shape">Why this shape: {escape(trace.shape)}.</p>' if trace.shape else ""
+
+
 def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     """HTML for step `index` (from 0) of a speculative trace (clamped to the steps there are).
     `total`: the steps the whole run has, when more than the trace holds yet (a replay)."""
@@ -150,6 +155,7 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
+        f'{_shape(trace)}'
         f"{table}{rules_html(e, labels)}{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -39,6 +39,7 @@ class Trace:
     k: int = 0  # the configured draft length (0 for the baseline)
     error: str | None = None  # why the run could not start or finish, for the person
     eos: tuple[int, ...] = ()  # the ids that end a run (the target's), when the caller knows them
+    shape: str = ""  # why the drafts have their shape (a chain where a tree could be, fewer than k), in words
 
     def end_ids(self) -> frozenset[int]:
         """The end-of-turn ids this run's text leaves out: `eos`, and the last token of a run

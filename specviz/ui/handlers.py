@@ -42,6 +42,8 @@ class Session:
         # The inspector's step (from 0) the reader chose while it was not the newest; None: the
         # inspector follows each new step. Moving the slider to the last step, or a new run, resumes.
         self.pinned = None
+        # An example picked during a run (ui/layout.py): its drafter is set once the run ends.
+        self.picked = False
 
     def should_stop(self) -> bool:
         return self.stop

@@ -146,20 +146,45 @@ def _prompt(examples: list[Example]):
     return prompt, picker, note
 
 
-def _wire_examples(examples: list[Example], picker, prompt, drafter, note, policy: Policy) -> None:
-    """A picked example also picks the drafter it was measured with and says what it teaches."""
+def _wire_examples(examples: list[Example], picker, prompt, drafter, note, mode, session, runs,
+                   policy: Policy) -> None:
+    """A picked example also picks the drafter it was measured with and says what it teaches, while
+    its prompt is in the box and decoding is greedy (its figures were measured greedy); a prompt of
+    one's own, or sampling, hides the note, and the Serving tab hides it too (style.css). Picked
+    during a run, the example waits: the note and the drafter change once the run on screen ends."""
     if picker is None:
         return
     by_prompt = {e.prompt: e for e in examples}
 
-    def pick(text):
+    def about(text, m) -> str:
         e = by_prompt.get(text)
-        if e is None:
-            return gr.Dropdown(), ""
-        value = menu_value(e.drafter, policy)
-        return (gr.Dropdown() if value is None else gr.Dropdown(value=value)), note_html(e)
+        return note_html(e) if e is not None and m == GREEDY else ""
 
-    picker.load_input_event.then(pick, prompt, [drafter, note], queue=False, api_visibility="private")
+    def drafter_of(text):
+        e = by_prompt.get(text)
+        value = None if e is None else menu_value(e.drafter, policy)
+        return gr.Dropdown() if value is None else gr.Dropdown(value=value)
+
+    def pick(text, m, session: Session):
+        if session.busy:
+            session.picked = True
+            return gr.skip(), gr.skip()
+        return drafter_of(text), about(text, m)
+
+    def retell(text, m, session: Session):
+        return gr.skip() if session.busy else about(text, m)
+
+    def settle(text, m, session: Session):
+        """After a run: what was picked during it takes effect."""
+        picked, session.picked = session.picked, False
+        return (drafter_of(text) if picked else gr.skip()), about(text, m)
+
+    instant = dict(queue=False, api_visibility="private")
+    picker.load_input_event.then(pick, [prompt, mode, session], [drafter, note], **instant)
+    prompt.input(retell, [prompt, mode, session], note, **instant)
+    mode.change(retell, [prompt, mode, session], note, **instant)
+    for run in runs:
+        run.then(settle, [prompt, mode, session], [drafter, note], **instant)
 
 
 def menu_value(drafter: str, policy: Policy) -> str | None:
@@ -275,7 +300,6 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                         drafters, cmp_run, cmp_stop, cmp_shown = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
                         server_controls = serving.controls(policy, serving.ServingRuns(policy, handlers.line, engines))
-        _wire_examples(examples, picker, prompt, drafter, note, policy)
         # The handlers take the controls by name; /generate lists prompt, target, drafter, then the rest.
         play = dict(prompt=controls["prompt"], target=controls["target"], drafter=drafter) | controls
         outputs = page.shown()
@@ -292,6 +316,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
             named(handlers.compare, outputs), [session, drafters], list(outputs.values()), inputs_kwargs=controls,
             api_name="compare", **queued)
         serving.wire(server_controls, page)
+        _wire_examples(examples, picker, prompt, drafter, note, controls["mode"], session, (page.generate, comparing),
+                       policy)
         # ZeroGPU runs handlers in another process, out of reach of the stop flag: cancel there.
         cancels = dict(cancels=[page.generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)

@@ -27,7 +27,7 @@ from ..render.status import count
 from ..run.race import race
 from .limits import Deadline
 from .policy import Policy
-from .settings import Settings
+from .settings import SAMPLED_TREES_UP_TO, Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -290,6 +290,21 @@ def _curve_or_none(model):
         return None
 
 
+def draft_shape(drafter, s: Settings) -> str:
+    """Why this run's drafts have the shape they have, in words for the step inspector: a chain where
+    EAGLE or Medusa could draft a tree, fewer drafts than k from Medusa's few heads."""
+    model = getattr(drafter, "model", drafter)  # a hybrid's model drafter
+    said = []
+    if getattr(model, "tree_width", 0) > 1 and not s.trees:
+        said.append(f"a chain, not a tree: when sampling above temperature {SAMPLED_TREES_UP_TO:g} the app has EAGLE "
+                    "and Medusa draft chains, which paid more there on the examples (trees did at 0.7)")
+    heads = getattr(getattr(model, "heads", None), "blocks", None)
+    if heads is not None and len(heads) < s.k:
+        said.append(f"at most {len(heads)} drafts a step although k is {s.k}: Medusa drafts with one head per "
+                    f"position ahead, and these heads are {len(heads)}")
+    return "; ".join(said)
+
+
 def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
                memory: SuffixMemory | None = None) -> Iterator[Frame]:
     """The speculative run and the baseline, advanced in turn (never concurrently). memory: the
@@ -302,6 +317,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
         frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
         drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes, memory)
+        frame.spec.shape = draft_shape(drafter, s)
         if should_stop():
             raise _Stopped
         yield from _generate(frame, models, target, drafter, ids, cfg, should_stop)
