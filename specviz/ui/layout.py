@@ -181,7 +181,7 @@ def _wire_examples(examples: list[Example], picker, prompt, drafter, note, mode,
 
     instant = dict(queue=False, api_visibility="private")
     picker.load_input_event.then(pick, [prompt, mode, session], [drafter, note], **instant)
-    prompt.input(retell, [prompt, mode, session], note, **instant)
+    prompt.change(retell, [prompt, mode, session], note, **instant)
     mode.change(retell, [prompt, mode, session], note, **instant)
     for run in runs:
         run.then(settle, [prompt, mode, session], [drafter, note], **instant)
