@@ -21,13 +21,13 @@ from ..core.errors import SpecvizError
 from ..drafters import choose
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine import verify_cost
-from ..engine.generate import baseline_generate, speculative_generate, warm_up
+from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate, warm_up
 from ..render import Trace
 from ..render.status import count
 from ..run.race import race
 from .limits import Deadline
 from .policy import Policy
-from .settings import SAMPLED_TREES_UP_TO, Settings
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -290,17 +290,17 @@ def _curve_or_none(model):
         return None
 
 
-def draft_shape(drafter, s: Settings) -> str:
+def draft_shape(drafter, cfg: GenerationConfig) -> str:
     """Why this run's drafts have the shape they have, in words for the step inspector: a chain where
     EAGLE or Medusa could draft a tree, fewer drafts than k from Medusa's few heads."""
     model = getattr(drafter, "model", drafter)  # a hybrid's model drafter
     said = []
-    if getattr(model, "tree_width", 0) > 1 and not s.trees:
-        said.append(f"a chain, not a tree: when sampling above temperature {SAMPLED_TREES_UP_TO:g} the app has EAGLE "
-                    "and Medusa draft chains, which paid more there on the examples (trees did at 0.7)")
+    if getattr(model, "tree_width", 0) > 1 and not cfg.trees:
+        said.append(f"a chain, not a tree: when sampling above temperature {cfg.sampled_trees_up_to:g} EAGLE and "
+                    "Medusa draft chains, which paid more there on the examples (trees did at 0.7)")
     heads = getattr(getattr(model, "heads", None), "blocks", None)
-    if heads is not None and len(heads) < s.k:
-        said.append(f"at most {len(heads)} drafts a step although k is {s.k}: Medusa drafts with one head per "
+    if heads is not None and len(heads) < cfg.k:
+        said.append(f"at most {len(heads)} drafts a step although k is {cfg.k}: Medusa drafts with one head per "
                     f"position ahead, and these heads are {len(heads)}")
     return "; ".join(said)
 
@@ -317,7 +317,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
         frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
         drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes, memory)
-        frame.spec.shape = draft_shape(drafter, s)
+        frame.spec.shape = draft_shape(drafter, cfg)
         if should_stop():
             raise _Stopped
         yield from _generate(frame, models, target, drafter, ids, cfg, should_stop)
