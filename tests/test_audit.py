@@ -241,3 +241,11 @@ def test_q_taken_before_the_warpers_is_caught_and_the_exact_rule_passes_at_300_d
     exact, lossy = audit(DraftModel(draft)), audit(RawQ(DraftModel(draft)))
     assert not exact.different and exact.p > 0.1
     assert lossy.different and lossy.p < 1e-3
+
+
+def test_the_time_cap_judges_what_was_drawn_by_then(servers, capsys, tmp_path):
+    code, printed, data = audit_cli(capsys, tmp_path, "--server", servers["spec"].url, "--baseline-server",
+                                    servers["base"].url, "--draws", "50", "--top-k", "0", "--top-p", "1",
+                                    "--time-cap", "1e-9")
+    assert code == 3 and data["results"][0]["comparison"]["draws"] == [0, 0]
+    assert "the time cap stopped the draws at 0 each way" in printed.err and "No verdict: too few" in printed.out
