@@ -523,3 +523,13 @@ def test_the_distribution_card_says_the_block_decided():
             assert "this draft was kept" in card and "would have rejected it" in card
         else:
             assert "0.700 ≥ 0.500: rejected" in card and "block" not in card
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_deterministic_draft_gains_nothing_from_the_block(seed):
+    """Prompt lookup's draft is one-hot: any exact rule keeps d1..di with probability at most the
+    target's p(d1)...p(di), which token-wise already reaches, so the block keeps the same on
+    average (docs/performance.md: what the bench found for prompt lookup)."""
+    target, drafter = Model(seed, sharp=1.5), Model(50 + seed, one_hot=True)
+    assert expected_kept(target, drafter, 3, block_outcomes) == pytest.approx(
+        expected_kept(target, drafter, 3, token_outcomes), abs=1e-12)
