@@ -108,7 +108,7 @@ if [ "$embedded" = 1 ]; then
     done
     (
         timeout "$limit" "$py" scripts/sampling_check.py --drafter eagle --device "$device" --dtype fp32 --runs 1200 \
-            --tree-nodes 8 > "$out/sampling-eagle-trees.txt" 2>&1 \
+            --tree-nodes-per-k 2 > "$out/sampling-eagle-trees.txt" 2>&1 \
             || echo "sampling check (EAGLE trees) failed or ran out of time: see $out/sampling-eagle-trees.txt"
         stamp "sampling check, EAGLE trees"
     ) &

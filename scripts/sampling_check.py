@@ -23,6 +23,7 @@ Prints one line per token and exits 1 when any p is below --alpha. Takes ~0.2 s 
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import sys
 from collections import Counter
@@ -78,8 +79,9 @@ def main(argv=None) -> int:
     ap.add_argument("--alpha", type=float, default=0.01, help="fail below this p (default 0.01)")
     ap.add_argument("--follow-up", action="store_true",
                     help="ask again after a first answer, so prompt lookup copies at the first step")
-    ap.add_argument("--tree-nodes", type=int, default=8,
-                    help="candidates per tree step for EAGLE and Medusa (default 8, as the app at k = 4; 0: chains)")
+    ap.add_argument("--tree-nodes-per-k", type=int, default=GenerationConfig.tree_nodes_per_k,
+                    help="candidates per tree step for EAGLE and Medusa, per unit of k (default %(default)s, as the "
+                    "app; 0: chains); trees at any temperature, so the check covers them")
     ap.add_argument("--verification", choices=VERIFICATIONS, default="token",
                     help="how chain drafts are judged: token by token or as a block (default token)")
     ap.add_argument("--target", default="default", help="model id or folder (default: the embedded model)")
@@ -90,13 +92,14 @@ def main(argv=None) -> int:
     target = load(args.target, device=args.device, dtype=args.dtype)
     ids = encode_chat(target.tokenizer, chat_messages([("user", PROMPT)] + (FOLLOW_UP if args.follow_up else [])))
     drafter = make_drafter(args.drafter, target)
-    if not args.tree_nodes:
+    if not args.tree_nodes_per_k:
         drafter.tree_width = 0  # chains (the benchmark's NAME@chain arm)
     runs, trees, siblings, differed = [], 0, 0, 0
     for seed in range(args.first_seed, args.first_seed + args.runs):
         # Room for a whole tree at the first step (a step drafts no more than the run can still
         # emit); the run is left once three tokens are out.
-        cfg = GenerationConfig(max_new_tokens=3 + max(args.k, args.tree_nodes), k=args.k, tree_nodes=args.tree_nodes,
+        cfg = GenerationConfig(max_new_tokens=3 + args.k * max(1, args.tree_nodes_per_k), k=args.k,
+                               tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=math.inf,
                                raw_top=0, top=0, sampling=Sampling(temperature=args.temperature, seed=seed),
                                verification=args.verification)
         out = []
