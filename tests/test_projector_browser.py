@@ -42,8 +42,11 @@ def lesson() -> Recording:
         base.add(TokenEvent(step=i, token=token, p=0.5, time=0.002, elapsed=0.002 * (i + 1)),
                  Labels(token=WORDS[token]))
     for trace, steps, elapsed in ((spec, 42, t + 0.02), (base, len(ids), 0.002 * len(ids))):
-        trace.add(RunEnd(tuple(ids), RunStats(tokens=len(ids), steps=steps, target_calls=steps + 1, drafted=0,
-                                              accepted=0, prefill_time=0.0, draft_time=0.0, verify_time=0.0,
+        # counts that add up: a trace file's loader checks them against the steps
+        drafted = sum(len(getattr(e, "draft", ())) for e in trace.events)
+        accepted = sum(getattr(e, "accepted", 0) for e in trace.events)
+        trace.add(RunEnd(tuple(ids), RunStats(tokens=len(ids), steps=steps, target_calls=steps + 1, drafted=drafted,
+                                              accepted=accepted, prefill_time=0.0, draft_time=0.0, verify_time=0.0,
                                               elapsed=elapsed, stop_reason="eos")))
     info = RunInfo(target="tiny", drafter="tiny medusa", prompt="Say JavaScript forty times.", config={"k": 4})
     return Recording(info, spec, base)
@@ -60,7 +63,9 @@ def test_a_projected_replay_keeps_words_whole_marks_the_end_and_draws_a_legible_
         page.goto(url)
         page.locator("#sv-replay-box").get_by_text("Export and replay").click()  # opens the accordion
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(path))
-        page.wait_for_selector('#sv-status:has-text("Play race")', timeout=WAIT)
+        # the trace is refused in a sentence or ready to play: either ends the wait, not the hang's timeout
+        page.wait_for_selector('#sv-status:has-text("Play race"), #sv-status [data-state="error"]', timeout=WAIT)
+        assert "Play race" in page.locator("#sv-status").inner_text()
         page.locator("#sv-replay-play").click()
         page.wait_for_selector('#sv-status [data-state="done"]:has-text("Replay finished")', timeout=WAIT)
 

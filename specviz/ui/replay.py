@@ -124,10 +124,12 @@ def wire(c: Controls, page: Page) -> None:
     page.generate.then(offer_download, page.session, c.download, **instant).then(
         ready, [state, page.session], s.buttons, **instant)
     opening = page.shown(replay=state, about=c.about, prompt=page.prompt, upload=c.upload)
+    # Said at once (a big file takes seconds to check), and registered before the reading itself, which
+    # Gradio then answers after it: registered after, the sentence overwrote the loaded trace's status.
+    c.upload.upload(None, js=READING_JS, **instant)
     opened = c.upload.upload(named(lambda path, s: open_trace(path, s, page.policy), opening),
                              [c.upload, page.session], list(opening.values()), **instant)
     opened.then(ready, [state, page.session], s.buttons, **instant)
-    c.upload.upload(None, js=READING_JS, **instant)  # said at once: a big file takes seconds to check
     # A race mostly sleeps between events, so a few may run beside the models' line.
     raced = s.play.click(named(race, shown), [state, page.session, s.speed], outputs, api_visibility="private",
                          concurrency_limit=4, concurrency_id="replay")
