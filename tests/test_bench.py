@@ -494,3 +494,14 @@ def test_the_recorded_command_keeps_the_thread_setting_it_ran_with(monkeypatch):
     assert command_line() == "python -m specviz bench --suite examples --k 1,2"
     monkeypatch.setenv("SPECVIZ_THREADS", "1")
     assert command_line() == "SPECVIZ_THREADS=1 python -m specviz bench --suite examples --k 1,2"
+
+
+def test_sampled_peers_get_top_k_off_as_transformers_spells_it():
+    """top_k 0 (off) went to transformers as None, which leaves a model's own default (often 50) in force:
+    the peer then sampled another distribution than the specviz arm it is raced against."""
+    from specviz.bench.peers import generate_kwargs
+    from specviz.core.sampling import Sampling
+
+    off = generate_kwargs("hf", 4, False, Sampling(temperature=1.0, top_k=0), 8, (1,))
+    assert off["do_sample"] and off["top_k"] == 0
+    assert generate_kwargs("hf", 4, False, Sampling(temperature=1.0, top_k=7), 8, (1,))["top_k"] == 7

@@ -29,8 +29,9 @@ def generate_kwargs(peer: str, k: int | None, dynamic: bool, sampling: Sampling,
     if sampling.greedy:
         kw.update(do_sample=False)
     else:
-        kw.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
-                  top_p=sampling.top_p)
+        # top_k 0 is off in both libraries; None would leave the model's own default in force (often 50),
+        # and the peer would sample another distribution than specviz's arm beside it.
+        kw.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     if sampling.repetition_penalty != 1.0:
         kw["repetition_penalty"] = sampling.repetition_penalty
     if peer == "hf-pld":
