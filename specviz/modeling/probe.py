@@ -10,12 +10,11 @@ traceback mid-run or, worse, a run that is silently not exact.
 """
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from ..core.errors import SpecvizError
 from .forward import forward, model_device, new_cache, output_vocab_size, rollback
+from .stack import per_model
 
 # Largest change of a log-probability (nats) between two computations that must agree, per
 # precision, over the tokens of probability 1e-3 or more. A broken cache, a look-ahead or a wrong
@@ -43,7 +42,6 @@ def _apart(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
     relative = float((shift.abs().max(-1).values / spread).max())
     return nats > AGREE.get(dtype, AGREE_HALF) or relative > SPREAD.get(dtype, SPREAD_HALF)
 
-_checked: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> problem (None: fine)
 
 # The probe's checks in the order it makes them: a forward that raises is reported with the check
 # it was making, so a user reads what specviz tried before the library's own words.
@@ -55,18 +53,10 @@ CHECKS = (
 )
 
 
+@per_model
 def problem(model) -> str | None:
     """Why the engine cannot verify `model` exactly, or None. Cached per model object."""
-    try:
-        return _checked[model]
-    except (KeyError, TypeError):
-        pass
-    found = _probe(model)
-    try:
-        _checked[model] = found
-    except TypeError:  # not weak-referenceable: probe again next time
-        pass
-    return found
+    return _probe(model)
 
 
 def check(model, name: str | None = None) -> None:

@@ -38,25 +38,34 @@ def _lists(model) -> list[tuple[str, nn.ModuleList]]:
             if isinstance(module, nn.ModuleList) and name.rpartition(".")[2] in LAYER_LISTS and len(module)]
 
 
-_found: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> Stack | None
+def per_model(fn):
+    """fn(model), computed once per model object and held weakly (a dropped model frees its entry); a
+    model that cannot be weakly referenced is computed again each time."""
+    memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(fn)
+    def once(model):
+        try:
+            return memo[model]
+        except (KeyError, TypeError):
+            pass
+        found = fn(model)
+        try:
+            memo[model] = found
+        except TypeError:
+            pass
+        return found
+    return once
 
 
+@per_model
 def find(model) -> Stack | None:
     """The decoder stack of `model`, or None when it has no list of layers under a name families use.
 
     Of several lists (a vision tower's, an encoder's), the one as long as the text config's layer
     count wins, then the shallowest: the language model's own stack. Looked up once per model
     (every EAGLE or Medusa step on transformers' path asks)."""
-    try:
-        return _found[model]
-    except (KeyError, TypeError):
-        pass
-    found = _find(model)
-    try:
-        _found[model] = found
-    except TypeError:  # not weak-referenceable: looked up again next time
-        pass
-    return found
+    return _find(model)
 
 
 def _find(model) -> Stack | None:
