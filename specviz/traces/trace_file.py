@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from ..core.errors import SpecvizError
 from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
 from ..core.tree import check_parents
+from ..engine.generate import VERIFICATIONS
 from ..engine.verify_cost import VerifyCurve
 from ..render.status import megabytes
 from ..render.trace import Labels, Trace
@@ -363,7 +364,7 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = _tree_problem(e.tree)
         elif e.block is not None and any(len(x) != n for x in (e.block.weight, e.block.residual_mass, e.block.stop_prob)):
             problem = "its block verification does not match its draft"
-        elif e.verification not in ("token", "block"):
+        elif e.verification not in VERIFICATIONS:
             problem = f"its verification rule {e.verification!r} is unknown"
     problem = problem or _law(e)
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
