@@ -253,6 +253,7 @@ def test_a_model_the_engine_cannot_verify_is_refused_on_the_page_and_the_command
                                             num_attention_heads=2, intermediate_size=64)
         why = "looks ahead"
     folder = tmp_path / kind
+    torch.manual_seed(0)  # the probe must see the look-ahead in any random model; seeded so a failure repeats
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
