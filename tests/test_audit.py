@@ -18,7 +18,8 @@ from specviz import DraftModel, Sampling
 from specviz.audit import report
 from specviz.audit.controls import RawQ
 from specviz.audit.engines import Generate, Local
-from specviz.audit.stats import chi_square, compare, detectable_tv, joint, noncentral_survival
+from specviz.audit.stats import (chi_square, compare, detectable_tv, joint, noncentral_survival, total_variation,
+                                 tv_interval)
 from specviz.cli.main import main
 
 OUTCOMES = ("a", "b", "c", "d", "e", "f")
@@ -50,6 +51,19 @@ def test_one_distribution_twice_passes_and_a_shift_of_0_1_fails_at_500_draws():
     # each position is tested too, and the verdict's p pays for the three looks
     assert [t.what for t in moved.tests] == ["first 2 tokens together", "token 1", "token 2"]
     assert moved.p == pytest.approx(min(1, 3 * min(t.p for t in moved.tests)))
+
+
+def test_the_intervals_upper_end_never_falls_below_the_estimate_and_covers_a_small_difference():
+    """Near 0 the reversed bootstrap's upper end fell below the estimate (to 0.000-0.000): one
+    sample compared with itself is not proof of TV 0. The upper end states what this size allows."""
+    s = joint(sample(P, 300, 1, 1), 1)
+    low, high = tv_interval(s, s)
+    assert low == 0 and high > 0.03  # 300 draws each way cannot pin TV below a few hundredths
+    true_tv = 0.03
+    for t in range(10):
+        a, b = joint(sample(shifted(true_tv), 300, 100 + t, 1), 1), joint(sample(P, 300, 200 + t, 1), 1)
+        low, high = tv_interval(a, b, rounds=200)
+        assert low <= total_variation(a, b) <= high and high >= true_tv
 
 
 def test_rare_outcomes_are_pooled_so_a_long_tail_is_testable():

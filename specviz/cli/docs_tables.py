@@ -287,7 +287,7 @@ def audit_caption(doc: dict, path: str) -> str:
             f"Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}: the embedded "
             f"SmolLM2-135M, the audit's repeated question, {doc['draws']} seeded draws each way of 3 tokens, "
             f"temperature {doc['temperature']:g}; {', then '.join(f'`{c}`' for c in doc.get('commands') or [doc['command']])}. "
-            f"Results: [`{path}`](/{path}).")
+            f"Results: [`{path}`](/{path}).{' Amended ' + doc['amended'] + '.' if doc.get('amended') else ''}")
 
 
 KINDS = {
