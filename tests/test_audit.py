@@ -11,12 +11,14 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 from scipy.stats import ncx2
 
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, Sampling
+from specviz.drafters.prompt_lookup import PromptLookup
 from specviz.audit import report
-from specviz.audit.controls import RawQ
+from specviz.audit.controls import DELTA, EPSILON, RawQ, Typical, typical_accepted, typical_threshold
 from specviz.audit.engines import Generate, Local
 from specviz.audit.stats import (chi_square, compare, detectable_tv, joint, noncentral_survival, total_variation,
                                  tv_interval)
@@ -200,6 +202,7 @@ def test_a_server_that_samples_another_distribution_fails_and_shows_both_side_by
     (["--temperature", "0"], "give a temperature above 0"),
     (["--lossy", "raw-q", "--engine", "transformers"], "specviz's own engine"),
     (["--ensemble-weight", "0.5"], "--engine transformers"),
+    (["--lossy", "typical", "--verification", "block"], "its own verification rule"),
 ])
 def test_bad_requests_get_one_sentence(capsys, args, words):
     assert main(["audit", *args]) == 2
@@ -255,6 +258,32 @@ def test_q_taken_before_the_warpers_is_caught_and_the_exact_rule_passes_at_300_d
     exact, lossy = audit(DraftModel(draft)), audit(RawQ(DraftModel(draft)))
     assert not exact.different and exact.p > 0.1
     assert lossy.different and lossy.p < 1e-3
+
+
+def test_medusas_typical_acceptance_keeps_what_passes_its_threshold_without_a_draw():
+    flat, sure = torch.full((8,), 1 / 8), torch.tensor([0.97] + [0.03 / 7] * 7)
+    assert typical_threshold(flat).item() == pytest.approx(DELTA / 8)  # delta exp(-ln 8)
+    assert typical_threshold(sure).item() == pytest.approx(EPSILON)  # a confident row: epsilon
+    p = torch.stack([flat, sure, flat])  # two draft rows and the bonus row
+    assert typical_accepted(p, torch.tensor([3, 0])) == 2  # 1/8 > 0.0375, 0.97 > 0.09: no u, no q
+    assert typical_accepted(p, torch.tensor([3, 5])) == 1  # 0.03 / 7 is below the threshold
+
+
+def test_medusas_typical_acceptance_is_caught_where_the_same_loop_refusing_every_draft_passes(small):
+    """The control (controls.Typical) at 100 draws each way on the tiny model: prompt lookup's copy
+    passes every threshold on its near-flat rows and comes out far more often than the target
+    writes it (p ~ 7e-33). The same loop with a threshold nothing passes samples every token from
+    p, and passes: the acceptance rule is what fails, not the loop around it."""
+    s = Sampling(temperature=1.0)
+    plain = [Local(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(100)]
+
+    def audit(**threshold):
+        draws = [Typical(small, PromptLookup(), PROMPT, s, 3, k=3, **threshold).draw(i) for i in range(100)]
+        return compare([d.tokens for d in draws], plain, 3), sum(d.drafted for d in draws), sum(d.accepted for d in draws)
+
+    (lossy, drafted, kept), (refusing, _, none) = audit(), audit(epsilon=1.0, delta=float("inf"))  # threshold 1
+    assert drafted > kept > 0 and lossy.different and lossy.p < 1e-6
+    assert none == 0 and not refusing.different and refusing.p > 0.05
 
 
 def test_the_time_cap_judges_what_was_drawn_by_then(servers, capsys, tmp_path):

@@ -3,7 +3,7 @@ its target's distribution, by drawing short completions with and without specula
 
 stats.py     the two-sample tests, total variation with its interval, and the test's power
 engines.py   what draws: specviz's loop, transformers' generate, a server (one completion per seed)
-controls.py  a verifier that is deliberately not exact (q taken before the warpers), to be caught
+controls.py  verifiers that are deliberately not exact (q before the warpers, Medusa's typical acceptance)
 report.py    the verdict (withheld on too few draws or no drafts), the side-by-side table, the file
 command.py   `python -m specviz audit`
 May import: core, modeling, drafters, engine, serving (servers) and bench (transformers' generate).

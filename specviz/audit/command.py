@@ -11,9 +11,10 @@ both sides follow one distribution (stats.py). The engine is
     a server            --server URL --baseline-server URL2 (the same model without speculation)
 
 The default prompt asks again what was just answered, so prompt lookup drafts the earlier
-answer from the first token and a sampled answer often refuses it. --lossy raw-q (specviz) and
---ensemble-weight W (transformers) are controls that must fail (controls.py). Exit status: 0
-consistent with exact, 1 not exact, 3 no verdict (too few draws, nothing drafted), 2 an error.
+answer from the first token and a sampled answer often refuses it. --lossy raw-q and --lossy
+typical (specviz) and --ensemble-weight W (transformers) are controls that must fail
+(controls.py). Exit status: 0 consistent with exact, 1 not exact, 3 no verdict (too few draws,
+nothing drafted), 2 an error.
 """
 from __future__ import annotations
 
@@ -58,8 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop drawing after this long and judge what was drawn (default: no cap)")
     p.add_argument("--json", metavar="FILE", help="also write the results (specviz-audit v1) to FILE")
     c = p.add_argument_group("controls that must fail")
-    c.add_argument("--lossy", choices=("raw-q",), help="specviz with q taken before the warpers (transformers "
-                   "issue #47932), for a draft-model drafter")
+    c.add_argument("--lossy", choices=("raw-q", "typical"), help="specviz with q taken before the warpers "
+                   "(raw-q: transformers issue #47932, for a draft-model drafter), or with Medusa's typical "
+                   "acceptance (typical: a draft token kept when the target finds it likely enough, no draw)")
     c.add_argument("--ensemble-weight", type=float, help="transformers' assistant_ensemble_weight (DIVERSE "
                    "verification, lossy by design)")
     s = p.add_argument_group("a serving engine instead of a local model")
@@ -96,6 +98,8 @@ def check(args) -> None:
         raise SpecvizError("--model goes with --server")
     if args.lossy and (args.server or args.engine != "specviz"):
         raise SpecvizError("--lossy is a control for specviz's own engine")
+    if args.lossy == "typical" and args.verification != "token":
+        raise SpecvizError("--lossy typical is its own verification rule: leave out --verification")
     if args.verification != "token" and (args.server or args.engine != "specviz"):
         raise SpecvizError("--verification chooses specviz's own rule: the other engines verify their way")
     if args.ensemble_weight is not None and args.engine != "transformers":
@@ -143,13 +147,20 @@ def engines(args):
     drafter = make_drafter(args.drafter, target, progress=_progress)
     if drafter is None:
         raise SpecvizError("the drafter 'none' drafts nothing: there would be no speculation to audit")
+    def plain(s):
+        return Local(target.model, None, ids, s, args.tokens, args.k, eos)
+
+    if args.lossy == "typical":
+        from .controls import Typical
+
+        what["verification"] = "Medusa's typical acceptance"
+        return (lambda s: (Typical(target.model, drafter, ids, s, args.tokens, args.k, eos), plain(s))), show, what
     if args.lossy:
         from .controls import RawQ
 
         drafter = RawQ(drafter)
     return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos,
-                              verification=args.verification),
-                        Local(target.model, None, ids, s, args.tokens, args.k, eos))), show, what)
+                              verification=args.verification), plain(s))), show, what)
 
 
 def _progress(message: str, fraction: float) -> None:
