@@ -122,13 +122,14 @@ class Served:
     """A fake OpenAI-compatible server streaming one token per chunk, drawn from `weights` with the
     request's seed, with llama.cpp's running draft counters (it claims one draft per token)."""
 
-    def __init__(self, weights):
+    def __init__(self, weights, version=("/props", {"build_info": "b1234-fake"})):
         self.weights, self.bodies = weights, []
         served = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                self._send(b'{"data": [{"id": "fake"}]}', "application/json")
+            def do_GET(self):  # where it tells its version (llama.cpp's /props, vLLM's /version), or the models
+                answer = version[1] if self.path == version[0] else {"data": [{"id": "fake"}]}
+                self._send(json.dumps(answer).encode(), "application/json")
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -159,7 +160,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def servers():
-    made = {"spec": Served(P), "base": Served(P), "lossy": Served(shifted(0.15))}
+    made = {"spec": Served(P), "base": Served(P), "lossy": Served(shifted(0.15), ("/version", {"version": "0.32.0"}))}
     yield made
     for s in made.values():
         s.server.shutdown()
@@ -183,6 +184,7 @@ def test_a_server_pair_is_audited_with_the_requests_sampling_fields_and_its_draf
     # the plain side draws from other seeds: the same seed both ways would correlate the two samples
     assert {b["seed"] for b in servers["spec"].bodies}.isdisjoint(b["seed"] for b in servers["base"].bodies)
     assert "catches TV >=" in printed.out and "audit:" not in printed.out  # progress goes to stderr
+    assert data["audited"]["server_version"] == first["speculative"]["version"] == "b1234-fake"
 
 
 def test_a_server_that_samples_another_distribution_fails_and_shows_both_side_by_side(servers, capsys, tmp_path):
@@ -195,6 +197,7 @@ def test_a_server_that_samples_another_distribution_fails_and_shows_both_side_by
     rows = {r["outcome"]: (r["speculative"], r["plain"]) for r in result["outcomes"]}
     assert rows["aa"][0] < rows["aa"][1]  # the likeliest outcome lost mass
     assert "first tokens" in printed.out and "NOT exact" in printed.out
+    assert data["audited"]["server_version"] == "0.32.0" and "report different builds" in printed.out
 
 
 @pytest.mark.parametrize("args, words", [

@@ -112,11 +112,14 @@ def engines(args):
     turns = [("user", args.prompt)] if args.prompt else list(TURNS)
     if args.server:
         from ..modeling.chat import chat_messages
+        from ..serving.client import server_version
 
         messages = chat_messages(turns)
+        what = {"server": args.server, "server_version": server_version(args.server),
+                "baseline_server": args.baseline_server, "baseline_version": server_version(args.baseline_server)}
         return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model),
                             Server(args.baseline_server, messages, s, args.tokens, args.model))),
-                lambda o: "".join(o), {"server": args.server, "baseline_server": args.baseline_server})
+                lambda o: "".join(o), what)
     from ..drafters.choose import make_drafter
     from ..modeling import models
     from ..modeling.chat import chat_messages
@@ -211,6 +214,11 @@ def main(args) -> int:
     check(args)
     samplings = settings(args)
     make, show, what = engines(args)
+    if args.server:
+        told = [what["server_version"] or "version not told", what["baseline_version"] or "version not told"]
+        print(f"servers: {args.server} ({told[0]}), without speculation {args.baseline_server} ({told[1]})")
+        if told[0] != told[1]:
+            print("  the two servers report different builds: a difference may be the build's, not speculation's")
     deadline = time.monotonic() + args.time_cap if args.time_cap else None
     results = []
     for s in samplings:

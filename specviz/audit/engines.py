@@ -141,10 +141,20 @@ class Server:
 
     def __init__(self, url: str, messages: list[dict], sampling: Sampling, tokens: int, model: str | None = None):
         self.url, self.messages, self.sampling, self.tokens, self.model = url, messages, sampling, tokens, model
-        self.label, self.engine = url, None
+        self.label, self.engine, self._version = url, None, False
+
+    @property
+    def version(self) -> str | None:
+        """What the server says it is (client.server_version), asked once."""
+        if self._version is False:
+            from ..serving.client import server_version
+
+            self._version = server_version(self.url)
+        return self._version
 
     def settings(self) -> dict:
-        return {"engine": self.engine or "server", "url": self.url, "temperature": self.sampling.temperature,
+        return {"engine": self.engine or "server", "version": self.version or "not told (neither /props nor /version)",
+                "url": self.url, "temperature": self.sampling.temperature,
                 **server_params(self.sampling), "seed": "the draw's",
                 "mapping": "the request's own fields (vLLM and llama.cpp names both sent); a server-side "
                            "default the request cannot reach is not seen here"}

@@ -41,6 +41,19 @@ def server_model(url: str, timeout_s: float = 10.0) -> str:
     return str(data[0]["id"])
 
 
+def server_version(url: str, timeout_s: float = 5.0) -> str | None:
+    """The version a server reports of itself: llama.cpp's build in /props ("b8681-..."), vLLM's
+    /version ("0.32.0"); None when it tells neither."""
+    for path, field in (("/props", "build_info"), ("/version", "version")):
+        try:
+            data = get_json(url, path, timeout_s)
+        except SpecvizError:
+            continue
+        if isinstance(data, dict) and data.get(field):
+            return str(data[field])
+    return None
+
+
 def stream_completion(url: str, prompt: str, *, model: str | None = None, max_tokens: int = 128,
                       temperature: float = 0.0, seed: int | None = None, chat: bool = True,
                       timeout_s: float = 120.0, on_chunk: Callable[[ServerRun], None] | None = None,
