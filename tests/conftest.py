@@ -1,7 +1,9 @@
 """Tiny randomly initialised models, built in-process: the engine's tests need no download."""
 from __future__ import annotations
 
+import itertools
 import os
+import time
 
 # No test may need the Hugging Face Hub; offline mode also makes a Hub miss fail at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +44,14 @@ def noisy_copy(model, scale: float, seed: int = 1):
         for w in clone.parameters():
             w.add_(torch.randn_like(w) * scale * w.std())
     return clone
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """perf_counter advances 1 ms per call: dynamic k sees steady, repeatable costs, whatever else
+    the machine is doing (a test of dynamic k on real timings drafts differently under load)."""
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 1e-3)
 
 
 @pytest.fixture(scope="session")

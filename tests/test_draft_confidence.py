@@ -16,8 +16,6 @@ every run here, deterministic.
 """
 from __future__ import annotations
 
-import itertools
-import time
 
 import pytest
 import torch
@@ -32,13 +30,6 @@ from test_heads import make as make_head_drafter
 from test_sampling_distribution import PROMPT, SAMPLING, assert_matches, joint, sample_joint, small  # noqa: F401 (fixtures)
 
 CONFIDENCE = 0.5  # the sharpened draft model's top q sits either side of it about equally often
-
-
-@pytest.fixture
-def fake_clock(monkeypatch):
-    """perf_counter advances 1 ms per call: dynamic k sees steady, repeatable costs."""
-    ticks = itertools.count()
-    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 1e-3)
 
 
 def discarding_draft(processor, generator, logits, k, min_confidence, advance) -> Draft:

@@ -57,7 +57,7 @@ def baseline(target):
 
 @pytest.mark.parametrize("kind", MODELS)
 @pytest.mark.parametrize("k,dynamic", [(3, False), (4, True)])
-def test_greedy_output_is_the_baseline_and_both_drafters_draft(target, baseline, kind, k, dynamic):
+def test_greedy_output_is_the_baseline_and_both_drafters_draft(target, baseline, kind, k, dynamic, fake_clock):
     hybrid = Recorder(model_drafter(kind, target))
     cfg = GenerationConfig(max_new_tokens=30, k=k, dynamic_k=dynamic)
     steps, end = collect(speculative_generate(target, hybrid, REPEATS, cfg))

@@ -113,7 +113,7 @@ class BudgetLog(OracleTree):
 
 
 @pytest.mark.parametrize("confidence", [0.0, 0.3])
-def test_a_confidence_sized_tree_gets_the_largest_budget_and_the_threshold(target, prompts, confidence):
+def test_a_confidence_sized_tree_gets_the_largest_budget_and_the_threshold(target, prompts, confidence, fake_clock):
     """With dynamic k and a draft-confidence threshold a tree drafter is offered 4k nodes and
     keeps the ones it is sure enough of; without one, dynamic k sizes its budget."""
     cfg = GenerationConfig(max_new_tokens=30, k=2, dynamic_k=True, draft_confidence=confidence)
