@@ -21,7 +21,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specviz.core.block_verify import block_accepted, block_weights, token_wise_accepted, verify_block
+from specviz.core.block_verify import (block_accepted, block_expected, block_weights, token_wise_accepted,
+                                      token_wise_expected, verify_block)
 from specviz.core.verify import verify_sampled
 
 V = 3
@@ -533,3 +534,22 @@ def test_a_deterministic_draft_gains_nothing_from_the_block(seed):
     target, drafter = Model(seed, sharp=1.5), Model(50 + seed, one_hot=True)
     assert expected_kept(target, drafter, 3, block_outcomes) == pytest.approx(
         expected_kept(target, drafter, 3, token_outcomes), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_rules_mean_over_the_coins(seed):
+    """token_wise_expected and block_expected are the means of what each rule keeps over every way
+    its coins can fall (each coin passes with its a_i, or h_i), one draft and its rows fixed."""
+    g = torch.Generator().manual_seed(seed)
+    a, h = torch.rand(2, 4, generator=g, dtype=torch.float64).tolist()
+    h[1] = 0.0  # an empty residual: the backward pass never stops there
+    means = {"token": 0.0, "block": 0.0}
+    for passes in itertools.product([True, False], repeat=4):
+        draws = [ACCEPT if ok else REJECT for ok in passes]
+        for rule, chance, kept in (("token", a, token_wise_accepted), ("block", h, block_accepted)):
+            weight = 1.0
+            for ok, c in zip(passes, chance):
+                weight *= c if ok else 1 - c
+            means[rule] += weight * kept(chance, draws)
+    assert token_wise_expected(a) == pytest.approx(means["token"], abs=1e-12)
+    assert block_expected(h) == pytest.approx(means["block"], abs=1e-12)

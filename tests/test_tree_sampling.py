@@ -159,11 +159,12 @@ class _Coin(Exception):
         self.a = a
 
 
-def step_law(rule, tokens, parents, rows, q=None) -> dict:
+def step_law(rule, tokens, parents, rows, q=None, kept=None) -> dict:
     """The law of (accepted branch's tokens + the drawn token) under `rule`, every coin enumerated.
 
     rule(tokens, parents, rows, coin, q) -> (path, dist) asks coin(a) for a Bernoulli(a) each time
-    it looks at a coin, in order; re-run with the decisions so far replayed, it asks the same."""
+    it looks at a coin, in order; re-run with the decisions so far replayed, it asks the same.
+    `kept`, a dict, receives each node's probability of being kept."""
     out = defaultdict(float)
 
     def explore(decided, weight):
@@ -185,6 +186,8 @@ def step_law(rule, tokens, parents, rows, q=None) -> dict:
             return
         d = dist / dist.sum()
         prefix = tuple(tokens[i] for i in path)
+        for i in path if kept is not None else ():
+            kept[i] = kept.get(i, 0.0) + weight
         for t in torch.nonzero(d).view(-1).tolist():
             out[prefix + (t,)] += weight * d[t].item()
 

@@ -80,3 +80,24 @@ def token_wise_accepted(accept_prob, draws) -> int:
 def block_accepted(stop_prob, draws) -> int:
     """How many drafts block verification keeps with these coins: the last i with u_i < h_i."""
     return max((i + 1 for i, (h, u) in enumerate(zip(stop_prob, draws)) if u < h), default=0)
+
+
+def token_wise_expected(accept_prob) -> float:
+    """The drafts token-wise keeps on average over the coins, for this draft and these rows:
+    draft i is kept when every coin up to it passes, so the mean is sum_i prod_{j <= i} a_j."""
+    total, run = 0.0, 1.0
+    for a in accept_prob:
+        run *= a
+        total += run
+    return total
+
+
+def block_expected(stop_prob) -> float:
+    """The drafts block verification keeps on average over the coins, for this draft and these
+    rows: it keeps at least i unless every backward coin from i on misses, so the mean is
+    sum_i (1 - prod_{j >= i} (1 - h_j))."""
+    total, miss = 0.0, 1.0
+    for h in reversed(stop_prob):
+        miss *= 1 - h
+        total += 1 - miss
+    return total

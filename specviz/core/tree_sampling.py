@@ -20,6 +20,13 @@ child holds t", which is why the children's order changes which coins are looked
 the law. A repeated sibling (the token of an earlier child) has p'(x) = 0 once that child was
 rejected, so its mass never counts twice and only the first of equal siblings can be kept.
 
+Why no other exact rule keeps more from such a tree (traversal verification, multi-path block
+verification included): the kept nodes are a branch whose tokens begin the step's output, and an
+exact step's output is the target's own text, so no exact rule keeps a node more often than the
+target writes its branch, p(x_1) p(x_2 | x_1) ... along it. The walk keeps every node exactly that
+often (`keep_chances`), so its mean accepted length is the most any exact rule reaches with these
+nodes. Those rules gain where children are drawn from q; here they were chosen.
+
 Everything is computed for every node at once, on the device, from one uniform per node (a
 node the walk never reaches has its p'(x) and coin computed all the same and ignored).
 Nothing here synchronises with the host; `walk_order` reads the result once it is there.
@@ -136,3 +143,19 @@ def walk_order(parents: Sequence[int], on_path: Sequence[float], tried: Sequence
     path = sorted((i for i, v in enumerate(on_path) if v), key=lambda i: deep[i])
     walk = sorted((i for i, v in enumerate(tried) if v), key=lambda i: (deep[i], i))
     return path, walk
+
+
+def keep_chances(tokens: Sequence[int], parents: Sequence[int], p: Sequence[float]) -> list[float]:
+    """How often the sibling walk keeps each node, over its coins: the target's probability of the
+    node's branch, the product of p(x) (TreeDraft.p: each node's token at its parent's row) from the
+    root down; 0 for a node repeating an earlier sibling's token, and for everything below it. No
+    exact rule keeps a node more often, so the sum is the most any exact rule keeps on average
+    from this tree (the module docstring says why)."""
+    chance: list[float] = []
+    seen: dict[int, set[int]] = {}
+    for x, parent, px in zip(tokens, parents, p):
+        above = 1.0 if parent < 0 else chance[parent]
+        repeat = x in seen.setdefault(parent, set())
+        seen[parent].add(x)
+        chance.append(0.0 if repeat else above * px)
+    return chance

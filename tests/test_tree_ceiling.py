@@ -1,0 +1,113 @@
+"""No exact rule keeps more from the engine's trees than the sibling walk: proven by enumeration.
+
+EAGLE's and Medusa's trees are chosen (each node's likeliest tokens), not drawn, so they are
+fixed before any coin falls. The tokens an exact step keeps begin its output, and its output is
+the target's own text: so no exact rule, traversal verification and multi-path block
+verification included, keeps a node more often than the target writes that node's branch,
+p(x_1) p(x_2 | x_1) ... (its keep chance). The walk keeps every node exactly that often, every
+node at once, so its mean accepted length is the ceiling (core/tree_sampling.py's
+keep_chances). Checked here over every tree shape the engine can draft up to 4 nodes, by
+enumerating every coin (test_tree_sampling.step_law), float64 to 1e-12. Rules that keep more than
+the ceiling on chosen trees (SpecInfer's, recursive rejection sampling, block verification of a
+chosen chain, which is what traversal verification does on a chain) emit another law.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from specviz.core.block_verify import verify_block
+from specviz.core.tree_sampling import keep_chances
+from test_tree_sampling import (assert_same_law, branch, drafted_tree, implemented, law_gap, recursive_rejection,
+                                rows_for, specinfer, step_law, target, target_law)
+
+
+def shapes(most: int = 4):
+    """Every tree of 1 to `most` nodes whose parents come before their children (check_parents'
+    order, the one every drafter emits): 1 + 2 + 6 + 24 shapes."""
+    for m in range(1, most + 1):
+        yield from itertools.product(*(range(-1, i) for i in range(m)))
+
+
+def token_sets(parents, seed):
+    """Siblings on distinct tokens, and tokens drawn from three (repeats among siblings possible)."""
+    rank = {}
+    distinct = []
+    for parent in parents:
+        rank[parent] = rank.get(parent, -1) + 1
+        distinct.append(rank[parent])
+    rng = random.Random(seed)
+    return [distinct, [rng.randrange(3) for _ in parents]]
+
+
+def written(cond, tokens, parents, node) -> float:
+    """The target's probability that its text begins with the node's branch, from the target itself."""
+    prefix, prob = (), 1.0
+    for x in branch(tokens, parents, node):
+        prob *= cond(prefix)[x].item()
+        prefix += (x,)
+    return prob
+
+
+def node_p(tokens, parents, rows) -> list[float]:
+    """What a step records as TreeDraft.p: each node's token at its parent's row."""
+    return [rows[parent + 1][x].item() for x, parent in zip(tokens, parents)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_the_walk_keeps_each_node_as_often_as_the_target_writes_its_branch(m):
+    """Every shape of m nodes, two token sets each: each node's keep chance, enumerated, is the
+    target's probability of its branch (0 for a repeated sibling and below it), the bound every
+    exact rule obeys, reached at every node at once."""
+    cases = 0
+    for n, parents in enumerate(p for p in shapes() if len(p) == m):
+        for tokens, kind in zip(token_sets(parents, n), ["random", "top-k/top-p"][::1 if n % 2 else -1]):
+            rows, cond = rows_for(kind, n, tokens, parents), target(kind, n)
+            kept = {}
+            law = step_law(implemented, tokens, parents, rows, kept=kept)
+            assert_same_law(law, target_law(cond, tokens, parents), 1e-12)
+            chance = keep_chances(tokens, parents, node_p(tokens, parents, rows))
+            followed = []  # the first of equal siblings, under a node that is itself followed
+            for i, (x, parent) in enumerate(zip(tokens, parents)):
+                first = x not in [tokens[j] for j in range(i) if parents[j] == parent]
+                followed.append(first and (parent < 0 or followed[parent]))
+                want = written(cond, tokens, parents, i) if followed[i] else 0.0
+                assert kept.get(i, 0.0) == pytest.approx(want, abs=1e-12), (parents, tokens, kind, i)
+                assert chance[i] == pytest.approx(want, abs=1e-12), (parents, tokens, kind, i)
+            cases += 1
+    assert cases == 2 * {1: 1, 2: 2, 3: 6, 4: 24}[m]
+
+
+def block_on_a_chosen_chain(tokens, parents, rows, coin, q):
+    """Block verification of a chain whose tokens are the drafter's top-1, not draws from its q:
+    traversal verification on a chain. Its backward coins h, then the residual where it stopped."""
+    k = len(tokens)
+    d = torch.tensor(tokens)
+    h = verify_block(rows, q[:k], d, torch.ones(k, dtype=rows.dtype)).stop_prob
+    tau = next((i + 1 for i in reversed(range(k)) if coin(h[i].item())), 0)
+    draws = torch.ones(k, dtype=rows.dtype)
+    if tau:
+        draws[tau - 1] = 0.0
+    return list(range(tau)), verify_block(rows, q[:k], d, draws).dist
+
+
+@pytest.mark.parametrize("rule, width", [(specinfer, 2), (recursive_rejection, 2), (block_on_a_chosen_chain, 1)],
+                         ids=["specinfer", "recursive rejection", "block on a chosen chain"])
+def test_rules_that_keep_more_than_the_ceiling_are_not_exact(rule, width):
+    """On trees grown as EAGLE grows them (top-`width` of a drafter's softmax q), these rules keep
+    more than the walk somewhere, and wherever they do their law is not the target's."""
+    gains = []
+    for seed in range(4):
+        tokens, parents, q = drafted_tree(seed, width=width, depth=2 if width > 1 else 3)
+        rows, cond = rows_for("random", seed, tokens, parents), target("random", seed)
+        ceiling = sum(keep_chances(tokens, parents, node_p(tokens, parents, rows)))
+        kept = {}
+        law = step_law(rule, tokens, parents, rows, q, kept=kept)
+        gain = sum(kept.values()) - ceiling
+        gains.append(gain)
+        if gain > 1e-9:
+            assert law_gap(law, target_law(cond, tokens, parents)) > 1e-6
+    assert max(gains) > 1e-3
