@@ -493,7 +493,12 @@ def test_the_bench_runs_an_arm_per_rule_and_counts_both_on_the_same_steps(target
     for label, rule in (("pld k=4", "token"), ("pld k=4 block", "block")):
         assert by_arm[label].kept_by_rule[rule] == by_arm[label].accepted  # the rule that ran is the one counted
         assert set(by_arm[label].kept_by_rule) == {"token", "block"}
-    assert by_arm["baseline"].kept_by_rule == {}
+        # each rule's mean over the coins, on every step that drafted (prompt lookup's one-hot
+        # draft: the same under both rules, docs/performance.md)
+        r = by_arm[label]
+        assert r.rule_steps["token"] == r.rule_steps["block"] == sum(1 for n, _ in r.step_outcomes if n)
+        assert r.expected_by_rule["block"] == pytest.approx(r.expected_by_rule["token"], rel=1e-5)  # float32 rows
+    assert by_arm["baseline"].kept_by_rule == by_arm["baseline"].expected_by_rule == {}
 
 
 def test_the_docs_table_of_rules_is_drawn_from_the_results():

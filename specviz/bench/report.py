@@ -44,6 +44,9 @@ def raw_document(result, config: dict, env: dict) -> dict:
         run["draft_lengths"] = {str(n): c for n, c in sorted(r.draft_lengths.items())}
         if r.kept_by_rule:  # sampled chain steps: what each verification rule keeps on them
             run["kept_by_rule"] = dict(r.kept_by_rule)
+        if r.expected_by_rule:  # sampled steps: each rule's mean over the coins, summed, and over how many steps
+            run["expected_by_rule"] = {rule: round(v, 6) for rule, v in r.expected_by_rule.items()}
+            run["rule_steps"] = dict(r.rule_steps)
     return {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -31,7 +31,7 @@ from ..drafters.suffix import suffix_of
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from ..engine.timing import ForwardClock, forward_costs
-from ..render.rules import comparable, kept
+from ..render.rules import comparable, expected, kept
 from . import peers
 from .drafters import BenchDrafter
 from ..run.suites import BenchPrompt
@@ -103,6 +103,10 @@ class RunRecord:
     # Sampled chain steps: the drafts each verification rule keeps with those steps' own draws, whichever
     # rule ran ({"token": n, "block": m}): the two rules compared on the very same steps.
     kept_by_rule: dict[str, int] = field(default_factory=dict)
+    # The same steps' means over the coins ({"token", "block"}; a sampled tree step's under the sibling
+    # walk, "walk"), over `rule_steps` steps: the rules compared without the coins' noise.
+    expected_by_rule: dict[str, float] = field(default_factory=dict)
+    rule_steps: dict[str, int] = field(default_factory=dict)
     stop_reason: str = ""
     threads: int = 0  # torch's thread count for this run (the bench may change it between prompts)
 
@@ -215,6 +219,9 @@ class Runner:
                     if comparable(ev):
                         for rule, n in kept(ev).items():
                             rec.kept_by_rule[rule] = rec.kept_by_rule.get(rule, 0) + n
+                    for rule, mean in expected(ev).items():
+                        rec.expected_by_rule[rule] = rec.expected_by_rule.get(rule, 0.0) + mean
+                        rec.rule_steps[rule] = rec.rule_steps.get(rule, 0) + 1
                 elif isinstance(ev, RunEnd):
                     end = ev
         stats = end.stats

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from ..core.block_verify import block_accepted, token_wise_accepted
+from ..core.block_verify import block_accepted, block_expected, token_wise_accepted, token_wise_expected
 from ..core.events import StepEvent
+from ..core.tree_sampling import keep_chances
 from .html import visible
 
 RULE_NAMES = {"token": "token-wise", "block": "block verification"}
@@ -44,6 +45,17 @@ def comparable(e: StepEvent) -> bool:
 def kept(e: StepEvent) -> dict[str, int]:
     """How many drafts each rule keeps with this step's draws."""
     return {"token": token_wise_accepted(e.accept_prob, e.draws), "block": block_accepted(e.block.stop_prob, e.draws)}
+
+
+def expected(e: StepEvent) -> dict[str, float]:
+    """What each rule keeps from this step on average over its coins, the draft and the rows as they
+    are: a sampled chain step under both rules; a sampled tree step under the sibling walk, which is
+    the most any exact rule keeps from that tree (core/tree_sampling.py); {} otherwise."""
+    if comparable(e):
+        return {"token": token_wise_expected(e.accept_prob), "block": block_expected(e.block.stop_prob)}
+    if e.tree is not None and e.tree.walk:
+        return {"walk": sum(keep_chances(e.tree.tokens, e.tree.parents, e.tree.p))}
+    return {}
 
 
 def compare(e: StepEvent) -> list[Position]:
