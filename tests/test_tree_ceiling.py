@@ -111,3 +111,18 @@ def test_rules_that_keep_more_than_the_ceiling_are_not_exact(rule, width):
         if gain > 1e-9:
             assert law_gap(law, target_law(cond, tokens, parents)) > 1e-6
     assert max(gains) > 1e-3
+
+
+def test_the_inspector_shows_a_tree_step_against_its_ceiling():
+    """docs/exactness.md's worked tree (test_render.walked_step: "the" 0.5, "a" 0.3, "an" 0.1 at
+    the root, "<b>" 0.4 under "an"): the keep chances written out, their sum, and the walk's order."""
+    from test_render import spec_trace, walked_step
+
+    from specviz.render.inspect import step_html
+
+    html = step_html(spec_trace(walked_step()), 0)
+    assert "the sibling walk keeps 0.94 of these 4 candidates (1 this step)" in html
+    assert "<td data-label=\"keep chance: p along its branch\">0.100 × 0.400 = 0.040</td>" in html
+    assert ("children of the text so far: “the” refused, then “a” refused, then “an” kept</li>"
+            "<li>children of “an”: “&lt;b&gt;” refused") in html
+    assert step_html(spec_trace(walked_step(greedy=True)), 0).count("sv-ceiling") == 0  # greedy: no coins to average

@@ -6,6 +6,10 @@ the residual masses, the stop chances h) whichever rule judged it, so a step can
 under both. Token-wise walks forward and stops at the first u >= min(1, p/q); block
 verification walks backward from the block's end and stops at the first position whose
 u < h (core/block_verify.py). The inspector and step-through read `compare` and `backward_pass`.
+
+A sampled tree step is shown against its ceiling: each node's keep chance, the target's
+probability of its branch, is how often the sibling walk keeps it and the most any exact rule
+can (core/tree_sampling.py), beside what the walk kept on the step's draws and its order.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from ..core.block_verify import block_accepted, block_expected, token_wise_accep
 from ..core.events import StepEvent
 from ..core.tree_sampling import keep_chances
 from .html import visible
+from .tree import sibling_walk
 
 RULE_NAMES = {"token": "token-wise", "block": "block verification"}
 
@@ -113,8 +118,12 @@ def token_source(e: StepEvent) -> str:
 
 
 def summary(e: StepEvent) -> str:
-    n = kept(e)
+    n, mean = kept(e), expected(e)
+    alone = (" A deterministic draft: token-wise's mean is the most any exact rule keeps from it."
+             if e.q is None else "")
     return (f"Same draft, same draws: token-wise keeps {n['token']}, block verification keeps {n['block']}. "
+            f"On average over the draws, this draft as it is: token-wise {mean['token']:.2f}, "
+            f"block {mean['block']:.2f}.{alone} "
             f"This run was judged {RULE_NAMES.get(e.verification, e.verification)}.")
 
 
@@ -123,9 +132,88 @@ def _tok(text: str) -> str:
     return f'<code class="sv-inspect-tok">{escape(shown) if shown else "∅"}</code>'
 
 
+def tree_ceiling(e: StepEvent) -> list[tuple[int, float, str]]:
+    """A sampled tree step's nodes as (node, keep chance, the chance written out): how often the
+    sibling walk keeps each, the target's probability of its branch, the most any exact rule can."""
+    t = e.tree
+    chance = keep_chances(t.tokens, t.parents, t.p)
+    out, seen, blocked = [], {}, []
+    for i, (x, parent) in enumerate(zip(t.tokens, t.parents)):
+        repeat = x in seen.setdefault(parent, set())
+        seen[parent].add(x)
+        blocked.append(repeat or (parent >= 0 and blocked[parent]))
+        factors = [t.p[n] for n in reversed(_branch(t, i))]
+        text = ("0: an earlier sibling holds its token" if repeat else "0: below a repeated token" if blocked[i] else
+                _n(chance[i]) if len(factors) == 1 else f"{' × '.join(_n(f) for f in factors)} = {_n(chance[i])}")
+        out.append((i, chance[i], text))
+    return out
+
+
+def walk_order_text(e: StepEvent, labels) -> list[str]:
+    """The sibling walk's order of traversal this step, a line per node whose children it judged."""
+    walk, names = sibling_walk(e.tree), labels.tree
+    lines: list[str] = []
+    for j in walk:
+        parent = e.tree.parents[j.node]
+        head = "the text so far" if parent < 0 else f"“{visible(_name(names, e.tree, parent))}”"
+        said = f"“{visible(_name(names, e.tree, j.node))}” {'kept' if j.kept else 'refused'}"
+        if lines and lines[-1].startswith(f"children of {head}:"):
+            lines[-1] += f", then {said}"
+        else:
+            lines.append(f"children of {head}: {said}")
+    return lines
+
+
+def _name(names, tree, i: int) -> str:
+    return names[i] if i < len(names) else f"#{tree.tokens[i]}"
+
+
+def tree_rules_html(e: StepEvent, labels) -> str:
+    """A sampled tree step against its ceiling: each node's keep chance written out, what the walk
+    kept on this step's draws, and the walk's order ('' for other steps)."""
+    if e.tree is None or not e.tree.walk:
+        return ""
+    rows = tree_ceiling(e)
+    won = set(e.tree.path)
+    body = "".join(
+        f'<tr data-ceiling-node="{i}"><td data-label="node">{_tok(_name(labels.tree, e.tree, i))}</td>'
+        f'<td data-label="depth">{len(_branch(e.tree, i))}</td>'
+        f'<td data-label="keep chance: p along its branch">{escape(text)}</td>'
+        f'<td class="sv-verdict-{"accepted" if i in won else "rejected"}" data-label="this step">'
+        f'{"kept" if i in won else "not kept"}</td></tr>'
+        for i, c, text in rows)
+    total = sum(c for _, c, _ in rows)
+    order = "".join(f"<li>{escape(line)}</li>" for line in walk_order_text(e, labels))
+    return (
+        '<div class="sv-rules sv-tree-rules">'
+        f'<p class="sv-inspect-head">The tree against its ceiling. On average over the draws the sibling walk keeps '
+        f"{total:.2f} of these {len(rows)} candidates ({len(won)} this step): the most any exact rule keeps from "
+        "this tree.</p>"
+        '<div class="sv-scroll"><table class="sv-table sv-drafts sv-ceiling"><thead><tr><th>node</th><th>depth</th>'
+        "<th>keep chance: p along its branch</th><th>this step</th></tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+        '<p class="sv-muted">Why no rule keeps more: the children were chosen, not drawn, so the tokens a step keeps '
+        "begin the target's own text, and the target writes a node's branch with the product of p along it. The "
+        "walk keeps every node exactly that often. Rules that keep more from a tree (SpecInfer's, recursive "
+        "rejection sampling, traversal verification) are exact when the children are draws from q; on chosen children they change the "
+        "text's law.</p>"
+        f'<p class="sv-muted">The walk\'s order this step:</p><ol class="sv-walk-order">{order}</ol></div>'
+    )
+
+
+def _branch(tree, i: int) -> list[int]:
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = tree.parents[i]
+    return out
+
+
 def rules_html(e: StepEvent, labels) -> str:
-    """The side-by-side table, the weights and the backward pass written out ('' when the step
-    cannot be compared)."""
+    """The side-by-side table, the weights and the backward pass written out; a sampled tree step
+    against its ceiling ('' when the step cannot be compared)."""
+    if e.tree is not None:
+        return tree_rules_html(e, labels)
     if not comparable(e):
         return ""
     rows = compare(e)
