@@ -80,6 +80,9 @@ flock -u 9; exec 9>&-
 [ "$build_only" = 1 ] && { echo "llama-server is built: $bin"; exit 0; }
 
 args=(-m "$model" --host 127.0.0.1 --port "$port" --metrics -t 1)
+# Where the CPU advertises AMX, llama.cpp's repacked AMX kernels died at their first tile instruction
+# ("Illegal instruction" at tilezero, in a VM whose kernel grants AMX; 2026-12-05): no repacking there.
+grep -qw amx_tile /proc/cpuinfo 2>/dev/null && args+=(--no-repack)
 case "$spec" in
     draft) args+=(--spec-type draft-simple -md "$draft") ;;
     off) ;;

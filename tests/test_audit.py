@@ -122,7 +122,8 @@ class Served:
     """A fake OpenAI-compatible server streaming one token per chunk, drawn from `weights` with the
     request's seed, with llama.cpp's running draft counters (it claims one draft per token)."""
 
-    def __init__(self, weights, version=("/props", {"build_info": "b1234-fake"})):
+    def __init__(self, weights, version=("/props", {"build_info": "b1234-fake",
+                                                   "default_generation_settings": {"n_ctx": 4096}})):
         self.weights, self.bodies = weights, []
         served = self
 
@@ -174,13 +175,15 @@ def audit_cli(capsys, tmp_path, *args):
 
 def test_a_server_pair_is_audited_with_the_requests_sampling_fields_and_its_drafts(servers, capsys, tmp_path):
     code, printed, data = audit_cli(capsys, tmp_path, "--server", servers["spec"].url, "--baseline-server",
-                                    servers["base"].url, "--draws", "200", "--tokens", "2", "--top-k", "20")
+                                    servers["base"].url, "--draws", "200", "--tokens", "2", "--top-k", "20",
+                                    "--repetition-penalty", "1.1")
     assert code == 0, printed.out
     first, second = data["results"]
     assert first["verdict"] == report.EXACT and first["drafted"] == 400 and first["accepted"] == 200
-    assert second["setting"] == "temperature 1, top-k 20, top-p 0.9"
+    assert second["setting"] == "temperature 1, top-k 20, top-p 0.9, repetition penalty 1.1"
     body = servers["spec"].bodies[-1]
-    assert (body["top_k"], body["top_p"], body["min_p"], body["repeat_last_n"]) == (20, 0.9, 0.0, -1)
+    assert (body["top_k"], body["top_p"], body["min_p"], body["repeat_penalty"]) == (20, 0.9, 0.0, 1.1)
+    assert body["repeat_last_n"] == 4096  # llama.cpp's penalty over its whole context (/props' n_ctx), not 64 tokens
     # the plain side draws from other seeds: the same seed both ways would correlate the two samples
     assert {b["seed"] for b in servers["spec"].bodies}.isdisjoint(b["seed"] for b in servers["base"].bodies)
     assert "catches TV >=" in printed.out and "audit:" not in printed.out  # progress goes to stderr

@@ -126,14 +126,17 @@ class Generate:
         return Draw(tuple(ids[:self.tokens]), drafted=counts[0], accepted=counts[1])
 
 
-def server_params(sampling: Sampling) -> dict:
+def server_params(sampling: Sampling, window: int | None = None) -> dict:
     """The request's sampling fields, under the names vLLM and llama.cpp's servers read (each
     ignores the other's). top-k -1 and min-p 0 switch those samplers off in both (llama.cpp's own
-    defaults are top-k 40, min-p 0.05); llama.cpp's penalty looks at the whole context only with
-    repeat_last_n -1 (its default is the last 64 tokens)."""
-    return {"top_k": sampling.top_k or -1, "top_p": sampling.top_p, "min_p": 0.0,
-            "repetition_penalty": sampling.repetition_penalty, "repeat_penalty": sampling.repetition_penalty,
-            "repeat_last_n": -1}
+    defaults are top-k 40, min-p 0.05). llama.cpp's penalty looks at its last `repeat_last_n`
+    tokens only (64 by default; its builds of 2026 refuse -1, "the whole context"), so with a
+    penalty on it is sent `window`, the server's context size."""
+    params = {"top_k": sampling.top_k or -1, "top_p": sampling.top_p, "min_p": 0.0,
+              "repetition_penalty": sampling.repetition_penalty, "repeat_penalty": sampling.repetition_penalty}
+    if window and sampling.repetition_penalty != 1:
+        params["repeat_last_n"] = window
+    return params
 
 
 class Server:
@@ -141,7 +144,23 @@ class Server:
 
     def __init__(self, url: str, messages: list[dict], sampling: Sampling, tokens: int, model: str | None = None):
         self.url, self.messages, self.sampling, self.tokens, self.model = url, messages, sampling, tokens, model
-        self.label, self.engine, self._version = url, None, False
+        self.label, self.engine, self._version, self._window = url, None, False, False
+
+    @property
+    def window(self) -> int | None:
+        """The context size llama.cpp's /props reports (for its penalty's window), asked once; None
+        without a penalty or from another server."""
+        if self._window is False:
+            from ..core.errors import SpecvizError
+            from ..serving.client import get_json
+
+            self._window = None
+            if self.sampling.repetition_penalty != 1:
+                try:
+                    self._window = get_json(self.url, "/props").get("default_generation_settings", {}).get("n_ctx")
+                except (SpecvizError, AttributeError):
+                    pass
+        return self._window
 
     @property
     def version(self) -> str | None:
@@ -155,7 +174,7 @@ class Server:
     def settings(self) -> dict:
         return {"engine": self.engine or "server", "version": self.version or "not told (neither /props nor /version)",
                 "url": self.url, "temperature": self.sampling.temperature,
-                **server_params(self.sampling), "seed": "the draw's",
+                **server_params(self.sampling, self.window), "seed": "the draw's",
                 "mapping": "the request's own fields (vLLM and llama.cpp names both sent); a server-side "
                            "default the request cannot reach is not seen here"}
 
@@ -165,7 +184,7 @@ class Server:
 
         run = stream_completion(self.url, "", model=self.model, max_tokens=self.tokens,
                                 temperature=self.sampling.temperature, seed=seed, messages=self.messages,
-                                params=server_params(self.sampling))
+                                params=server_params(self.sampling, self.window))
         if run.error:
             raise SpecvizError(run.error)
         self.model, self.engine = run.model, run.engine or self.engine
