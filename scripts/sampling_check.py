@@ -35,7 +35,7 @@ from scipy.stats import chisquare  # noqa: E402
 
 from specviz import GenerationConfig, Sampling, speculative_generate  # noqa: E402
 from specviz.core.events import StepEvent  # noqa: E402
-from specviz.drafters.choose import make_drafter  # noqa: E402
+from specviz.run.spec import make_drafter  # noqa: E402
 from specviz.engine.generate import VERIFICATIONS  # noqa: E402
 from specviz.render.rules import comparable, kept  # noqa: E402
 from specviz.modeling.chat import chat_messages  # noqa: E402

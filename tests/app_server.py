@@ -75,14 +75,13 @@ def app_models(tmp_path_factory) -> dict[str, str]:
 
 def app_policy(folders: dict[str, str], **overrides):
     from specviz.ui import Policy
-    from specviz.ui.settings import NO_DRAFTER, PROMPT_LOOKUP
 
     base = dict(
         targets=(("tiny target", folders["target"]),),
-        drafters=(("none", NO_DRAFTER), ("prompt lookup", PROMPT_LOOKUP), ("tiny draft model", folders["draft"]),
+        drafters=(("none", "none"), ("prompt lookup", "prompt lookup"), ("tiny draft model", folders["draft"]),
                   ("tiny medusa", folders["medusa"])),
         default_target=folders["target"], default_drafter=folders["draft"],
-        compare_drafters=(PROMPT_LOOKUP, folders["draft"]), max_new_tokens=400,
+        compare_drafters=("prompt lookup", folders["draft"]), max_new_tokens=400,
     )
     base.update(overrides)
     return Policy(**base)

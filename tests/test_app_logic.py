@@ -473,12 +473,13 @@ def test_two_visitors_never_share_a_memory():
 def test_every_drafter_has_one_human_name_in_the_menu_compare_and_the_panel_titles():
     """The menu showed a picked example's raw "pld"; Compare said "draft model layerskip" and
     "eagle + suffix decoding"."""
+    from specviz.run.spec import parse
     from specviz.ui.layout import menu_value
     from specviz.ui.policy import DRAFTERS
 
     for label, value in DRAFTERS:  # the menu's label starts with the name the table and titles use
-        assert label == runner.run_label(value) or label.startswith(runner.run_label(value) + " ("), (label, value)
-    names = {v: runner.run_label(v) for v in ("pld", "layerskip", "layerskip:0-9", "eagle", "eagle+pld", "suffix",
+        assert label == parse(value).label or label.startswith(parse(value).label + " ("), (label, value)
+    names = {v: parse(v).label for v in ("pld", "layerskip", "layerskip:0-9", "eagle", "eagle+pld", "suffix",
                                               "suffix+eagle", "medusa", "draft", "none", "default")}
     assert names == {"pld": "prompt lookup", "layerskip": "layer skip", "layerskip:0-9": "layer skip (layers 0-9)",
                      "eagle": "EAGLE", "eagle+pld": "EAGLE + prompt lookup", "suffix": "suffix decoding",

@@ -32,6 +32,30 @@ def test_a_silent_load_phase_counts_its_seconds(monkeypatch):
     assert "target m: converting (1 s)" in messages
 
 
+def test_the_app_loads_a_draft_model_where_the_target_is_and_a_stopped_load_is_not_none():
+    """The CLI loads a draft model on the target's device in its precision: the app did so on the default ones,
+    and a load Stop cut short came back as None, which is drafter 'none' (plain steps under the drafter's name)."""
+    import torch
+
+    from specviz.run.spec import parse
+
+    asked, stop = [], threading.Event()
+
+    def load(name, progress=None, cache_bytes=None, **placed):
+        asked.append(placed)
+        stop.wait(60)  # until Stop is pressed
+        raise SpecvizError("only the arguments and the stop matter here")
+
+    frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")])
+    target = types.SimpleNamespace(device=torch.device("cpu"), dtype=torch.bfloat16)
+    made = runner.make_drafter(types.SimpleNamespace(load=load), parse("some/draft-model"), target, frame,
+                               lambda: bool(asked) and (stop.set() or True))
+    with pytest.raises(runner.Stopped):
+        for _ in made:
+            pass
+    assert asked == [{"device": "cpu", "dtype": "bfloat16"}]
+
+
 class Clock:
     """Fake time: the engine's steps and the page's drawing each move it on."""
 

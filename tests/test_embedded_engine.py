@@ -51,7 +51,7 @@ def test_greedy_speculative_equals_baseline_equals_transformers(smol, baselines,
 def test_shipped_trained_drafters_are_exact_on_the_embedded_model(smol, baselines, name):
     """The weights in assets/drafters load for the embedded target and change nothing in
     greedy output (Medusa drafts trees here: greedy, no repetition penalty)."""
-    from specviz.drafters.choose import make_drafter
+    from specviz.run.spec import make_drafter
 
     cfg = GenerationConfig(max_new_tokens=32, k=4, eos_token_ids=smol.eos_token_ids)
     accepted = 0
@@ -70,7 +70,7 @@ def test_the_shipped_heads_draft_for_the_embedded_model_in_float16():
     rounding) but the weights it keeps match, so they load, and greedy output stays plain decoding's
     or parts only at a near-tie that fp16's rounding explains."""
     from specviz.core.divergence import first_divergence, tie_tolerance
-    from specviz.drafters.choose import make_drafter
+    from specviz.run.spec import make_drafter
     from specviz.modeling.models import encode_prompt, load
 
     half = load("default", device="cpu", dtype="fp16")

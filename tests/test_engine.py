@@ -324,7 +324,7 @@ def test_prompt_lookup_drafts_long_after_long_matches_and_one_token_after_a_1gra
 def test_prompt_lookup_never_proposes_the_chat_templates_special_tokens(app_models):  # noqa: F811
     """The template's <|im_start|> follows a line break in every chat prompt; a draft stops
     before it, so a run does not open with a struck-through template token."""
-    from specviz.drafters.choose import make_drafter
+    from specviz.run.spec import make_drafter
     from specviz.modeling import models
 
     target = models.load(app_models["target"])

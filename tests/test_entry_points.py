@@ -96,7 +96,7 @@ def test_every_setting_of_the_page_is_a_generate_flag_with_the_same_default():
     from dataclasses import fields
 
     from specviz.cli.main import build_parser
-    from specviz.drafters.choose import drafter_label
+    from specviz.run.spec import parse
     from specviz.ui.settings import Settings
 
     flags = build_parser().parse_args(["generate", "--prompt", "x"])
@@ -105,7 +105,7 @@ def test_every_setting_of_the_page_is_a_generate_flag_with_the_same_default():
         assert hasattr(flags, f.name), f"the page's {f.name} has no generate flag --{f.name.replace('_', '-')}"
         mine, theirs = getattr(page, f.name), getattr(flags, f.name)
         if f.name == "drafter":  # the same drafter, as each spells it ("prompt lookup", "pld")
-            mine, theirs = drafter_label(mine), drafter_label(theirs)
+            mine, theirs = parse(mine).label, parse(theirs).label
         if f.name == "chat":  # generate's None: the template when the model has one, as every model the page offers
             theirs = True if theirs is None else theirs
         assert mine == theirs, f"{f.name}: the page starts from {mine!r}, generate from {theirs!r}"

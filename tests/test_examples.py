@@ -130,7 +130,7 @@ def test_each_check_tells_a_right_answer_from_a_wrong_one(kind, spec, good, bad)
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_each_example_is_answered_correctly_and_exactly_by_the_real_model(smol, example):
     from specviz import GenerationConfig, baseline_generate, collect, speculative_generate
-    from specviz.drafters.choose import make_drafter
+    from specviz.run.spec import make_drafter
     from specviz.modeling.models import decode, encode_prompt
 
     ids = encode_prompt(smol, example.prompt)

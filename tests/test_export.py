@@ -83,7 +83,7 @@ CHAT = [
 def test_the_shipped_drafters_export_drafts_what_it_drafts(smol):
     """On the embedded model with the shipped distilled drafter: the same greedy next token at
     (at least) 95% of the positions of a real conversation, and the same logits on the subset."""
-    from specviz.drafters.choose import make_drafter
+    from specviz.run.spec import make_drafter
 
     drafter = make_drafter("draft", smol)
     lm = drafter.model

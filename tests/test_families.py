@@ -223,10 +223,9 @@ def test_the_app_loads_each_family_from_a_folder_and_runs_it(family, family_dirs
     from app_server import PROMPT
     from specviz.modeling import models
     from specviz.ui import Policy, Settings, runner
-    from specviz.ui.settings import PROMPT_LOOKUP
     from specviz.ui.views import playground_summary
 
-    s = Settings(prompt=PROMPT, target=family_dirs(family), drafter=PROMPT_LOOKUP, max_new_tokens=8)
+    s = Settings(prompt=PROMPT, target=family_dirs(family), drafter="prompt lookup", max_new_tokens=8)
     *_, frame = runner.playground(s, Policy(), models, lambda: False)
     summary = playground_summary(frame)
     assert frame.state == "done", frame.message

@@ -11,7 +11,7 @@ from conftest import noisy_copy, tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
 from specviz.core.errors import SpecvizError
 from specviz.drafters import DraftModel, LayerSkip, PromptLookup
-from specviz.drafters.choose import drafter_label, make_drafter, needs_model
+from specviz.run.spec import make_drafter, parse
 from specviz.drafters.hybrid import MODEL, Hybrid
 from test_heads import make
 from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
@@ -146,8 +146,8 @@ def test_specs_pair_a_model_drafter_with_prompt_lookup(target):
     loaded = SimpleNamespace(model=target, name="tiny")
     hybrid = make_drafter("layerskip:0+pld", loaded)
     assert isinstance(hybrid, Hybrid) and isinstance(hybrid.model, LayerSkip)
-    assert drafter_label("eagle+pld") == "EAGLE + prompt lookup"
-    assert needs_model("some/draft-model+pld") and not needs_model("eagle+pld")
+    assert parse("eagle+pld").label == "EAGLE + prompt lookup"
+    assert parse("some/draft-model+pld").needs_model and not parse("eagle+pld").needs_model
     for bad in ("pld+pld", "none+pld"):
         with pytest.raises(SpecvizError, match="pairs prompt lookup with a model drafter"):
             make_drafter(bad, loaded)

@@ -20,7 +20,7 @@ from conftest import tiny_llama
 from specviz import GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
 from specviz.core.errors import SpecvizError
 from specviz.core.sampling import Processor
-from specviz.drafters import choose
+from specviz.run.spec import make_drafter, parse
 from test_sampling_distribution import N, PROMPT, SAMPLING, assert_matches, exact_joint
 
 HEADS, KV = 4, 2  # the tiny targets' attention shape, which the heads copy
@@ -176,7 +176,7 @@ def deep():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_drafts_are_what_the_upstream_code_computes(deep, layout, tmp_path):
     folder, _, state = checkpoint(layout, deep, tmp_path / layout)
-    drafter = choose.make_drafter(spec(layout, folder), loaded(deep))
+    drafter = make_drafter(spec(layout, folder), loaded(deep))
     ids = list(range(30, 47))
     k = 2 if layout.startswith("medusa") else 3
     with torch.inference_mode():
@@ -212,7 +212,7 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, layout, k, tree, t
     accepted = drafted = 0
     for i, (model, prompt, base) in enumerate(baselines):
         folder = checkpoint(layout, model, tmp_path / f"{layout}{i}")[0]
-        drafter = choose.make_drafter(spec(layout, folder), loaded(model))
+        drafter = make_drafter(spec(layout, folder), loaded(model))
         drafter.tree_width = tree
         steps, end = collect(speculative_generate(model, drafter, prompt, cfg))
         assert end.token_ids == base.token_ids
@@ -224,7 +224,7 @@ def test_greedy_speculative_equals_greedy_baseline(baselines, layout, k, tree, t
 def test_greedy_is_exact_on_the_transformers_path_too(baselines, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_FAST", "0")  # EAGLE-3's layer inputs from output_hidden_states
     model, prompt, base = baselines[-1]
-    drafter = choose.make_drafter(spec("eagle3", checkpoint("eagle3", model, tmp_path)[0]), loaded(model))
+    drafter = make_drafter(spec("eagle3", checkpoint("eagle3", model, tmp_path)[0]), loaded(model))
     _, end = collect(speculative_generate(model, drafter, prompt, GenerationConfig(max_new_tokens=20, k=3)))
     assert end.token_ids == base.token_ids and end.stats.accepted
 
@@ -237,7 +237,7 @@ def test_eagle3_sampled_tokens_follow_the_target(tmp_path):
     with torch.no_grad():
         model.lm_head.weight.mul_(0.3)
     joint = exact_joint(model, SAMPLING)
-    drafter = choose.make_drafter(spec("eagle3", checkpoint("eagle3", model, tmp_path)[0]), loaded(model))
+    drafter = make_drafter(spec("eagle3", checkpoint("eagle3", model, tmp_path)[0]), loaded(model))
     counts = {}
     for seed in range(N):
         cfg = GenerationConfig(max_new_tokens=3, k=3, sampling=Sampling(**{**SAMPLING.__dict__, "seed": seed}))
@@ -252,16 +252,16 @@ def test_unknown_layouts_and_missing_files_are_named(deep, tmp_path):
     target = loaded(deep)
     write(tmp_path / "odd", {"hidden_size": 64}, {"encoder.weight": torch.zeros(2, 2)}, "model.safetensors")
     with pytest.raises(SpecvizError, match="layout specviz does not know.*encoder.weight"):
-        choose.make_drafter(f"eagle:{tmp_path / 'odd'}", target)
+        make_drafter(f"eagle:{tmp_path / 'odd'}", target)
     write(tmp_path / "m", {"medusa_num_heads": 1}, {"heads.0.weight": torch.zeros(2, 2)}, "medusa_lm_head.pt")
     with pytest.raises(SpecvizError, match="not Medusa's layout"):
-        choose.make_drafter(f"medusa:{tmp_path / 'm'}", target)
+        make_drafter(f"medusa:{tmp_path / 'm'}", target)
     with pytest.raises(SpecvizError, match="has no model.safetensors or pytorch_model.bin.*medusa_lm_head.pt"):
-        choose.make_drafter(f"eagle:{tmp_path / 'm'}", target)
+        make_drafter(f"eagle:{tmp_path / 'm'}", target)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "pytorch_model.bin").write_bytes(b"not a checkpoint")
     with pytest.raises(SpecvizError, match="not a readable weight file"):
-        choose.make_drafter(f"eagle:{tmp_path / 'bad'}", target)
+        make_drafter(f"eagle:{tmp_path / 'bad'}", target)
 
 
 def test_a_deep_eagle_head_with_a_layer_missing_or_unlike_its_first_is_refused(deep, tmp_path):
@@ -269,20 +269,20 @@ def test_a_deep_eagle_head_with_a_layer_missing_or_unlike_its_first_is_refused(d
     gap = {k.replace("layers.1.", "layers.2."): v for k, v in state.items()}
     write(tmp_path / "gap", config, gap, "pytorch_model.bin")
     with pytest.raises(SpecvizError, match=r"layers are numbered \[0, 2\], not 0 to 1"):
-        choose.make_drafter(spec("eagle1", tmp_path / "gap"), loaded(deep))
+        make_drafter(spec("eagle1", tmp_path / "gap"), loaded(deep))
     unnormed = {k: v for k, v in state.items() if k != "layers.1.input_layernorm.weight"}
     write(tmp_path / "unnormed", config, unnormed, "pytorch_model.bin")
     with pytest.raises(SpecvizError, match="lacks layers.1.input_layernorm.weight"):
-        choose.make_drafter(spec("eagle1", tmp_path / "unnormed"), loaded(deep))
+        make_drafter(spec("eagle1", tmp_path / "unnormed"), loaded(deep))
     no_mlp = {k: v for k, v in state.items() if k != "layers.1.mlp.up_proj.weight"}
     write(tmp_path / "no_mlp", config, no_mlp, "pytorch_model.bin")
     with pytest.raises(SpecvizError, match="lacks.*up"):
-        choose.make_drafter(spec("eagle1", tmp_path / "no_mlp"), loaded(deep))
+        make_drafter(spec("eagle1", tmp_path / "no_mlp"), loaded(deep))
     # biases on layer 1 only: the head is built from layer 0's shape, so they would be dropped
     half_biased = {k: v for k, v in state.items() if not (k.startswith("layers.0.") and k.endswith("_proj.bias"))}
     write(tmp_path / "half_biased", config, half_biased, "pytorch_model.bin")
     with pytest.raises(SpecvizError, match=r"weights \['blocks.0.k.bias'.*have no place"):
-        choose.make_drafter(spec("eagle1", tmp_path / "half_biased"), loaded(deep))
+        make_drafter(spec("eagle1", tmp_path / "half_biased"), loaded(deep))
 
 
 def test_a_head_for_another_target_is_refused(deep, tmp_path):
@@ -291,11 +291,11 @@ def test_a_head_for_another_target_is_refused(deep, tmp_path):
                             ("medusa", "hidden size 64.*has 96")):
         folder = checkpoint(layout, deep, tmp_path / layout)[0]
         with pytest.raises(SpecvizError, match=message):
-            choose.make_drafter(spec(layout, folder), loaded(wide))
+            make_drafter(spec(layout, folder), loaded(wide))
     with pytest.raises(SpecvizError, match="vocabulary size 96.*has 8"):
-        choose.make_drafter(spec("eagle1", tmp_path / "eagle1"), loaded(tiny_llama(vocab=8, layers=8)))
+        make_drafter(spec("eagle1", tmp_path / "eagle1"), loaded(tiny_llama(vocab=8, layers=8)))
     with pytest.raises(SpecvizError, match="layers 2, L//2 and L-3.*has 2 layers"):
-        choose.make_drafter(spec("eagle3", tmp_path / "eagle3"), loaded(tiny_llama()))
+        make_drafter(spec("eagle3", tmp_path / "eagle3"), loaded(tiny_llama()))
 
 
 def test_hub_ids_download_only_the_head_files(deep, tmp_path, monkeypatch):
@@ -315,9 +315,9 @@ def test_hub_ids_download_only_the_head_files(deep, tmp_path, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(huggingface_hub, "hf_hub_download", download)
-        drafter = choose.make_drafter("eagle:someone/EAGLE3-tiny", loaded(deep))
+        drafter = make_drafter("eagle:someone/EAGLE3-tiny", loaded(deep))
     assert drafter.hidden_layers == (2, 4, 5) and drafter.name == "eagle EAGLE3-tiny"
     assert asked == [("someone/EAGLE3-tiny", n) for n in ("config.json", "model.safetensors", "pytorch_model.bin")]
-    assert not choose.needs_model("eagle:someone/EAGLE3-tiny")
+    assert not parse("eagle:someone/EAGLE3-tiny").needs_model
     with pytest.raises(SpecvizError, match="not a local folder.*Hub could not provide it"):
-        choose.make_drafter("medusa:someone/not-cached-here", loaded(deep))  # HF_HUB_OFFLINE (conftest)
+        make_drafter("medusa:someone/not-cached-here", loaded(deep))  # HF_HUB_OFFLINE (conftest)

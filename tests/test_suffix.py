@@ -12,7 +12,7 @@ from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, LayerSkip, Sampling, baseline_generate, collect
 from specviz import speculative_generate
 from specviz.core.errors import SpecvizError
-from specviz.drafters.choose import drafter_label, make_drafter, needs_model
+from specviz.run.spec import make_drafter, parse
 from specviz.drafters.hybrid import MODEL, Hybrid
 from specviz.drafters.suffix import Suffix
 from specviz.drafters.suffix_index import Occurrence, SuffixIndex, best_match, continuations
@@ -238,8 +238,8 @@ def test_specs_name_suffix_decoding(target):
     assert make_drafter("suffix", loaded).memory is process_memory()
     hybrid = make_drafter("suffix+layerskip:0", loaded, memory=memory)
     assert isinstance(hybrid, Hybrid) and isinstance(hybrid.copier, Suffix) and hybrid.copier.memory is memory
-    assert drafter_label("suffix") == "suffix decoding" and drafter_label("suffix+eagle") == "suffix decoding + EAGLE"
-    assert not needs_model("suffix") and needs_model("suffix+some/draft-model")
+    assert parse("suffix").label == "suffix decoding" and parse("suffix+eagle").label == "suffix decoding + EAGLE"
+    assert not parse("suffix").needs_model and parse("suffix+some/draft-model").needs_model
     for bad in ("suffix+pld", "suffix+suffix", "suffix+none", "suffix+layerskip+pld"):
         with pytest.raises(SpecvizError, match="pairs"):
             make_drafter(bad, loaded)

@@ -12,7 +12,7 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 from specviz.cli.main import main
 from specviz.core.events import RunEnd
 from specviz.core.sampling import Sampling
-from specviz.drafters.choose import draft_model, make_drafter
+from specviz.run.spec import make_drafter
 from specviz.engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from specviz.engine.interleave import interleave
 from specviz.engine.verify_cost import VerifyCurve
@@ -33,7 +33,8 @@ def record(folders, temperature=0.0, tokens=24) -> tuple[Recording, list[str]]:
     traces = {"spec": Trace("tiny draft", k=4), "base": Trace("baseline", speculative=False)}
     labelers = {w: Labeler(models, target, ids) for w in traces}
     order = []
-    for which, ev in interleave(speculative_generate(target.model, draft_model(target, draft, "d"), ids, cfg),
+    drafter = make_drafter(folders["draft"], target, draft=draft)
+    for which, ev in interleave(speculative_generate(target.model, drafter, ids, cfg),
                                 baseline_generate(target.model, ids, cfg)):
         traces[which].add(ev, None if isinstance(ev, RunEnd) else labelers[which].label(ev))
         order.append(which)

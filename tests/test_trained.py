@@ -1,5 +1,5 @@
 """Trained drafters on disk: fingerprints, save/load, refusal of another target, the distilled
-drafter's cache and its exactness under the engine, and drafter names in choose.py."""
+drafter's cache and its exactness under the engine, and drafter names in run/spec.py."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,8 @@ from transformers import LlamaForCausalLM
 
 from specviz.core.errors import SpecvizError
 from specviz.core.sampling import Processor, Sampling
-from specviz.drafters import choose
+from specviz.drafters import trained as trained_files
+from specviz.run.spec import make_drafter, parse
 from specviz.drafters.distilled import DistilledDrafter
 from specviz.drafters.trained import fingerprint, load_drafter, read_drafter, save_drafter
 from specviz.engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
@@ -183,20 +184,20 @@ def test_greedy_output_identical_to_baseline(tiny, trained, k, penalty):
 
 def test_choose_names_trained_drafters(tiny, other, trained, tmp_path, monkeypatch):
     path = trained[0]
-    assert not choose.needs_model("draft") and not choose.needs_model(f"eagle:{path}")
-    assert choose.needs_model("HuggingFaceTB/SmolLM2-135M-Instruct")
-    assert choose.drafter_label("medusa") == "Medusa"
-    assert choose.drafter_label(f"draft:{path}") == "distilled draft model (draft.safetensors)"
-    assert isinstance(choose.make_drafter(f"draft:{path}", tiny), DistilledDrafter)
+    assert not parse("draft").needs_model and not parse(f"eagle:{path}").needs_model
+    assert parse("HuggingFaceTB/SmolLM2-135M-Instruct").needs_model
+    assert parse("medusa").label == "Medusa"
+    assert parse(f"draft:{path}").label == "distilled draft model (draft.safetensors)"
+    assert isinstance(make_drafter(f"draft:{path}", tiny), DistilledDrafter)
     with pytest.raises(SpecvizError, match="not a 'medusa' one"):
-        choose.make_drafter(f"medusa:{path}", tiny)
+        make_drafter(f"medusa:{path}", tiny)
     with pytest.raises(SpecvizError, match="cannot draft for this target"):
-        choose.make_drafter(f"draft:{path}", other)
+        make_drafter(f"draft:{path}", other)
 
-    monkeypatch.setattr(choose, "SHIPPED", tmp_path)
+    monkeypatch.setattr(trained_files, "SHIPPED", tmp_path)
     with pytest.raises(SpecvizError, match="no shipped 'eagle' drafter"):
-        choose.make_drafter("eagle", tiny)
+        make_drafter("eagle", tiny)
     (tmp_path / "draft.safetensors").write_bytes(path.read_bytes())
-    assert isinstance(choose.make_drafter("draft", tiny), DistilledDrafter)
+    assert isinstance(make_drafter("draft", tiny), DistilledDrafter)
     with pytest.raises(SpecvizError, match="embedded SmolLM2"):
-        choose.make_drafter("draft", other)
+        make_drafter("draft", other)

@@ -6,5 +6,5 @@ engines.py   what draws: specviz's loop, transformers' generate, a server (one c
 controls.py  verifiers that are deliberately not exact (q before the warpers, Medusa's typical acceptance)
 report.py    the verdict (withheld on too few draws or no drafts), the side-by-side table, the file
 command.py   `python -m specviz audit`
-May import: core, modeling, drafters, engine, serving (servers) and bench (transformers' generate).
+May import: core, modeling, drafters, engine, run (drafter specs), serving (servers) and bench (transformers' generate).
 """

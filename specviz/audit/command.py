@@ -120,7 +120,7 @@ def engines(args):
         return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model),
                             Server(args.baseline_server, messages, s, args.tokens, args.model))),
                 lambda o: "".join(o), what)
-    from ..drafters.choose import make_drafter
+    from ..run.spec import make_drafter, parse
     from ..modeling import models
     from ..modeling.chat import chat_messages
     from ..modeling.text import encode_chat
@@ -137,7 +137,7 @@ def engines(args):
             "verification": args.verification}
     if args.engine == "transformers":
         peer, assistant = "hf-pld", None
-        if args.drafter.strip().lower() not in ("pld", "prompt-lookup", "ngram"):
+        if parse(args.drafter).kind.name != "pld":
             from ..bench.drafters import DRAFT_HF, make_drafters
 
             name = DRAFT_HF if args.drafter.strip() == "draft" else args.drafter

@@ -1,8 +1,8 @@
 """Turning the names given to `--drafters` into drafters.
 
-Every name the engine understands (specviz.drafters.choose: none, pld, layerskip[:layers],
-a draft model id or folder, and whatever it learns later) is resolved there. The
-benchmark adds one of its own:
+Every name the other entry points understand (run/spec.py: none, pld, layerskip[:layers],
+a draft model id or folder, NAME@chain, and whatever it learns later) is parsed there. The
+benchmark adds kinds of its own:
 
     tiny-random  a 2-layer, hidden-256 model built from the target's config with random
                  weights: it shares the tokenizer and accepts ~nothing, so it measures what
@@ -12,8 +12,6 @@ benchmark adds one of its own:
                  exported as a transformers LlamaForCausalLM with the same logits
                  (drafters/export.py), run by specviz as a draft model, so `--peers
                  hf-assisted` compares both libraries on the same pair.
-    NAME@chain   a tree drafter (medusa, eagle) drafting chains only (its `tree_width` set
-                 to 0), to measure what trees buy.
 """
 from __future__ import annotations
 
@@ -22,14 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.errors import SpecvizError
 from ..drafters import Drafter, DraftModel
-from ..drafters.choose import make_drafter, needs_model
-from ..drafters.hybrid import Hybrid
+from ..run.spec import Kind, build, parse, with_kinds
 
 TINY_RANDOM = "tiny-random"
 DRAFT_HF = "draft-hf"
-CHAIN = "@chain"
 
 
 @dataclass
@@ -56,31 +51,32 @@ def tiny_random_model(target_model, layers: int = 2, hidden: int = 256, seed: in
     return model.to(param.device).eval()
 
 
+def _tiny_random(spec, target, **_) -> DraftModel:
+    return DraftModel(tiny_random_model(target.model), name=spec.text)
+
+
+def _draft_hf(spec, target, **_) -> DraftModel:
+    from ..drafters.export import to_transformers
+
+    distilled = build(parse(f"draft:{spec.argument}" if spec.argument else "draft"), target)
+    # float32, as the distilled drafter itself always runs (and float16 could not hold the export)
+    return DraftModel(to_transformers(distilled, target.model), name=spec.text)
+
+
+# The names every entry point understands (run/spec.py), and the bench's own.
+KINDS = with_kinds(Kind(TINY_RANDOM, "tiny random draft model", _tiny_random),
+                   Kind(DRAFT_HF, "distilled draft model (transformers)", _draft_hf, "PATH"))
+
+
 def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> list[BenchDrafter]:
     """One BenchDrafter per name. `target` is a models.Loaded (or anything with .model,
     .device and .dtype); drafters are reused across runs (each run calls `begin`)."""
     out = []
     for name in names:
-        if name == TINY_RANDOM:
-            model = tiny_random_model(target.model)
-            out.append(BenchDrafter(name, DraftModel(model, name=name), model))
-            continue
-        if name == DRAFT_HF or name.startswith(DRAFT_HF + ":"):
-            from ..drafters.export import to_transformers
-
-            _, _, path = name.partition(":")
-            distilled = make_drafter(f"draft:{path}" if path else "draft", target)
-            # float32, as the distilled drafter itself always runs (and float16 could not hold the export)
-            model = to_transformers(distilled, target.model)
-            out.append(BenchDrafter(name, DraftModel(model, name=name), model))
-            continue
-        spec = name.removesuffix(CHAIN)
-        drafter = make_drafter(spec, target, trust_remote_code=trust_remote_code)
-        if name.endswith(CHAIN):
-            if drafter is None or drafter.tree_width < 2:
-                raise SpecvizError(f"{spec} does not draft trees: '{CHAIN}' applies to tree drafters (medusa, eagle)")
-            drafter.tree_width = 0
-        inner = drafter.model if isinstance(drafter, Hybrid) else drafter  # a hybrid's model drafter
-        model = inner.model if needs_model(spec) else None
-        out.append(BenchDrafter(name, drafter, model))
+        spec = parse(name, KINDS)
+        drafter = build(spec, target, trust_remote_code=trust_remote_code)
+        inner = drafter.model if spec.copier else drafter  # a pair's model drafter
+        # A separate causal LM (not layer skip's view of the target, nor a trained head): transformers' assisted
+        # generation can take it.
+        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None))
     return out

@@ -127,23 +127,23 @@ def _progress(message: str, fraction: float) -> None:
 def generate(args) -> int:
     from ..core.divergence import first_divergence, tie_tolerance
     from ..core.events import event_to_dict
-    from ..drafters.choose import make_drafter
     from ..engine import verify_cost
     from ..engine.generate import baseline_generate, speculative_generate, warm_up
     from ..modeling import models
     from ..render.trace import Trace
     from ..run.race import race
+    from ..run.spec import build, parse
 
+    spec = parse(args.drafter)  # a mistyped drafter is told before any model loads
     sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
     target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
-                           draft_confidence=args.draft_confidence, sampling=sampling, verification=args.verification,
-                           eos_token_ids=target.eos_token_ids).validate()
+    cfg = spec.config(GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
+                                       draft_confidence=args.draft_confidence, sampling=sampling,
+                                       verification=args.verification, eos_token_ids=target.eos_token_ids)).validate()
     prompt = models.encode_prompt(target, args.prompt, args.chat)
     memory = _suffix_memory(args.suffix_memory)
-    drafter = make_drafter(args.drafter, target, trust_remote_code=args.trust_remote_code, progress=_progress,
-                           memory=memory)
+    drafter = build(spec, target, trust_remote_code=args.trust_remote_code, progress=_progress, memory=memory)
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
     warm_up(target.model, drafter, prompt, cfg)

@@ -22,6 +22,7 @@ from ..core.errors import SpecvizError
 
 FORMAT = 1
 SAMPLE = 4096  # values hashed per tensor: enough to tell models apart, cheap for big ones
+SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "assets" / "drafters" / "smollm2-135m-instruct"
 
 
 def fingerprint(model) -> str:
@@ -147,6 +148,37 @@ def load_drafter(path, target_loaded, kind: str | None = None):
     else:
         raise SpecvizError(f"{path}: unknown drafter kind {found!r} (expected draft, medusa or eagle)")
     return drafter_from(meta["config"], state, target_loaded)
+
+
+def trained_drafter(kind: str, path: str, target) -> object:
+    """A trained drafter of `kind` (draft, medusa, eagle): shipped for the embedded target (`path` ""),
+    from a file ("medusa:PATH"), or a released head from a folder or the Hub
+    ("eagle:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", published.py)."""
+    if path:
+        file = pathlib.Path(path).expanduser()
+        if kind == "draft" or file.is_file() or file.suffix == ".safetensors":
+            return load_drafter(file, target, kind=kind)
+        from .published import load_published
+
+        return load_published(kind, path, target)
+    shipped = SHIPPED / f"{kind}.safetensors"
+    if not shipped.is_file():
+        raise SpecvizError(f"no shipped {kind!r} drafter in this install ({shipped} is missing); "
+                           f"train one with `python -m specviz train {kind}` and pass '{kind}:PATH'")
+    from ..modeling.models import is_embedded
+
+    meta, _ = read_drafter(shipped)
+    try:
+        check_target(meta, target, shipped)
+    except SpecvizError:
+        if is_embedded(target.name):  # the embedded model itself: say what differs, not that it is another model
+            raise
+        raise SpecvizError(
+            f"the shipped {kind!r} drafter is trained for the embedded SmolLM2-135M-Instruct "
+            f"('default'), not for {target.name!r}; train one for it with "
+            f"`python -m specviz train {kind} --target {target.name}` and pass '{kind}:PATH'"
+        ) from None
+    return load_drafter(shipped, target, kind=kind)
 
 
 def check_target(meta: dict, target_loaded, path) -> None:

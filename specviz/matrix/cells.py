@@ -19,12 +19,11 @@ import torch
 
 from ..core.divergence import first_divergence, tie_tolerance
 from ..core.errors import SpecvizError
-from ..drafters.choose import lookup, suffix
 from ..drafters.draft_model import DraftModel
-from ..drafters.layer_skip import LayerSkip
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine.generate import GenerationConfig, baseline_generate, collect, speculative_generate
 from ..modeling.forward import forward, new_cache
+from ..run.spec import Kind, build, parse, with_kinds
 from .families import FAMILIES, tiny_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -96,26 +95,33 @@ def train_heads(target, steps: int = 30) -> dict:
     return out
 
 
-def make_drafter(name: str, target, family: str, heads: dict | None, dtype: torch.dtype):
-    """The drafter `name` for this tiny target (SpecvizError: refused, as a user would be)."""
-    loaded = SimpleNamespace(model=target, eos_token_ids=(1,), tokenizer=None)
-    if name == "pld":
-        return lookup()
-    if name == "suffix":
-        return suffix(SuffixMemory())
-    if name == "draft-model":
-        other = tiny_model(draft_family(family), VOCAB, seed=1, dtype=dtype).to(target.device)
-        return DraftModel(other, name="draft model")
-    if name == "layerskip":
-        return LayerSkip(target, keep=[0])
+def _draft_model(spec, target, family: str, dtype: torch.dtype, **_) -> DraftModel:
+    other = tiny_model(draft_family(family), VOCAB, seed=1, dtype=dtype).to(target.model.device)
+    return DraftModel(other, name="draft model")
+
+
+def _head(spec, target, family: str, heads: dict | None, **_):
+    """EAGLE or Medusa as trained for this tiny target (train_heads), not the embedded model's."""
     if heads is None:
-        raise SpecvizError(f"no {name} head could be trained for {family}")
-    config, state = heads[name]
-    if name == "eagle":
+        raise SpecvizError(f"no {spec.kind.name} head could be trained for {family}")
+    if spec.kind.name == "eagle":
         from ..drafters.eagle import drafter_from
     else:
         from ..drafters.medusa import drafter_from
-    return drafter_from(config, state, loaded)
+    return drafter_from(*heads[spec.kind.name], target)
+
+
+# The names every entry point understands (run/spec.py), the matrix's own draft model, and its heads.
+KINDS = with_kinds(Kind("draft-model", "draft model", _draft_model), Kind("eagle", "EAGLE", _head),
+                   Kind("medusa", "Medusa", _head))
+SPECS = {"layerskip": "layerskip:0"}  # a cell's drafter as run/spec.py reads it: layer 0 alone drafts
+
+
+def make_drafter(name: str, target, family: str, heads: dict | None, dtype: torch.dtype):
+    """The drafter `name` for this tiny target (SpecvizError: refused, as a user would be)."""
+    loaded = SimpleNamespace(model=target, eos_token_ids=(1,), tokenizer=None)
+    return build(parse(SPECS.get(name, name), KINDS), loaded, memory=SuffixMemory(), family=family, heads=heads,
+                 dtype=dtype)
 
 
 def run_family(family: str, dtypes=tuple(DTYPES), drafters=DRAFTERS, say=None, device="cpu") -> list[Cell]:

@@ -9,7 +9,7 @@ Run first, once and cold, the baseline looked slow: drafter `none`, the very sam
 measured 1.77x.
 
 A drafter named NAME@block (or NAME@token) runs with that verification rule whatever the page's
-setting, so one drafter can race itself under both rules on the same prompt.
+setting (run/spec.py, as everywhere), so one drafter can race itself under both rules on the same prompt.
 
 Suffix decoding reads the visitor's memory of earlier answers but adds nothing to it here:
 every round must find the memory as the first did, or round 2 would draft round 1's answer.
@@ -20,31 +20,20 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from ..core.errors import SpecvizError
-from ..engine.generate import VERIFICATIONS, baseline_generate, speculative_generate
+from ..engine.generate import baseline_generate, speculative_generate
 from ..engine.interleave import interleave_all
 from ..render import Trace
 from ..render.numbers import MIN_TOKENS
-from ..render.rules import RULE_NAMES
 from ..render.status import count
 from ..run.race import race
+from ..run.spec import NONE, parse
 from .limits import Deadline
 from .policy import Policy
-from .runner import Frame, Worker, _end, _finish, _prepare, make_drafter, readable, run_label, waiting
-from .settings import NO_DRAFTER, Settings
+from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, waiting
+from .settings import Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
 WARM_UP_TOKENS = 8  # each arm's untimed first run: allocations, kernel choice, caches
-
-
-def split_rule(name: str) -> tuple[str, str | None]:
-    """'eagle@block' -> ('eagle', 'block'); a name without a rule's suffix -> (name, None)."""
-    drafter, at, rule = name.rpartition("@")
-    return (drafter.strip(), rule) if at and rule in VERIFICATIONS else (name, None)
-
-
-def _label(name: str) -> str:
-    drafter, rule = split_rule(name)
-    return run_label(drafter) + (f" ({RULE_NAMES[rule]})" if rule else "")
 
 
 @dataclass
@@ -58,26 +47,34 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                       drafters: list[str] = (), rounds: int = ROUNDS, memory=None) -> Iterator[CompareFrame]:
     """Warm every arm up, then `rounds` interleaved rounds of the baseline and every drafter."""
     drafters = list(dict.fromkeys(d.strip() for d in drafters if d and d.strip()))
-    frame = CompareFrame(base=Trace("baseline", speculative=False),
-                         runs=[Trace(_label(d), k=s.k) for d in drafters], greedy=s.greedy, target=s.target)
+    specs = {}  # index in frame.runs -> its DrafterSpec; a name that does not parse is its panel's error
+    frame = CompareFrame(base=Trace("baseline", speculative=False), runs=[Trace(d, k=s.k) for d in drafters],
+                         greedy=s.greedy, target=s.target)
+    for i, (name, trace) in enumerate(zip(drafters, frame.runs)):
+        try:
+            specs[i] = parse(name)
+            trace.label = specs[i].label
+        except SpecvizError as e:
+            trace.error = str(e)
     error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         if not drafters:
             raise SpecvizError("pick at least one drafter to compare with the baseline")
-        policy.check(replace(s, drafter=NO_DRAFTER))
-        for name in drafters:
-            policy.check_drafter(split_rule(name)[0])
+        policy.check(replace(s, drafter=NONE))
+        for spec in specs.values():
+            policy.check_drafter(spec.name)
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
         arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
-        rules = {i: split_rule(name)[1] or cfg.verification for i, name in enumerate(drafters)}
-        for i, (name, trace) in enumerate(zip(drafters, frame.runs)):
+        rules = {i: spec.config(cfg).verification for i, spec in specs.items()}
+        for i, spec in specs.items():
             if should_stop():
                 break
             try:
-                drafter = yield from make_drafter(models, split_rule(name)[0], target, frame, should_stop,
-                                                  policy.model_bytes, memory)
+                drafter = yield from make_drafter(models, spec, target, frame, should_stop, policy.model_bytes, memory)
+            except Stopped:
+                raise
             except Exception as e:  # one bad drafter must not sink the others
-                trace.error = readable(e, policy.hosted)
+                frame.runs[i].error = readable(e, policy.hosted)
                 continue
             arms[i] = drafter
         should_stop.start()

@@ -26,6 +26,7 @@ from ..render.charts import COLORS, FONT, distinct, figure as new_figure
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
+from ..run.spec import parse
 from . import runner
 from .limits import Line
 from .page import Page
@@ -187,9 +188,11 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
         if not 1 <= n <= limit(policy):
             raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
         policy.check(s)
+        asked = parse(s.drafter)
         target, ids, cfg = yield from _loading(runner._prepare(s, policy, models, frame, should_stop), frame)
-        made = yield from _loading(runner.make_drafter(models, s.drafter, target, frame, should_stop,
+        made = yield from _loading(runner.make_drafter(models, asked, target, frame, should_stop,
                                                        policy.model_bytes), frame)
+        cfg = asked.config(cfg)
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
         cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
         draw_spec, draw_plain = samplers(engine, policy, target, made, ids, cfg, s.prompt)
@@ -210,7 +213,7 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
                 names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
                 yield (status_html(f"Drawn {seed + 1} of {n} first tokens each way…", "running", (seed + 1) / n),
                        figure(spec, base, names), gr.skip())
-    except runner._Stopped:
+    except runner.Stopped:
         yield status_html("Stopped before the first draw.", "stopped"), gr.skip(), ""
         return
     except Exception as e:  # a readable line, never a traceback in the page

@@ -13,7 +13,7 @@ import pathlib
 from dataclasses import dataclass, field
 
 from ..run.suites import ASSETS, load_suite
-from ..drafters.choose import drafter_label
+from ..run.spec import parse
 
 RESULTS = ASSETS / "examples-results.json"
 K = 4  # the k the results were measured at (the page's default)
@@ -38,7 +38,8 @@ class Example:
     @property
     def label(self) -> str:
         """The example's button: what it shows, the drafter it uses, what it measured."""
-        what = f"{drafter_label(self.drafter)} {self.speedup:.1f}x" if self.measured else drafter_label(self.drafter)
+        name = parse(self.drafter).label
+        what = f"{name} {self.speedup:.1f}x" if self.measured else name
         return f"{self.name} · {what}"
 
 
@@ -69,7 +70,7 @@ def note_html(example: Example) -> str:
         cands = m.get("candidates_per_step") or 0.0
         along = (f", along the branch the target followed, in a tree of {cands:.1f} candidates a step"
                  if cands > K + 0.5 else "")
-        figures = (f" Measured with {escape(drafter_label(example.drafter))} at k = {K}: "
+        figures = (f" Measured with {escape(parse(example.drafter).label)} at k = {K}: "
                    f"α {m['alpha']:.2f} (accepted / drafted{along}), "
                    f"τ {m['tau']:.2f} tokens per target pass, {m['speedup']:.2f}x.")
     return f'<div class="sv-example-note"><b>{escape(example.category.capitalize())}.</b> {escape(example.teaches)}{figures}</div>'

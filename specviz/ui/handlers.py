@@ -13,12 +13,13 @@ import gradio as gr
 
 from ..drafters.suffix_memory import DEFAULT_TOKENS, SuffixMemory
 from ..render import step_html
+from ..run.spec import NONE
 from . import runner
 from .compare import compare_drafters
 from .limits import Line
 from .policy import Policy
 from .runner import Frame
-from .settings import NO_DRAFTER, Settings
+from .settings import Settings
 from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)
@@ -105,7 +106,7 @@ class Handlers:
         if not isinstance(drafters, (list, tuple)):  # a script may pass "a, b" instead of a list
             drafters = str(drafters or "").split(",")
         run = functools.partial(compare_drafters, drafters=[str(d) for d in drafters], memory=session.memory)
-        yield from self._stream(session, request, {**controls, "drafter": NO_DRAFTER}, run, compare_values,
+        yield from self._stream(session, request, {**controls, "drafter": NONE}, run, compare_values,
                                 remember=False)
 
     def _stream(self, session: Session, request, controls: dict, run, values, remember: bool):

@@ -7,11 +7,11 @@ import pathlib
 
 import gradio as gr
 
-from ..drafters.choose import drafter_label
 from ..engine.generate import K_MAX, GenerationConfig
 from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_html, side_by_side_html, status_html,
                       step_html)
 from ..render.compare import HEADERS, WIDTHS
+from ..run.spec import parse
 from . import distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
 from .examples import Example, load_examples, note_html
@@ -191,8 +191,8 @@ def _wire_examples(examples: list[Example], picker, prompt, drafter, note, mode,
 def menu_value(drafter: str, policy: Policy) -> str | None:
     """The drafter menu's own entry for `drafter` ("pld" is the entry "prompt lookup"): a value the
     menu does not list showed raw, as "pld". None when the menu offers no such drafter."""
-    name = drafter_label(drafter)
-    return next((value for _, value in policy.drafters if drafter_label(value) == name), None)
+    name = parse(drafter).label
+    return next((value for _, value in policy.drafters if parse(value).label == name), None)
 
 
 def _playground_tab(policy: Policy):

@@ -25,11 +25,11 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..core.errors import SpecvizError
-from ..drafters.choose import drafter_label
 from ..drafters.suffix_memory import DEFAULT_TOKENS
 from ..render.status import MB
+from ..run.spec import NONE, parse
 from ..serving.urls import check_url, is_loopback
-from .settings import LAYER_SKIP, NO_DRAFTER, PROMPT_LOOKUP, Settings
+from .settings import Settings
 
 # The sweep measured for the README (vLLM on a 2-core CPU, ngram on and off): the Serving engine
 # tab shows it until an operator names another, so the trade-off is visible with no server.
@@ -46,18 +46,18 @@ TARGETS = (
 PARAMETERS = {"default": 134.5e6, "HuggingFaceTB/SmolLM2-360M-Instruct": 362e6,
               "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.71e9}  # to judge fit before downloading
 # Each drafter's menu label starts with the name Compare's table and the panel titles give it
-# (runner.run_label: drafter_label, or "draft model: NAME"), then says in brackets what it does.
-DRAFTERS = tuple((f"{drafter_label(value)} ({what})", value) for value, what in (
-    (NO_DRAFTER, "plain steps"),
-    (PROMPT_LOOKUP, "copy n-grams from the context"),
-    (LAYER_SKIP, "the target drafts with ~70% of its layers"),
+# (run/spec.py's DrafterSpec.label), then says in brackets what it does.
+DRAFTERS = tuple((f"{parse(value).label} ({what})", value) for value, what in (
+    (NONE, "plain steps"),
+    (Settings.drafter, "copy n-grams from the context"),
+    ("layerskip", "the target drafts with ~70% of its layers"),
     ("eagle", "a head trained for the embedded model"),
     ("eagle+pld", "copy where the text repeats"),
     ("suffix", "copy from this prompt and your earlier answers"),
     ("suffix+eagle", "EAGLE where no match is sure"),
     ("medusa", "heads trained for the embedded model"),
     ("draft", "trained for the embedded model"),
-)) + (("draft model: SmolLM2-135M (embedded)", "default"),)
+)) + ((parse("default").label, "default"),)
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
 RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
 # copies (packing.py, ~0.55x), libraries, activations and KV caches
@@ -76,8 +76,8 @@ class Policy:
     targets: tuple = TARGETS  # (label, value) pairs offered in the page
     drafters: tuple = DRAFTERS
     default_target: str = "default"
-    default_drafter: str = PROMPT_LOOKUP  # the best drafter that works offline
-    compare_drafters: tuple[str, ...] = (PROMPT_LOOKUP, "suffix", "eagle", "eagle+pld", "medusa", "draft")
+    default_drafter: str = Settings.drafter  # the best drafter that works offline
+    compare_drafters: tuple[str, ...] = (Settings.drafter, "suffix", "eagle", "eagle+pld", "medusa", "draft")
     max_new_tokens: int = 1024
     max_prompt_tokens: int | None = None  # None: the model's context is the limit
     max_run_seconds: float | None = None  # a run past it stops, keeping what it produced

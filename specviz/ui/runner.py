@@ -18,20 +18,19 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from ..core.errors import SpecvizError
-from ..drafters import choose
 from ..drafters.suffix_memory import SuffixMemory
 from ..engine import verify_cost
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate, warm_up
 from ..render import Trace
 from ..render.status import count
 from ..run.race import race
+from ..run.spec import DrafterSpec, build, model_name, parse, placed_as
 from .limits import Deadline
 from .policy import Policy
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
-SHORT_NAMES = {"default": "SmolLM2-135M (embedded)"}
 HEARTBEAT = 2  # seconds without news from a load before its status counts them
 
 
@@ -60,30 +59,26 @@ class Frame:
         return self.runs[0]
 
 
-def run_label(drafter: str) -> str:
-    """A short name for a run: tables, chart axes and panel titles have little room."""
-    if not choose.needs_model(drafter):
-        return choose.drafter_label(drafter)  # "prompt lookup", "layer skip", "suffix decoding + EAGLE"
-    model, copier = choose.split_hybrid(drafter)
-    short = SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-    name = f"draft model: {short}"
-    return {"pld": f"{name} + prompt lookup", "suffix": f"suffix decoding + {name}"}.get(copier, name)
+class Stopped(Exception):
+    """Stop was pressed before the first token: there is nothing to show but that."""
 
 
 def loading(models, name: str, role: str, frame: Frame, should_stop,
-            cache_bytes: int | None = None) -> Generator[Frame, None, object]:
+            cache_bytes: int | None = None, **placed) -> Generator[Frame, None, object]:
     """Load a model in a helper thread, yielding the frame with each progress message.
 
-    Returns the loaded model, or None when the visitor pressed Stop meanwhile (the load
+    Returns the loaded model; raises Stopped when the visitor pressed Stop meanwhile (the load
     finishes in the background and lands in the shared cache). cache_bytes: the policy's
-    budget for the weights the shared cache keeps (models.load drops the least recently used).
+    budget for the weights the shared cache keeps (models.load drops the least recently used);
+    placed: its device and dtype (a draft model goes where the target is, in its precision).
     """
     messages: queue.SimpleQueue = queue.SimpleQueue()
     box: dict = {}
 
     def work():
         try:
-            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)), cache_bytes=cache_bytes)
+            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)), cache_bytes=cache_bytes,
+                                        **placed)
         except BaseException as e:  # handed to the generator below, which re-raises it
             box["error"] = e
         finally:
@@ -98,7 +93,7 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
             item = messages.get(timeout=0.2)
         except queue.Empty:
             if should_stop():
-                return None
+                raise Stopped
             # A phase can be silent for a minute (converting the embedded model): count its seconds.
             waited = int(time.monotonic() - since)
             if waited >= HEARTBEAT and waited != shown:
@@ -113,11 +108,6 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
     if "error" in box:
         raise box["error"]
     return box["loaded"]
-
-
-def model_name(name: str) -> str:
-    """A model as the page names it: the embedded one by what it is, not by "default"."""
-    return SHORT_NAMES.get(name, name)
 
 
 _DONE = object()
@@ -183,21 +173,19 @@ def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str],
     return value
 
 
-def make_drafter(models, name: str, target, frame: Frame, should_stop, cache_bytes: int | None = None,
+def make_drafter(models, spec: DrafterSpec, target, frame: Frame, should_stop, cache_bytes: int | None = None,
                  memory=None):
-    """The drafter called `name` (a generator: loading a draft model reports progress).
+    """The drafter `spec` names (a generator: loading a draft model reports progress); raises Stopped
+    when Stop was pressed while it loaded, so a stopped load is never taken for 'none' (None).
 
     memory: the visitor's suffix memory (handlers.Session); None gives suffix decoding a fresh
     one for this run alone. Never the process's: the app's visitors share the process."""
     memory = memory if memory is not None else SuffixMemory()
     loaded = None
-    if choose.needs_model(name):  # loaded here, so that its progress reaches the page
-        choose.check_name(name)
-        model = choose.split_hybrid(name)[0]
-        loaded = yield from loading(models, model, "draft model", frame, should_stop, cache_bytes)
-        if loaded is None:
-            return None
-    return choose.make_drafter(name, target, memory=memory, draft=loaded)
+    if spec.needs_model:  # loaded here, so that its progress reaches the page; where the CLI loads it
+        loaded = yield from loading(models, spec.argument, "draft model", frame, should_stop, cache_bytes,
+                                    **placed_as(target))
+    return build(spec, target, memory=memory, draft=loaded)
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -244,16 +232,10 @@ def _finish(frame: Frame, deadline: Deadline) -> None:
     frame.fraction = None
 
 
-class _Stopped(Exception):
-    """Stop was pressed before the first token: there is nothing to show but that."""
-
-
 def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop):
     """Check the settings, load the target, encode the prompt: (target, prompt ids, config)."""
     cfg = s.config()
     target = yield from loading(models, s.target, "target", frame, should_stop, policy.model_bytes)
-    if target is None:
-        raise _Stopped
     # The chat box asks for the template where the model has one, as the CLI's default does: a
     # script's (or the page's) chat=True on a model without one sends the prompt as it is.
     ids = models.encode_prompt(target, s.prompt, chat=None if s.chat else False)
@@ -262,7 +244,7 @@ def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop):
 
 
 def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
-    if isinstance(error, _Stopped):
+    if isinstance(error, Stopped):
         frame.state, frame.message = "stopped", "Stopped before the run started."
     elif error is not None:  # shown in the page; the app keeps serving
         frame.state, frame.message = "error", readable(error, hosted)
@@ -309,17 +291,20 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
                memory: SuffixMemory | None = None) -> Iterator[Frame]:
     """The speculative run and the baseline, advanced in turn (never concurrently). memory: the
     visitor's suffix memory, which the speculative run reads and then adds its answer to."""
-    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(run_label(s.drafter), k=s.k)],
+    frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(s.drafter, k=s.k)],
                   greedy=s.greedy, target=s.target)
     error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         policy.check(s)
+        spec = parse(s.drafter)
+        frame.spec.label = spec.label
         target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        cfg = spec.config(cfg)
         frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
-        drafter = yield from make_drafter(models, s.drafter, target, frame, should_stop, policy.model_bytes, memory)
+        drafter = yield from make_drafter(models, spec, target, frame, should_stop, policy.model_bytes, memory)
         frame.spec.shape = draft_shape(drafter, cfg)
         if should_stop():
-            raise _Stopped
+            raise Stopped
         yield from _generate(frame, models, target, drafter, ids, cfg, should_stop)
         _finish(frame, should_stop)
     except Exception as e:

@@ -12,10 +12,8 @@ from dataclasses import dataclass, fields, replace
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import GenerationConfig
+from ..run.spec import NONE
 
-NO_DRAFTER = "none"
-PROMPT_LOOKUP = "prompt lookup"
-LAYER_SKIP = "layerskip"
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
 
@@ -92,7 +90,7 @@ class Settings:
 
     prompt: str
     target: str = "default"
-    drafter: str = PROMPT_LOOKUP
+    drafter: str = "prompt lookup"  # a name run/spec.py parses: the page's menu spells prompt lookup so
     k: int = _ENGINE.k
     dynamic_k: bool = _ENGINE.dynamic_k
     temperature: float = _SAMPLING.temperature  # 0 = greedy: the one greedy switch
@@ -116,7 +114,7 @@ class Settings:
         if unknown:
             raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
         s = cls(**{name: _CONVERT[types[name]](v, name.replace("_", " ")) for name, v in values.items()})
-        s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NO_DRAFTER)
+        s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NONE)
         # One rule in every mode: a value the engine would refuse is refused, even where greedy
         # decoding would not use it (a script's temperature -1 is a mistake worth telling).
         s.sampling.validate()

@@ -1,0 +1,271 @@
+"""A drafter as a value: what a user typed (a CLI flag, the app's menu, a benchmark list) parsed once into a
+DrafterSpec, and `build`, which makes the drafter it names.
+
+The language: a kind of KINDS by its name ('none', 'pld', 'suffix', 'layerskip[:LAYERS]', 'eagle[:PATH]', ...)
+or a draft model's Hub id or folder; 'NAME+pld' pairs a model drafter with prompt lookup and 'suffix+NAME' with
+suffix decoding (drafters/hybrid.py); 'NAME@token' or 'NAME@block' verifies its drafts by that rule whatever the
+settings say, and 'NAME@chain' makes a tree drafter (EAGLE, Medusa) draft chains. An application with kinds of
+its own (the bench's tiny-random and draft-hf, the matrix's draft-model and its heads trained in place) parses
+against KINDS plus those (`with_kinds`): run/ never imports it, and no entry point's names depend on which
+application happened to be imported.
+"""
+from __future__ import annotations
+
+import difflib
+import pathlib
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
+
+from ..core.errors import SpecvizError
+from ..drafters.base import Drafter
+from ..drafters.draft_model import DraftModel
+from ..drafters.prompt_lookup import PromptLookup, special_ids
+from ..engine.generate import VERIFICATIONS, GenerationConfig
+from ..render.rules import RULE_NAMES
+
+NONE = "none"  # plain decoding in steps: the speculative loop with empty drafts
+PAIRS = {"pld": "+pld", "suffix": "suffix+"}  # the copier -> how a name pairs a model drafter with it
+CHAIN = "chain"  # NAME@chain
+SHORT_NAMES = {"default": "SmolLM2-135M (embedded)"}  # a model as labels name it
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One way of drafting, as a name asks for it."""
+
+    name: str  # as typed: "layerskip"
+    label: str  # as a person reads it: "layer skip" (the menus, Compare's table, the panel titles); "{}": the argument
+    build: Callable[..., Drafter | None]  # (spec, target, **options) -> a fresh drafter for one run
+    argument: str = ""  # what may follow "NAME:" ("LAYERS", "PATH"); "": nothing may
+    shows: Callable[[str], str] = str  # the argument as the label says it: "layers 0-9", "draft.safetensors"
+    aliases: tuple[str, ...] = ()
+    pairs: bool = True  # a model drafter: NAME+pld and suffix+NAME may pair it with a copier
+    needs_model: bool = False  # a separate draft model is loaded by its name (the argument)
+
+    def title(self, argument: str) -> str:
+        """The label of this kind with `argument`: "layer skip (layers 0-9)", "draft model: x"."""
+        if not argument:
+            return self.label
+        shown = self.shows(argument)
+        return self.label.format(shown) if "{}" in self.label else f"{self.label} ({shown})"
+
+    @property
+    def typed(self) -> str:
+        return f"'{self.name}[:{self.argument}]'" if self.argument else f"'{self.name}'"
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A drafter as it was asked for, parsed once (`parse`); `build` makes it."""
+
+    text: str  # as typed, stripped
+    kind: Kind
+    argument: str = ""  # after "NAME:" (layers, a file, a released head), or the draft model's id or folder
+    copier: str = ""  # "pld" (NAME+pld) or "suffix" (suffix+NAME): that copier drafts where the text repeats
+    rule: str = ""  # "token" or "block" (NAME@block): this drafter's verification rule, whatever the settings say
+    chain: bool = False  # NAME@chain: a tree drafter drafting chains only
+
+    @property
+    def name(self) -> str:
+        """The text without its '@' suffix: the drafter, however it is verified or shaped."""
+        return self.text.rpartition("@")[0].strip() if self.rule or self.chain else self.text
+
+    @property
+    def none(self) -> bool:
+        return self.kind.name == NONE
+
+    @property
+    def needs_model(self) -> bool:
+        """Does this spec name a separate draft model to load (`argument`)?"""
+        return self.kind.needs_model
+
+    @property
+    def drafter_label(self) -> str:
+        """The drafter's own name, without its pairing or rule: "layer skip (layers 0-9)", "draft model: x"."""
+        return self.kind.title(self.argument)
+
+    @property
+    def label(self) -> str:
+        """A short human name: "prompt lookup", "EAGLE + prompt lookup", "suffix decoding + EAGLE" (the copier
+        first where it drafts first), "draft model: SmolLM2-360M-Instruct", "EAGLE (block verification)"."""
+        name = self.drafter_label
+        if self.copier:
+            name = f"suffix decoding + {name}" if self.copier == "suffix" else f"{name} + prompt lookup"
+        if self.rule:
+            name += f" ({RULE_NAMES[self.rule]})"
+        return name + (" (chains)" if self.chain else "")
+
+    def config(self, cfg: GenerationConfig) -> GenerationConfig:
+        """`cfg` with this drafter's own verification rule, where its name gives one."""
+        return replace(cfg, verification=self.rule) if self.rule else cfg
+
+
+def names(kinds: Mapping[str, Kind]) -> str:
+    """Every name a drafter may be given, in one phrase for a sentence."""
+    return ", ".join([*(k.typed for k in kinds.values() if k.name != MODEL.name), "'NAME+pld'", "'suffix+NAME'",
+                      "'NAME@token'", "'NAME@block'", "'NAME@chain'"]) + ", or a draft model's Hub id or folder"
+
+
+def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
+    """The spec `text` asks for, or SpecvizError with one sentence naming the drafters."""
+    kinds = KINDS if kinds is None else kinds
+    s = (text or "").strip()
+    if not s:
+        raise SpecvizError(f"no drafter given: the drafters are {names(kinds)}")
+    inner, at, suffix = s.rpartition("@")
+    rule = suffix.strip().lower() if at and suffix.strip().lower() in VERIFICATIONS else ""
+    chain = bool(at) and suffix.strip().lower() == CHAIN
+    if not (rule or chain):
+        inner = s
+    inner, copier = _unpaired(inner.strip())
+    kind, argument = _kind(inner, s, kinds)
+    if copier and (not kind.pairs or _unpaired(inner)[1]):
+        how = f"'{inner}+pld': '+pld' pairs prompt lookup" if copier == "pld" else \
+            f"'suffix+{inner}': 'suffix+NAME' pairs suffix decoding"
+        raise SpecvizError(f"{how} with a model drafter (eagle, medusa, draft, layerskip or a draft model), "
+                           "not with a copying drafter, a pair or none")
+    return DrafterSpec(s, kind, argument, copier, rule, chain)
+
+
+def _unpaired(text: str) -> tuple[str, str]:
+    """("eagle", "pld") for "eagle+pld", ("eagle", "suffix") for "suffix+eagle"; (text, "") for any other."""
+    if text.lower().endswith(PAIRS["pld"]):
+        return text[: -len(PAIRS["pld"])].strip(), "pld"
+    if text.lower().startswith(PAIRS["suffix"]):
+        return text[len(PAIRS["suffix"]):].strip(), "suffix"
+    return text, ""
+
+
+def _kind(text: str, typed: str, kinds: Mapping[str, Kind]) -> tuple[Kind, str]:
+    """(kind, argument) for one drafter's name. A name that is none of the kinds is a draft model's, unless it
+    is a typo of one ('eagel', 'sufix+medusa'): that is refused before it is tried as a model, whose failure
+    would give the target's advice. A folder that exists, or a Hub id with its '/', is never refused."""
+    by_name = {alias: k for k in kinds.values() if k is not MODEL for alias in (k.name, *k.aliases)}
+    if text.lower() in by_name:
+        return by_name[text.lower()], ""
+    head, sep, argument = text.partition(":")
+    kind, exists = by_name.get(head.strip().lower()), pathlib.Path(text).expanduser().exists()
+    if kind is not None and sep and not exists:
+        if not kind.argument:
+            raise SpecvizError(f"unknown drafter {typed!r}: '{kind.name}' takes nothing after ':'; "
+                               f"the drafters are {names(kinds)}")
+        if not argument.strip():
+            raise SpecvizError(f"unknown drafter {typed!r}: give a {kind.argument} after '{kind.name}:'; "
+                               f"the drafters are {names(kinds)}")
+        return kind, argument.strip()
+    if not ("/" in text or "\\" in text or exists):
+        for word in (part.partition(":")[0].strip().lower() for part in text.split("+")):
+            close = [] if word in by_name else difflib.get_close_matches(word, list(by_name), 1, 0.75)
+            if close:
+                raise SpecvizError(f"unknown drafter {typed!r}: did you mean {close[0]!r}? "
+                                   f"The drafters are {names(kinds)}")
+    return MODEL, text
+
+
+def build(spec: DrafterSpec, target, **options) -> Drafter | None:
+    """A fresh drafter for one run of `target` (a models.Loaded; drafters hold per-run state such as a
+    KV cache, the models behind them come from the shared load cache); None for 'none'.
+
+    options: memory (suffix decoding's SuffixMemory; default: the process's, shared by the CLI's and the
+    library's runs, the app passes each visitor's own), draft (the draft model already loaded, by a caller
+    that shows its loading: the app), trust_remote_code and progress (loading the draft model), and what an
+    application's own kinds read."""
+    drafter = spec.kind.build(spec, target, **options)
+    if spec.copier:
+        from ..drafters.hybrid import Hybrid
+
+        memory = options.get("memory")
+        drafter = Hybrid(drafter, suffix(memory) if spec.copier == "suffix" else lookup(target, sure_match=2))
+    if spec.chain:
+        model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
+        if getattr(model, "tree_width", 0) < 2:
+            raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN}' applies to "
+                               "tree drafters (medusa, eagle)")
+        model.tree_width = 0
+    return drafter
+
+
+def make_drafter(text: str, target, kinds: Mapping[str, Kind] | None = None, **options) -> Drafter | None:
+    """build(parse(text), target, **options): for a caller that needs the drafter and nothing else of its spec."""
+    return build(parse(text, kinds), target, **options)
+
+
+def lookup(target=None, **options) -> PromptLookup:
+    """Prompt lookup for `target` (a models.Loaded): its special tokens are never proposed."""
+    return PromptLookup(special=special_ids(getattr(target, "tokenizer", None)), **options)
+
+
+def suffix(memory=None) -> Drafter:
+    """Suffix decoding over `memory` (None: this process's)."""
+    from ..drafters.suffix import Suffix
+    from ..drafters.suffix_memory import process_memory
+
+    return Suffix(memory if memory is not None else process_memory())
+
+
+def model_name(name: str) -> str:
+    """A model as labels name it: the embedded one by what it is, not by "default"."""
+    return SHORT_NAMES.get(name, name)
+
+
+def placed_as(target) -> dict:
+    """models.load's device and dtype for a draft model of `target`: where the target is, in its precision."""
+    return {"device": str(target.device), "dtype": str(target.dtype).removeprefix("torch.")}
+
+
+def _draft_model(spec: DrafterSpec, target, *, draft=None, trust_remote_code: bool = False, progress=None,
+                 **_) -> DraftModel:
+    """The draft model `spec` names, loaded beside the target (or `draft`, already loaded); it must share
+    the target's tokenizer."""
+    from ..modeling import models  # imported here: the engine's layers never need transformers' loaders
+
+    if draft is None:
+        draft = models.load(spec.argument, **placed_as(target), trust_remote_code=trust_remote_code,
+                            progress=progress)
+    models.check_same_vocab(target, draft)
+    return DraftModel(draft.model, name=spec.drafter_label)
+
+
+def _layer_skip(spec: DrafterSpec, target, **_) -> Drafter:
+    from ..drafters.layer_skip import LayerSkip, decoder_layers, parse_layers
+
+    keep = parse_layers(spec.argument, len(decoder_layers(target.model))) if spec.argument else None
+    return LayerSkip(target.model, keep)
+
+
+def _trained(spec: DrafterSpec, target, **_) -> Drafter:
+    from ..drafters.trained import trained_drafter
+
+    return trained_drafter(spec.kind.name, spec.argument, target)
+
+
+def _short(model: str) -> str:
+    return SHORT_NAMES.get(model) or model.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _file_name(path: str) -> str:
+    return pathlib.Path(path).name
+
+
+# A draft model named by its Hub id or folder: the kind of every name that is none of the others.
+MODEL = Kind("model", "draft model: {}", _draft_model, shows=_short, needs_model=True)
+KINDS: Mapping[str, Kind] = {k.name: k for k in (
+    Kind(NONE, "none", lambda *_, **__: None, aliases=("off", "baseline"), pairs=False),
+    Kind("pld", "prompt lookup", lambda spec, target, **_: lookup(target),
+         aliases=("prompt-lookup", "prompt lookup", "ngram"), pairs=False),
+    Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory), pairs=False),
+    Kind("layerskip", "layer skip", _layer_skip, "LAYERS", shows=lambda layers: f"layers {layers}"),
+    # Trained for the embedded target and shipped ("eagle"), written by `python -m specviz train` ("eagle:FILE"),
+    # or a head its authors released ("eagle:FOLDER_OR_HUB_ID", drafters/published.py).
+    Kind("eagle", "EAGLE", _trained, "PATH", shows=_file_name),
+    Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name),
+    Kind("draft", "distilled draft model", _trained, "PATH", shows=_file_name),
+    MODEL,
+)}
+
+
+def with_kinds(*kinds: Kind) -> Mapping[str, Kind]:
+    """KINDS and an application's own kinds, for its parse (the draft model stays the last resort)."""
+    table = {name: k for name, k in KINDS.items() if k is not MODEL}
+    table.update((k.name, k) for k in kinds)
+    return {**table, MODEL.name: MODEL}
