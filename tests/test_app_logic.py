@@ -27,7 +27,7 @@ from specviz.ui.compare import compare_drafters
 from specviz.ui.handlers import Session
 from specviz.ui.limits import Deadline
 from specviz.ui.runner import Frame, throttle
-from specviz.ui.settings import SAMPLING_TEMPERATURE
+from specviz.ui.layout import SAMPLING_TEMPERATURE
 from specviz.ui.views import playground_summary, playground_values
 
 

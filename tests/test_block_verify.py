@@ -468,7 +468,7 @@ def test_steps_without_block_numbers_show_no_comparison():
 
 def test_the_apps_control_reaches_the_engine():
     from specviz import SpecvizError
-    from specviz.ui.settings import Settings
+    from specviz.run.settings import Settings
 
     s = Settings.from_controls(prompt="hi", mode="sampling", temperature=1.0, verification="block")
     assert s.config().verification == "block" and Settings(prompt="hi").config().verification == "token"

@@ -91,13 +91,13 @@ def test_a_mistyped_drafter_is_told_the_drafter_names_not_the_targets_advice(app
 
 
 def test_every_setting_of_the_page_is_a_generate_flag_with_the_same_default():
-    """The page's controls (ui/settings.Settings) and generate's flags ask for a run with the same words
+    """The page's controls (run/settings.Settings) and generate's flags ask for a run with the same words
     and start from the same values (both read GenerationConfig's and Sampling's defaults)."""
     from dataclasses import fields
 
     from specviz.cli.main import build_parser
     from specviz.run.spec import parse
-    from specviz.ui.settings import Settings
+    from specviz.run.settings import Settings
 
     flags = build_parser().parse_args(["generate", "--prompt", "x"])
     page = Settings(prompt="x")

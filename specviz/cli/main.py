@@ -5,15 +5,15 @@ import argparse
 import json
 import pathlib
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from .. import bench
 from ..audit import command as audit_command
 from ..matrix import command as matrix_command
 from ..core.errors import SpecvizError
-from ..core.sampling import Sampling
-from ..engine.generate import K_MAX, VERIFICATIONS, GenerationConfig
+from ..engine.generate import K_MAX, VERIFICATIONS
 from ..modeling import threads
+from ..run.settings import Settings
 from ..serving import load_command
 from ..train import command as train_command
 from . import docs_tables, trace_command
@@ -21,9 +21,9 @@ from .terminal import print_coloured, print_summary
 
 
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    cfg, sampling = GenerationConfig(), Sampling()  # the defaults live there
+    d = Settings(prompt="")  # the run's settings and their defaults, as the page's (run/settings.py)
     p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--target", default="default", help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--target", default=d.target, help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
     p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup), 'layerskip[:0-9,20-29]', 'eagle', "
                    "'medusa', 'draft' (trained for the embedded target; 'eagle:FILE' etc. for your own; "
                    "'eagle:HUB_ID_OR_FOLDER', 'medusa:...' for released heads) or a draft model id/folder; "
@@ -32,21 +32,21 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "answers) or 'suffix+NAME' (suffix decoding where it is sure, NAME elsewhere)")
     p.add_argument("--suffix-memory", metavar="FILE", help="suffix decoding's earlier answers: read from FILE if it "
                    "exists, and this run's answer saved back to it (default: this process's only)")
-    p.add_argument("--k", type=int, default=cfg.k,
+    p.add_argument("--k", type=int, default=d.k,
                    help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
-    p.add_argument("--draft-confidence", type=float, default=cfg.draft_confidence,
+    p.add_argument("--draft-confidence", type=float, default=d.draft_confidence,
                    help="with --dynamic-k: stop a chain draft when the drafter's probability falls below this; a tree "
                    "drafter (greedy) keeps the nodes whose path probability reaches it, up to 4k")
-    p.add_argument("--verification", choices=VERIFICATIONS, default=cfg.verification,
+    p.add_argument("--verification", choices=VERIFICATIONS, default=d.verification,
                    help="how a sampled chain draft is judged: token by token, or as a block (keeps more, same "
                    "distribution; docs/exactness.md); trees take the sibling walk (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=sampling.temperature, help="0 = greedy (default %(default)s)")
-    p.add_argument("--top-k", type=int, default=sampling.top_k, help="0 = off")
-    p.add_argument("--top-p", type=float, default=sampling.top_p, help="1 = off")
-    p.add_argument("--repetition-penalty", type=float, default=sampling.repetition_penalty, help="1 = off")
-    p.add_argument("--seed", type=int, default=sampling.seed)
-    p.add_argument("--max-new-tokens", type=int, default=cfg.max_new_tokens, help="(default %(default)s)")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off")
+    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="(default %(default)s)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the prompt in the chat template (default: when the model has one)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
@@ -134,13 +134,14 @@ def generate(args) -> int:
     from ..run.race import race
     from ..run.spec import build, parse
 
-    spec = parse(args.drafter)  # a mistyped drafter is told before any model loads
-    sampling = Sampling(**{f.name: getattr(args, f.name) for f in fields(Sampling)}).validate()
-    target = models.load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
+    # The run's settings as the page's are read (run/settings.py), checked before any model loads. The chat
+    # flag is not among them: None (the template where the model has one) is the page's True.
+    s = Settings.from_controls(**{f.name: getattr(args, f.name) for f in fields(Settings) if f.name != "chat"})
+    spec, sampling = parse(s.drafter), s.sampling
+    cfg = spec.config(s.config())
+    target = models.load(s.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
                          device_map=args.device_map, compile=args.compile, progress=_progress)
-    cfg = spec.config(GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, dynamic_k=args.dynamic_k,
-                                       draft_confidence=args.draft_confidence, sampling=sampling,
-                                       verification=args.verification, eos_token_ids=target.eos_token_ids)).validate()
+    cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
     prompt = models.encode_prompt(target, args.prompt, args.chat)
     memory = _suffix_memory(args.suffix_memory)
     drafter = build(spec, target, trust_remote_code=args.trust_remote_code, progress=_progress, memory=memory)

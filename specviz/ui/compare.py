@@ -30,7 +30,7 @@ from ..run.spec import NONE, parse
 from .limits import Deadline
 from .policy import Policy
 from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, waiting
-from .settings import Settings
+from ..run.settings import Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
 WARM_UP_TOKENS = 8  # each arm's untimed first run: allocations, kernel choice, caches

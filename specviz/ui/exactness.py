@@ -31,7 +31,7 @@ from . import runner
 from .limits import Line
 from .page import Page
 from .policy import Policy
-from .settings import Settings
+from ..run.settings import Settings
 
 SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
 # Fewer draws than this each way are too few to judge (the slider starts here; Stop can end sooner):

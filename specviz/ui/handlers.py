@@ -19,7 +19,7 @@ from .compare import compare_drafters
 from .limits import Line
 from .policy import Policy
 from .runner import Frame
-from .settings import Settings
+from ..run.settings import Settings
 from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)

@@ -19,7 +19,7 @@ from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .requests import count_values
-from .settings import GREEDY, SAMPLING, SAMPLING_TEMPERATURE, Settings
+from ..run.settings import GREEDY, SAMPLING, Settings
 
 TREES_UP_TO = GenerationConfig().sampled_trees_up_to  # the engine's tree policy, which the slider states
 
@@ -93,6 +93,9 @@ def launch_options() -> dict:
     """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
     return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8"),
             "max_file_size": MAX_TRACE_BYTES}  # the page's only upload is a trace to replay
+
+
+SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
 
 
 def _settings(policy: Policy) -> dict:

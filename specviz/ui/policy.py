@@ -29,7 +29,7 @@ from ..drafters.suffix_memory import DEFAULT_TOKENS
 from ..render.status import MB
 from ..run.spec import NONE, parse
 from ..serving.urls import check_url, is_loopback
-from .settings import Settings
+from ..run.settings import Settings
 
 # The sweep measured for the README (vLLM on a 2-core CPU, ngram on and off): the Serving engine
 # tab shows it until an operator names another, so the trade-off is visible with no server.

@@ -27,7 +27,7 @@ from ..run.race import race
 from ..run.spec import DrafterSpec, build, model_name, parse, placed_as
 from .limits import Deadline
 from .policy import Policy
-from .settings import Settings
+from ..run.settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)

@@ -29,7 +29,7 @@ from .limits import WAIT_POLL, Deadline, Line
 from .page import Page, named
 from .policy import MEASURED_LOAD, Policy
 from .runner import readable
-from .settings import Settings
+from ..run.settings import Settings
 
 UPDATE_EVERY, CHARTS_EVERY = 0.3, 2.0  # seconds, as in the playground (handlers.py)
 REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit

@@ -1,8 +1,9 @@
-"""What a visitor asked for (Settings), from the page's controls or a script's API call.
+"""What a run is asked for with (Settings): the page's controls, a script's API call and generate's flags
+alike, each a field here with its default (the engine's), read into the engine's config by one method.
 
-Every value is checked here, on the server, whatever sent it: a script may send strings,
-NaN or 1e30 where the page's sliders send numbers, and gets a sentence back, never a
-traceback. What a deployment allows is policy.py's business.
+Every value is checked here, whatever sent it: a script may send strings, NaN or 1e30 where the page's
+sliders send numbers, and gets a sentence back, never a traceback. What a deployment allows is the app's
+policy (ui/policy.py).
 """
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from dataclasses import dataclass, fields, replace
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import GenerationConfig
-from ..run.spec import NONE
+from .spec import NONE
 
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
-SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
 
 
 def _number(value, name: str, whole: bool):
@@ -82,10 +82,11 @@ _ENGINE, _SAMPLING = GenerationConfig(), Sampling()  # the engine's defaults are
 
 @dataclass(frozen=True)
 class Settings:
-    """One visitor's request: a field per control, named as the control's API parameter.
+    """One run's request: a field per control of the page, named as the control's API parameter, and per
+    generate flag (--max-new-tokens: max_new_tokens); tests/test_entry_points.py holds the two to these.
 
     Every field of `Sampling` is a field here too, so a new sampling setting needs only a
-    field here and a control in the layout (named the same).
+    field here, a control in the layout and a generate flag (named the same).
     """
 
     prompt: str
@@ -101,6 +102,7 @@ class Settings:
     max_new_tokens: int = _ENGINE.max_new_tokens
     chat: bool = True
     verification: str = _ENGINE.verification  # how a sampled chain draft is judged (GenerationConfig.verification)
+    draft_confidence: float = _ENGINE.draft_confidence  # with dynamic k (generate's flag; the page keeps the default)
 
     @classmethod
     def from_controls(cls, mode: str | None = None, **values) -> "Settings":
@@ -140,6 +142,6 @@ class Settings:
         """The engine's config; raises SpecvizError for values it would not accept."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, k=self.k, dynamic_k=self.dynamic_k, sampling=self.sampling,
-            verification=self.verification,
+            verification=self.verification, draft_confidence=self.draft_confidence,
             eos_token_ids=tuple(eos_token_ids),
         ).validate()
