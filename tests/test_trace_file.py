@@ -18,7 +18,8 @@ from specviz.engine.interleave import interleave
 from specviz.engine.verify_cost import VerifyCurve
 from specviz.modeling import models
 from specviz.render.trace import Trace
-from specviz.traces import replay, trace_file
+from specviz.run import replay
+from specviz.traces import trace_file
 from specviz.traces.labels import Labeler
 from specviz.traces.trace_file import Recording, RunInfo, TraceFileError
 

@@ -1,6 +1,6 @@
 """The race: the runs of one prompt advanced in turn (engine/interleave.py: the one with the fewest tokens
 goes next, ties to the first listed), each event labelled with its tokens' text in context, as the CLI's
-generate, the Playground and Compare all show them (traces/replay.py plays a recorded race back in the same
+generate, the Playground and Compare all show them (replay.py plays a recorded race back in the same
 turns). Each caller keeps its presentation: the app's worker thread and status words, the CLI's printing.
 """
 from __future__ import annotations

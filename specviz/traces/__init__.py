@@ -1,3 +1,3 @@
-"""A run kept and played back: each token's display text (labels.py), the trace file, replaying it.
+"""A run kept: each token's display text (labels.py), the trace file (run/replay.py plays it back).
 May import: core, modeling, engine, render (its Trace and Labels).
 """

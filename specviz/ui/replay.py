@@ -24,7 +24,7 @@ import gradio as gr
 from ..core.errors import SpecvizError
 from ..core.events import StepEvent
 from ..render.status import bdi, isolated, status_html, step_label
-from ..traces import replay as playback
+from ..run import replay as playback
 from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
 from .page import Page, named

@@ -15,7 +15,7 @@ from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.rules import backward_pass, comparable, summary, token_source
 from ..render.status import step_label
 from ..render.tree import before_text, ordinal, sibling_walk, walk_end
-from ..traces import replay as playback
+from ..run import replay as playback
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
 

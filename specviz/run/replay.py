@@ -1,4 +1,4 @@
-"""Playing a saved run (trace_file.Recording) back through the same Traces the renderers read.
+"""Playing a saved race (traces/trace_file.Recording) back through the same Traces the renderers read.
 
 Two orders. `in_order`: the order the app and the CLI advanced the two runs (engine/interleave.py's
 turns: one speculative step, then the baseline up to as many tokens), for stepping through.
@@ -13,7 +13,7 @@ from typing import Iterator
 from ..core.events import RunEnd, StepEvent
 from ..engine.interleave import interleave
 from ..render.trace import Labels, Trace
-from .trace_file import Recording
+from ..traces.trace_file import Recording
 
 Item = tuple[str, object, "Labels | None"]  # ("spec" | "base", event, its labels; None for a RunEnd)
 
