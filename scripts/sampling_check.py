@@ -82,8 +82,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tree-nodes-per-k", type=int, default=GenerationConfig.tree_nodes_per_k,
                     help="candidates per tree step for EAGLE and Medusa, per unit of k (default %(default)s, as the "
                     "app; 0: chains); trees at any temperature, so the check covers them")
-    ap.add_argument("--verification", choices=VERIFICATIONS, default="token",
-                    help="how chain drafts are judged: token by token or as a block (default token)")
+    ap.add_argument("--verification", choices=VERIFICATIONS, default=GenerationConfig.verification,
+                    help="how chain drafts are judged: token by token or as a block (default %(default)s, as the "
+                    "engine); trees take the sibling walk")
     ap.add_argument("--target", default="default", help="model id or folder (default: the embedded model)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     ap.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: the device's)")

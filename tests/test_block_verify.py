@@ -470,8 +470,8 @@ def test_the_apps_control_reaches_the_engine():
     from specviz import SpecvizError
     from specviz.run.settings import Settings
 
-    s = Settings.from_controls(prompt="hi", mode="sampling", temperature=1.0, verification="block")
-    assert s.config().verification == "block" and Settings(prompt="hi").config().verification == "token"
+    s = Settings.from_controls(prompt="hi", mode="sampling", temperature=1.0, verification="token")
+    assert s.config().verification == "token" and Settings(prompt="hi").config().verification == "block"
     with pytest.raises(SpecvizError, match="verification must be one of token, block"):
         Settings.from_controls(prompt="hi", verification="walk").config()
 
@@ -501,6 +501,24 @@ def test_the_bench_runs_an_arm_per_rule_and_counts_both_on_the_same_steps(target
     assert by_arm["baseline"].kept_by_rule == by_arm["baseline"].expected_by_rule == {}
 
 
+def test_the_bench_follows_the_engines_rule_and_runs_greedy_once():
+    """The bench's default rule is GenerationConfig's (block since issue 55's measurement), each arm's label
+    names a rule other than token-wise, and a greedy bench runs one arm per k: every rule keeps the same."""
+    from specviz import GenerationConfig, Sampling
+    from specviz.bench.drafters import BenchDrafter
+    from specviz.bench.runner import BenchConfig, plan_arms
+
+    d = [BenchDrafter("pld", object())]
+    sampled = BenchConfig(sampling=Sampling(temperature=1.0), dynamic_k=4, confidences=(0.5,))
+    assert GenerationConfig().verification == "block"
+    assert [(a.label, a.verification) for a in plan_arms(d, sampled, [])][1:] == [
+        ("pld k=4 block", "block"), ("pld dynamic k=4 block", "block"), ("pld dynamic k=4 conf=0.5 block", "block")]
+    both = BenchConfig(sampling=Sampling(temperature=1.0), verifications=("token", "block"))
+    assert [a.label for a in plan_arms(d, both, [])][1:] == ["pld k=4", "pld k=4 block"]
+    greedy = BenchConfig(verifications=("token", "block"))
+    assert [(a.label, a.verification) for a in plan_arms(d, greedy, [])][1:] == [("pld k=4", "token")]
+
+
 def test_the_docs_table_of_rules_is_drawn_from_the_results():
     from specviz.cli.docs_tables import bench_rules
 
@@ -514,6 +532,18 @@ def test_the_docs_table_of_rules_is_drawn_from_the_results():
     table = bench_rules(doc).splitlines()
     assert len(table) == 3  # the header, its rule, one drafter with both arms (pld ran token-wise only)
     assert table[2] == "| `eagle@chain k=4` | 2.00 | 2.10 | +5.0% | 1.10x | 1.14x | 50 → 55 (+10.0%) |"
+
+
+def test_the_docs_table_of_rule_means_is_drawn_from_the_results():
+    from specviz.cli.docs_tables import bench_rule_means
+
+    chain = dict(arm="eagle@chain k=4", expected_by_rule={"token": 8.0, "block": 9.0}, rule_steps={"token": 10, "block": 10},
+                 kept_by_rule={"token": 7, "block": 9})
+    doc = {"runs": [dict(arm="baseline"), chain, {**chain, "expected_by_rule": {"token": 2.0, "block": 3.0}},
+                    dict(arm="eagle k=4", expected_by_rule={"walk": 6.0}, rule_steps={"walk": 8})]}
+    assert bench_rule_means(doc).splitlines()[2:] == [
+        "| `eagle@chain k=4` | chain | 20 | 0.500 | 0.600 | +20.0% | - | 14 → 18 |",
+        "| `eagle k=4` | tree | 8 | - | - | - | 0.750 | - |"]
 
 
 def test_the_distribution_card_says_the_block_decided():

@@ -85,7 +85,9 @@ def test_sampling_flags_and_no_baseline(capsys, folders):
     assert dynamic["stats"]["tokens"] == len(dynamic["token_ids"]) > 0 and dynamic["steps"][0]["draws"] is not None
     # block verification: the same flags, the rule recorded on the run and every step
     block = run_json(capsys, *args, "--verification", "block")
-    assert block["config"]["verification"] == "block" and first["config"]["verification"] == "token"
+    assert block["config"]["verification"] == first["config"]["verification"] == "block"  # the default (issue 55)
+    token = run_json(capsys, *args, "--verification", "token")
+    assert token["config"]["verification"] == "token" and {s["verification"] for s in token["steps"]} == {"token"}
     assert {s["verification"] for s in block["steps"]} == {"block"} and block["steps"][0]["block"] is not None
 
 

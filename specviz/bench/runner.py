@@ -67,7 +67,9 @@ class BenchConfig:
     # The engine's tree policy (GenerationConfig), which `generate` and the app run by: overridable to measure it
     tree_nodes_per_k: int = GenerationConfig().tree_nodes_per_k
     sampled_trees_up_to: float = GenerationConfig().sampled_trees_up_to
-    verifications: tuple[str, ...] = ("token",)  # an arm per rule for each drafter at each k (GenerationConfig.verification)
+    # An arm per rule for each drafter at each k when sampling (GenerationConfig.verification); greedy runs
+    # keep the same tokens under every rule, so a greedy bench runs one arm, token-wise.
+    verifications: tuple[str, ...] = (GenerationConfig().verification,)
     sampling: Sampling = field(default_factory=Sampling)
     repeats: int = 1
     eos_token_ids: tuple[int, ...] = ()
@@ -134,6 +136,11 @@ class BenchResult:
     records: list[RunRecord]
 
 
+def _rule(rule: str) -> str:
+    """An arm label's tail: the verification rule when it is not token-wise (the labels older results keep)."""
+    return "" if rule == "token" else f" {rule}"
+
+
 def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: list[str]) -> list[Arm]:
     """The baseline first, then each drafter at each k (and dynamic k), then the peers."""
     arms = [Arm(BASELINE, "baseline")]
@@ -141,12 +148,14 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
         if d.drafter is None:  # "none": k is irrelevant
             arms.append(Arm("none", "specviz", d.name, 1))
             continue
-        arms += [Arm(f"{d.name} k={k}" + ("" if rule == "token" else f" {rule}"), "specviz", d.name, k, verification=rule)
-                 for k in config.ks for rule in config.verifications]
-        if config.dynamic_k:
-            arms.append(Arm(f"{d.name} dynamic k={config.dynamic_k}", "specviz", d.name, config.dynamic_k, True))
-            arms += [Arm(f"{d.name} dynamic k={config.dynamic_k} conf={c:g}", "specviz", d.name, config.dynamic_k, True, c)
-                     for c in config.confidences]
+        rules = ("token",) if config.sampling.greedy else config.verifications
+        arms += [Arm(f"{d.name} k={k}{_rule(rule)}", "specviz", d.name, k, verification=rule)
+                 for k in config.ks for rule in rules]
+        if config.dynamic_k:  # dynamic arms under the first rule asked for
+            dyn = f"{d.name} dynamic k={config.dynamic_k}"
+            arms.append(Arm(f"{dyn}{_rule(rules[0])}", "specviz", d.name, config.dynamic_k, True, verification=rules[0]))
+            arms += [Arm(f"{dyn} conf={c:g}{_rule(rules[0])}", "specviz", d.name, config.dynamic_k, True, c,
+                         verification=rules[0]) for c in config.confidences]
     model_drafters = [d for d in drafters if d.model is not None]
     for peer in peer_names:
         if peer not in peers.PEERS:

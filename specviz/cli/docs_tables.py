@@ -113,6 +113,31 @@ def bench_rules(doc: dict) -> str:
                 "drafts kept on the same steps, token-wise → block"], rows)
 
 
+def bench_rule_means(doc: dict) -> str:
+    """Accepted length per step by rule on each arm's own sampled steps: every step judged by every
+    rule that could judge it, each rule's mean over the draws (the step's draft and rows as they
+    were; a tree's under the sibling walk, which is its ceiling), and what the steps' own draws
+    kept under each chain rule."""
+    rows = []
+    for label in dict.fromkeys(r["arm"] for r in doc["runs"] if r.get("rule_steps")):
+        runs = [r for r in doc["runs"] if r["arm"] == label]
+        mean, steps, kept = {}, {}, {}
+        for run in runs:
+            for rule, v in run.get("expected_by_rule", {}).items():
+                mean[rule] = mean.get(rule, 0.0) + v
+                steps[rule] = steps.get(rule, 0) + run["rule_steps"][rule]
+            for rule, n in run.get("kept_by_rule", {}).items():
+                kept[rule] = kept.get(rule, 0) + n
+        per = {rule: mean[rule] / steps[rule] for rule in mean if steps[rule]}
+        tree = "walk" in per
+        change = (f"{100 * (per['block'] / per['token'] - 1):+.1f}%" if per.get("token") and "block" in per else "-")
+        realised = f"{kept['token']} → {kept['block']}" if {"token", "block"} <= set(kept) else "-"
+        rows.append([f"`{label}`", "tree" if tree else "chain", str(max(steps.values(), default=0)),
+                     _f(per.get("token"), 3), _f(per.get("block"), 3), change, _f(per.get("walk"), 3), realised])
+    return _md(["arm", "draft", "sampled steps", "token-wise", "block", "block vs token-wise",
+                "sibling walk (the ceiling)", "kept by the steps' own draws, token-wise → block"], rows)
+
+
 def bench_categories(doc: dict) -> str:
     """Per category, each drafter's best speedup; the fastest in bold."""
     cats = list(dict.fromkeys(r["category"] for r in doc["summary"]))
@@ -295,6 +320,7 @@ KINDS = {
     "bench-arms": (bench_arms, bench_caption),
     "bench-categories": (bench_categories, bench_caption),
     "bench-rules": (bench_rules, bench_caption),
+    "bench-rule-means": (bench_rule_means, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),

@@ -120,9 +120,9 @@ def _settings(policy: Policy) -> dict:
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
             verification = gr.Radio([("token by token", "token"), ("as a block", "block")], value=d.verification,
                                     label="verification of a chain draft", elem_id="sv-verification",
-                                    info="both keep the target's distribution exactly; token by token is the "
-                                         "default because on the examples the block kept no more (prompt lookup "
-                                         "cannot gain from it); the step inspector shows both on every step")
+                                    info="both keep the target's distribution exactly; as a block is the default: "
+                                         "on the same sampled steps it kept up to 8% more drafts for every drafter "
+                                         "with a q, the same for prompt lookup; the step inspector shows both")
         # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
         max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
                                    step=1, label="max new tokens", elem_id="sv-max-new-tokens")
