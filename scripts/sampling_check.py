@@ -1,7 +1,7 @@
 """Do a drafter's sampled runs on the embedded model follow the target's own distribution?
 
     python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up] [--tree-nodes 8]
-        [--verification token] [--target default] [--device cpu] [--dtype fp32]
+        [--verification block] [--target default] [--device cpu] [--dtype fp32]
 
 Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
 tests, by chi-square, the first sampled token against the target's exact distribution, the second
@@ -11,9 +11,9 @@ and the sibling walk of sampled trees; this checks that real weights (a new EAGL
 change nothing. EAGLE and Medusa draft trees of --tree-nodes candidates (0: chains): each run
 stops once three tokens are out, so the first step's tree is not cut to the three tokens asked
 for, and the line after the tests says how many steps drafted a tree and how many of those
-judged a sibling after a rejection. --verification block judges chain drafts as a block
-(core/block_verify.py); the last line then says on how many steps the two rules, on the same
-draws, would have kept different counts. With --follow-up the prompt
+judged a sibling after a rejection. Chain drafts are judged as the engine judges them, as a
+block by default (core/block_verify.py; --verification token: token by token); the last line then
+says on how many steps the two rules, on the same draws, would have kept different counts. With --follow-up the prompt
 is a second request after a first answer, so the context ends as the answer's turn began and prompt
 lookup copies that answer's first tokens at the first step (a `NAME+pld` pair drafts by lookup there).
 --target, --device and --dtype run it on another model (a draft model folder for --drafter), on a GPU, in half

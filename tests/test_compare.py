@@ -170,3 +170,17 @@ def test_a_drafter_races_itself_under_both_verification_rules(app_models):
     token, block = frame.runs
     assert token.label.endswith("(token-wise)") and block.label.endswith("(block verification)")
     assert {e.verification for e in token.steps} == {"token"} and {e.verification for e in block.steps} == {"block"}
+
+
+def test_a_hosted_page_offers_each_drafter_with_q_token_by_token():
+    """A hosted Compare list cannot be typed into: it offers NAME@token for the drafters that give q
+    (the block is the default), and the policy lets that choice run."""
+    from specviz.run.spec import parse
+    from specviz.ui.policy import hosted_policy
+
+    policy = hosted_policy()
+    offered = dict((value, label) for label, value in policy.compare_choices)
+    assert offered["eagle@token"].endswith("token by token") and "medusa@token" in offered
+    assert "pld@token" not in offered and "eagle+pld@token" not in offered  # one-hot drafts: both rules keep the same
+    for value in offered:
+        policy.check_drafter(parse(value).name)  # no refusal

@@ -242,7 +242,7 @@ def _playground_tab(policy: Policy):
 
 def _compare_tab(policy: Policy):
     with gr.Row(elem_classes="sv-actions"):
-        drafters = gr.Dropdown(list(policy.drafters), value=list(policy.compare_drafters), multiselect=True,
+        drafters = gr.Dropdown(list(policy.compare_choices), value=list(policy.compare_drafters), multiselect=True,
                                allow_custom_value=not policy.hosted, label="Drafters to compare", scale=4,
                                elem_id="sv-compare-drafters",
                                info="each runs the same prompt and settings as the baseline: all warmed up, "

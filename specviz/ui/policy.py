@@ -58,6 +58,9 @@ DRAFTERS = tuple((f"{parse(value).label} ({what})", value) for value, what in (
     ("medusa", "heads trained for the embedded model"),
     ("draft", "trained for the embedded model"),
 )) + ((parse("default").label, "default"),)
+# The offered drafters that give q, whose drafts the two verification rules judge differently: Compare
+# offers each once more as NAME@token, the old rule beside the default (a hosted page cannot type it).
+RULED = ("layerskip", "eagle", "medusa", "draft")
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
 RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
 # copies (packing.py, ~0.55x), libraries, activations and KV caches
@@ -95,6 +98,12 @@ class Policy:
     # Allow-listed targets left out because they would not fit this machine's memory: (label, value,
     # bytes of weights), so refusing one says it is memory, not only that it is not on the list.
     too_big: tuple = ()
+
+    @property
+    def compare_choices(self) -> tuple:
+        """The Compare tab's drafters: every offered one, then those that give q judged token by token."""
+        return self.drafters + tuple((f"{label}, token by token", f"{value}@token")
+                                     for label, value in self.drafters if value in RULED)
 
     def _allowed(self, name: str, pairs) -> bool:
         return name in {value for _, value in pairs}
