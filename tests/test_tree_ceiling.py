@@ -21,8 +21,8 @@ import torch
 
 from specviz.core.block_verify import verify_block
 from specviz.core.tree_sampling import keep_chances
-from test_tree_sampling import (assert_same_law, branch, drafted_tree, implemented, law_gap, recursive_rejection,
-                                rows_for, specinfer, step_law, target, target_law)
+from test_tree_sampling import (V, assert_same_law, branch, implemented, law_gap, recursive_rejection, rows_for,
+                                specinfer, step_law, target, target_law)
 
 
 def shapes(most: int = 4):
@@ -94,23 +94,50 @@ def block_on_a_chosen_chain(tokens, parents, rows, coin, q):
     return list(range(tau)), verify_block(rows, q[:k], d, draws).dist
 
 
+def _rng(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash(key) % 2**31)  # ints only: str hashes change between processes
+
+
+def model(seed: int, salt: int):
+    """A context-dependent distribution over V tokens (float64), the same in every process."""
+    def cond(prefix):
+        w = torch.rand(V, generator=_rng(seed, salt, *prefix), dtype=torch.float64) ** 3
+        return w / w.sum()
+    return cond
+
+
+def grown(seed: int, width: int, depth: int):
+    """A tree grown as EAGLE grows one (each node's `width` likeliest tokens under the drafter's q),
+    with the drafter's and the target's rows (row 0 the root's, i + 1 node i's)."""
+    q_of, p_of = model(seed, 1), model(seed, 2)
+    tokens, parents, level = [], [], [-1]
+    for _ in range(depth):
+        nxt = []
+        for node in level:
+            for t in q_of(branch(tokens, parents, node)).topk(width).indices.tolist():
+                tokens.append(t)
+                parents.append(node)
+                nxt.append(len(tokens) - 1)
+        level = nxt
+    rows = [branch(tokens, parents, i) for i in range(-1, len(parents))]
+    return tokens, parents, torch.stack([q_of(r) for r in rows]), torch.stack([p_of(r) for r in rows]), p_of
+
+
 @pytest.mark.parametrize("rule, width", [(specinfer, 2), (recursive_rejection, 2), (block_on_a_chosen_chain, 1)],
                          ids=["specinfer", "recursive rejection", "block on a chosen chain"])
 def test_rules_that_keep_more_than_the_ceiling_are_not_exact(rule, width):
-    """On trees grown as EAGLE grows them (top-`width` of a drafter's softmax q), these rules keep
-    more than the walk somewhere, and wherever they do their law is not the target's."""
+    """On trees grown as EAGLE grows them (top-`width` of a drafter's q), these rules keep more than
+    the walk somewhere, and wherever they do their law is not the target's."""
     gains = []
-    for seed in range(4):
-        tokens, parents, q = drafted_tree(seed, width=width, depth=2 if width > 1 else 3)
-        rows, cond = rows_for("random", seed, tokens, parents), target("random", seed)
+    for seed in range(6):
+        tokens, parents, q, rows, cond = grown(seed, width, 2 if width > 1 else 3)
         ceiling = sum(keep_chances(tokens, parents, node_p(tokens, parents, rows)))
         kept = {}
         law = step_law(rule, tokens, parents, rows, q, kept=kept)
-        gain = sum(kept.values()) - ceiling
-        gains.append(gain)
-        if gain > 1e-9:
+        gains.append(sum(kept.values()) - ceiling)
+        if gains[-1] > 1e-9:
             assert law_gap(law, target_law(cond, tokens, parents)) > 1e-6
-    assert max(gains) > 1e-3
+    assert max(gains) > 1e-2, gains
 
 
 def test_the_inspector_shows_a_tree_step_against_its_ceiling():
@@ -126,3 +153,7 @@ def test_the_inspector_shows_a_tree_step_against_its_ceiling():
     assert ("children of the text so far: “the” refused, then “a” refused, then “an” kept</li>"
             "<li>children of “an”: “&lt;b&gt;” refused") in html
     assert step_html(spec_trace(walked_step(greedy=True)), 0).count("sv-ceiling") == 0  # greedy: no coins to average
+    from specviz.ui.stepping import phases
+
+    said = dict(phases(*walked_step()))["accept/reject"]
+    assert said.endswith("the walk keeps 0.94 of the 4, the most any exact rule keeps from this tree")

@@ -12,7 +12,7 @@ import time
 
 from ..core.events import StepEvent
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
-from ..render.rules import backward_pass, comparable, summary, token_source
+from ..render.rules import backward_pass, comparable, expected, summary, token_source
 from ..render.status import step_label
 from ..render.tree import before_text, ordinal, sibling_walk, walk_end
 from ..run import replay as playback
@@ -89,7 +89,8 @@ def _tree_phases(e: StepEvent, labels, walk: list[tuple[str, str]]) -> list[tupl
            *walk]
     kept = ", ".join(map(_tok, texts[:e.accepted])) or "nothing"
     out.append(("accept/reject", f"{e.accepted} kept along the branch: {kept} (the sibling walk: a child is kept "
-                                 "if u < p′(x))"))
+                                 f"if u < p′(x)). On average over the draws the walk keeps {expected(e)['walk']:.2f} "
+                                 f"of the {n}, the most any exact rule keeps from this tree"))
     what = "correction" if e.token_kind == "corrected" else "bonus"
     out.append((what, f"{walk_end(e, labels.tree)}: {_tok(labels.token)}"))
     return out
