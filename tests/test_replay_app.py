@@ -14,12 +14,15 @@ from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (
 from test_app_browser import HANG, OUT, browser, generated  # noqa: F401 (browser is a fixture)
 from test_trace_file import record, sampled  # noqa: F401 (sampled is a fixture)
 
+from specviz.core.events import RunEnd, StepEvent
+from specviz.render.html import WINDOW
 from specviz.render.kinds import shown_tokens
+from specviz.render.trace import Trace
 from specviz.traces import trace_file
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
-from specviz.ui.replay import offer_download, open_trace, pause, play_phases, race, step, step_through
+from specviz.ui.replay import Replay, offer_download, open_trace, pause, play_phases, race, step, step_through
 from specviz.ui.runner import Frame
 
 
@@ -109,6 +112,55 @@ def test_hosted_app_refuses_a_trace_over_its_limit_and_shows_bad_files_as_one_li
     bad.write_text('{"format": "specviz-trace", "version": 1, "info": {"target": "<script>x()</script>"}}')
     values = open_trace(str(bad), Session(), hosted_policy(memory=16 << 30))
     assert "has no &#x27;drafter&#x27;" in values["status"] and "<script>" not in values["status"]
+
+
+def tiled(run: Trace, events: int) -> Trace:
+    """`run`'s events repeated to `events` of them, renumbered and re-timed, with an end that adds up."""
+    out, ids, t, position = Trace(run.label, speculative=run.speculative, k=run.k), [], 0.0, 0
+    for i in range(events):
+        e, labels = run.events[i % len(run.events)], run.labels[i % len(run.labels)]
+        if isinstance(e, StepEvent):
+            t += e.draft_time + e.verify_time
+            e = dataclasses.replace(e, step=i, position=position, elapsed=t)
+            position += len(e.emitted)
+        else:
+            t += e.time
+            e = dataclasses.replace(e, step=i, elapsed=t)
+        out.add(e, labels)
+        ids.extend(e.emitted if isinstance(e, StepEvent) else (e.token,))
+    stats = dataclasses.replace(out.stats(), stop_reason="max_new_tokens", prefill_time=0.0)
+    out.add(RunEnd(tuple(ids), stats))
+    return out
+
+
+def test_a_long_run_part_shown_costs_a_frame_the_same_as_a_short_one(sampled):  # noqa: F811
+    """Next, Previous and Play redrew every token of the run each frame: at 1,024 steps that was 2.2 MB of
+    HTML a frame, every 0.3 s of a race. A run part-shown draws its last WINDOW tokens one by one and the text
+    before them plain; the panels stay one listbox with one Tab stop; a run shown to its end is drawn whole."""
+    rec, _ = sampled
+    spec = tiled(rec.spec, 1024)
+    long = dataclasses.replace(rec, spec=spec, base=tiled(rec.base, len(spec.token_ids)))
+    session, r = Session(), Replay(long, "long.json")
+    sizes = {}
+    for r.position in (300, 1000):
+        values = step(r, session, +1)
+        text = len(session.last.spec.text().encode()) + len(session.last.base.text().encode())
+        sizes[r.position] = len(values["spec"].encode()) + len(values["base"].encode()) - text  # beyond the text
+        for which in ("spec", "base"):
+            panel = values[which]
+            assert panel.count('tabindex="0"') == 1 and panel.count('role="listbox"') == 1
+            body = re.sub(r'<span class="sv-earlier-note">.*?</span> |<span class="tok tok-rejected.*?</span>', "",
+                          panel.split("</header>")[1], flags=re.S)
+            drawn = html.unescape(re.sub(r"<[^>]+>", "", body))
+            shown = getattr(session.last, which)
+            assert drawn == shown.text()  # the text before the window is there, as plain text
+    assert "Steps 1–" in values["spec"] and "Tokens 1–" in values["base"]
+    assert values["spec"].count('class="tok ') <= WINDOW + 2 * rec.spec.k  # a few steps past the window at most
+    assert sizes[1001] < 1.1 * sizes[301] < 400_000  # the same at step 1,001 as at step 301 (2.2 MB in all drawn whole)
+    r.position = len(spec.steps) - 1
+    values = step(r, session, +1)  # the run shown to its end: drawn whole
+    assert "sv-earlier" not in values["spec"] and values["spec"].count('data-kind="accepted"') == sum(
+        e.accepted for e in spec.steps)
 
 
 def test_a_file_that_is_not_json_gets_a_sentence_and_the_file_box_is_emptied(tmp_path):

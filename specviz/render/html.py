@@ -41,6 +41,9 @@ KIND_HELP = {
 VISIBLE_WHITESPACE = str.maketrans({"\n": "↵", "\t": "⇥", "\r": "␍"})
 SPACE_MARK = "␣"
 WORD_CHARS = 40  # a run of tokens longer than this (a URL, a rule of ====) may still break between them
+# Tokens drawn one by one while a run is part-shown (views.playground_values): more than a screen of a
+# panel holds at 1280 px, and a fixed cost per frame however long the run (tokens_html's window).
+WINDOW = 256
 END_MARK = ('<span class="sv-end" title="The model ended its answer here with its end-of-turn token, '
             'which is not part of the text">end of answer</span>')
 
@@ -77,16 +80,17 @@ _FIRST_STOP = re.compile(r'(<span class="tok tok-(?!rejected)[^"]*"[^>]*? tabind
 _ANY_STOP = re.compile(r'( tabindex=")-1"')
 
 
-def token_list(spans: list[str], label: str, run: str = "") -> str:
+def token_list(spans: list[str], label: str, run: str = "", before: str = "") -> str:
     """A run's tokens as one ARIA listbox named `label`: one Tab stop (its first kept token), the
-    arrow keys between tokens (ui/reading.py moves the stop)."""
+    arrow keys between tokens (ui/reading.py moves the stop); `before`, the text before them when
+    only the last are drawn (tokens_html's window)."""
     body = "".join(spans)
     body, found = _FIRST_STOP.subn(r'\g<1>0"', body, count=1)
     if not found:
         body = _ANY_STOP.sub(r'\g<1>0"', body, count=1)
     data = f' data-run="{escape(run)}"' if run else ""
     return (f'<div class="sv-text" role="listbox" aria-orientation="horizontal" '
-            f'aria-label="{escape(label, quote=True)}"{data}>{body}</div>')
+            f'aria-label="{escape(label, quote=True)}"{data}>{before}{body}</div>')
 
 
 WHITESPACE_NAMES = {" ": ("space", "spaces"), "\n": ("line break", "line breaks"), "\t": ("tab", "tabs"),
@@ -281,12 +285,39 @@ def words(pieces: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tuple | None = None) -> str:
+def _window_start(trace: Trace, window: int, eos) -> int:
+    """The first event of the last whole steps (or baseline tokens) that show `window` tokens or more."""
+    shown, i = 0, len(trace.events)
+    while i > 0 and shown < window:
+        i -= 1
+        shown += len(shown_tokens(trace.events[i], eos))
+    return i
+
+
+def _earlier(trace: Trace, start: int, eos) -> str:
+    """The output of the events before `start` as plain text (kept tokens only), one option of the listbox
+    that is never focused: what a run part-shown summarises instead of drawing every token."""
+    texts = []
+    for e, labels in zip(trace.events[:start], trace.labels[:start]):
+        both = labels.draft + (labels.token,)
+        texts.extend(both[i] for kind, i in shown_tokens(e, eos) if kind != "rejected")
+    what = "steps" if trace.speculative else "tokens"
+    note = f"{what.capitalize()} 1–{start:,} in plain text: each token’s colour and card return when the run is shown to its end."
+    return (f'<span class="sv-earlier" role="option"><span class="sv-earlier-note">{note}</span> '
+            f'{escape("".join(texts), quote=False)}</span>')
+
+
+def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tuple | None = None,
+                window: int | None = None) -> str:
     """The run's text, token by token, inside a whitespace-preserving block; `playing`, a step
     being played in phases as (StepEvent, Labels, phase), is drawn after it (phase_spans).
-    The end-of-turn token that ended the run is a mark after the text, not a token in it."""
+    The end-of-turn token that ended the run is a mark after the text, not a token in it.
+    `window`: draw only the last steps showing that many tokens, each token whole, and the text before
+    them plain (_earlier): a run part-shown is redrawn several times a second, and drawing every
+    token of a 1,024-step run was 2.2 MB of HTML a frame."""
     pieces, eos = [], trace.end_ids()
-    for event, labels in zip(trace.events, trace.labels):
+    start = _window_start(trace, window, eos) if window else 0
+    for event, labels in zip(trace.events[start:], trace.labels[start:]):
         if isinstance(event, StepEvent):
             pieces.extend(_step_pieces(event, labels, eos))
         elif event.token not in eos:
@@ -299,14 +330,15 @@ def tokens_html(trace: Trace, placeholder: str = "No tokens yet.", playing: tupl
     if not spans:
         body = f'<span class="sv-placeholder">{escape(trace.error or placeholder)}</span>'
         return f'<div class="sv-text sv-empty" data-run="{escape(trace.label)}">{body}</div>'
-    return token_list(spans, f"{trace.label} text, token by token", trace.label)
+    return token_list(spans, f"{trace.label} text, token by token", trace.label,
+                      _earlier(trace, start, eos) if start else "")
 
 
 def panel_html(trace: Trace, title: str, note: str = "", placeholder: str = "No tokens yet.",
-               playing: tuple | None = None) -> str:
+               playing: tuple | None = None, window: int | None = None) -> str:
     """A titled panel around `tokens_html`, with a one-line note (speed, state) on the right."""
     note_html = f'<span class="sv-panel-note">{escape(note)}</span>' if note else ""
     return (
         f'<section class="sv-panel"><header class="sv-panel-head"><span class="sv-panel-title">'
-        f"{escape(title)}</span>{note_html}</header>{tokens_html(trace, placeholder, playing)}</section>"
+        f"{escape(title)}</span>{note_html}</header>{tokens_html(trace, placeholder, playing, window)}</section>"
     )

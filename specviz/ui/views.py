@@ -6,6 +6,7 @@ import gradio as gr
 from ..render import (agreement, agreement_html, compare_figures, divergence, compare_rows, headline, headline_html,
                       panel_html, playground_figures, side_by_side_html, status_html, step_html, table_values)
 from ..render.compare import HEADERS
+from ..render.html import WINDOW
 from ..render.status import count
 from ..render.trace import Trace
 from .runner import Frame
@@ -70,17 +71,27 @@ def _charts(frame: Frame, pinned: int | None = None) -> dict:
             "inspector": step_html(spec, shown, total)}
 
 
+def _window(frame: Frame) -> int | None:
+    """How many tokens the panels draw one by one: all once both runs are shown to their end; while
+    a run goes, plays or is stepped through, its last WINDOW (the rest as plain text), so a frame
+    costs the same at step 1,000 as at step 10."""
+    ended = all(t.done or t.error for t in (frame.spec, frame.base))
+    return None if ended and frame.playing is None else WINDOW
+
+
 def playground_values(frame: Frame, pinned: int | None = None) -> dict:
     """The Playground's outputs by name (layout.py's): status, check, headline, the two panels,
     four charts, step slider, inspector, summary. `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on."""
     spec, base = frame.spec, frame.base
     started = bool(spec.events or base.events)
+    window = _window(frame)
     return {
         "status": status_html(frame.message, frame.state, frame.fraction),
         "check": agreement_html(spec, base, frame.greedy, frame.dtype) if started else "",
         "headline": headline_html(headline(spec, base, frame.curve)) if started else "",
-        "spec": panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing),
-        "base": panel_html(base, "Baseline · plain decoding", _run_note(base)),
+        "spec": panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing,
+                           window=window),
+        "base": panel_html(base, "Baseline · plain decoding", _run_note(base), window=window),
         **_charts(frame, pinned),
         "summary": playground_summary(frame),
     }
