@@ -128,9 +128,31 @@ if (!window.svCharts) {
 """
 
 
+# Two of Gradio's own blocks that axe-core flags (WCAG 2.1 AA), put right wherever they appear: an
+# empty plot is a div named "Empty value" with no role (aria-prohibited-attr), so it becomes an
+# image by that name; a file box's button is named "Click to upload or drop files" while it reads
+# "Drop File Here - or - Click to Upload" (label-content-name-mismatch, WCAG 2.5.3), so its name is
+# what it reads.
+GRADIO_NAMES = """
+if (!window.svGradioNames) {
+  window.svGradioNames = true;
+  let queued = false;
+  new MutationObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      document.querySelectorAll('.empty[aria-label]:not([role])').forEach(e => e.setAttribute('role', 'img'));
+      document.querySelectorAll('.upload-container[aria-label]').forEach(e => e.removeAttribute('aria-label'));
+    });
+  }).observe(document.body, {childList: true, subtree: true});
+}
+"""
+
+
 def controls() -> gr.Checkbox:
     hide = gr.Checkbox(False, label="hide rejected drafts", elem_id="sv-hide-rejected", container=False,
                        info="show only the text the run kept")
     hide.change(None, hide, hide, js=HIDE, queue=False, api_visibility="private")
-    gr.HTML("", js_on_load=CARDS + CHARTS, elem_id="sv-cards-script", container=False, elem_classes="sv-hidden")
+    gr.HTML("", js_on_load=CARDS + CHARTS + GRADIO_NAMES, elem_id="sv-cards-script", container=False, elem_classes="sv-hidden")
     return hide
