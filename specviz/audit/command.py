@@ -117,8 +117,8 @@ def engines(args):
         messages = chat_messages(turns)
         what = {"server": args.server, "server_version": server_version(args.server),
                 "baseline_server": args.baseline_server, "baseline_version": server_version(args.baseline_server)}
-        return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model),
-                            Server(args.baseline_server, messages, s, args.tokens, args.model))),
+        return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model, room=args.k),
+                            Server(args.baseline_server, messages, s, args.tokens, args.model, room=args.k))),
                 lambda o: "".join(o), what)
     from ..run.spec import make_drafter, parse
     from ..modeling import models

@@ -308,11 +308,18 @@ def _cell(text: str) -> str:
 def audit_caption(doc: dict, path: str) -> str:
     v = doc["versions"]
     load = doc.get("load_average_before")
+    served = {a["audited"].get("engine"): a["audited"] for a in doc["audits"]}
+    llamacpp, vllm = served.get("llama.cpp"), served.get("vLLM")
+    servers = "".join([
+        f" llama.cpp: llama-server built from PyPI's {llamacpp['built_from']} (its /props says "
+        f"{llamacpp['server_version']}), {llamacpp['threads']} thread, on {llamacpp['model']} both ways, the "
+        f"flags in the file." if llamacpp else "",
+        f" vLLM {vllm['server_version']}: {vllm['model']} both ways, k = {vllm['k']}." if vllm else ""])
     return (f"Measured {doc['date']} on {doc['processor']} (load {load:.1f} before), {doc['threads']} torch thread, "
             f"Python {v['python']}, torch {v['torch']}, transformers {v['transformers']}: the embedded "
             f"SmolLM2-135M, the audit's repeated question, {doc['draws']} seeded draws each way of 3 tokens, "
             f"temperature {doc['temperature']:g}; {', then '.join(f'`{c}`' for c in doc.get('commands') or [doc['command']])}. "
-            f"Results: [`{path}`](/{path}).{' Amended ' + doc['amended'] + '.' if doc.get('amended') else ''}")
+            f"Results: [`{path}`](/{path}).{servers}{' Amended ' + doc['amended'] + '.' if doc.get('amended') else ''}")
 
 
 KINDS = {
