@@ -293,7 +293,10 @@ def audit_table(doc: dict) -> str:
     lines = [_md(["engine", "setting", "draws each way", "drafted / refused", "p (all tests)",
                   "TV (95% interval; one sampler twice)", "catches TV >= (80%)", "verdict"], rows)]
     for name, r in failed:
-        lines += ["", f"{name}, {r['setting']}: the first {r['comparison']['depth']} tokens, speculative against plain:",
+        depth = r["comparison"]["depth"]
+        what = (f"the first {depth} tokens" if depth > 1 else
+                "whole completions (the server sent several tokens per chunk)")
+        lines += ["", f"{name}, {r['setting']}: {what}, speculative against plain:",
                   "", _md(["first tokens", "speculative", "plain"],
                           [[o["outcome"] if o["outcome"].startswith("(") else f"`{_cell(o['outcome'])}`",
                             str(o["speculative"]), str(o["plain"])] for o in r["outcomes"][:8]])]
@@ -301,8 +304,8 @@ def audit_table(doc: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    """Text for a markdown table's cell: a bare | would end the cell (<|im_end|>)."""
-    return text.replace("|", "\\|")
+    """Text for a markdown table's cell: a bare | would end the cell (<|im_end|>), a newline the row."""
+    return text.replace("|", "\\|").replace("\n", "\\n")
 
 
 def audit_caption(doc: dict, path: str) -> str:
