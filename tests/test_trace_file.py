@@ -67,6 +67,19 @@ def test_a_step_records_p_and_q_at_every_position_and_the_baseline_its_top(sampl
     assert all(len(e.top) == 5 and e.top[0][1] >= e.p for e in base)
 
 
+def test_a_loaded_trace_keeps_one_copy_of_each_token_text(sampled, tmp_path):
+    """Each step records the top tokens' texts at every position (p_top, q_top and the 32-token raw
+    rows): the same few thousand texts over and over, each its own object as JSON reads them. Loaded,
+    equal texts are one object (a 10 MB trace at the app's cap held 56 MB in Python, now 42)."""
+    path = tmp_path / "run.json"
+    trace_file.save(path, sampled[0])
+    back = trace_file.load(path)
+    texts = [t for labels in back.spec.labels for rows in (labels.p_top, labels.q_top, labels.p_raw, labels.q_raw)
+             for row in rows for t in row]
+    assert len(texts) > 2 * len(set(texts))  # they do repeat
+    assert len({id(t) for t in texts}) == len(set(texts))
+
+
 def test_a_saved_run_loads_back_event_for_event(sampled, tmp_path):
     rec, order = sampled
     path = tmp_path / "run.json"

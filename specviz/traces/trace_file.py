@@ -31,6 +31,7 @@ import datetime
 import json
 import math
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -303,6 +304,8 @@ def _convert(value, tp, where: str):
           dict: lambda v: isinstance(v, dict)}
     if tp not in ok or not ok[tp](value):
         raise TraceFileError(f"{where} should be {getattr(tp, '__name__', tp)}, got {type(value).__name__}")
+    if tp is str:  # one copy of each text: a step's top-token rows repeat the same few thousand tokens' texts
+        return sys.intern(value)
     return float(value) if tp is float else value
 
 
