@@ -149,7 +149,7 @@ def test_a_long_run_part_shown_costs_a_frame_the_same_as_a_short_one(sampled):  
         for which in ("spec", "base"):
             panel = values[which]
             assert panel.count('tabindex="0"') == 1 and panel.count('role="listbox"') == 1
-            body = re.sub(r'<span class="sv-earlier-note">.*?</span> |<span class="tok tok-rejected.*?</span>', "",
+            body = re.sub(r'<span class="sv-earlier-note">.*?</span>|<span class="tok tok-rejected.*?</span>', "",
                           panel.split("</header>")[1], flags=re.S)
             drawn = html.unescape(re.sub(r"<[^>]+>", "", body))
             shown = getattr(session.last, which)

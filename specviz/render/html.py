@@ -303,7 +303,8 @@ def _earlier(trace: Trace, start: int, eos) -> str:
         texts.extend(both[i] for kind, i in shown_tokens(e, eos) if kind != "rejected")
     what = "steps" if trace.speculative else "tokens"
     note = f"{what.capitalize()} 1–{start:,} in plain text: each token’s colour and card return when the run is shown to its end."
-    return (f'<span class="sv-earlier" role="option"><span class="sv-earlier-note">{note}</span> '
+    # no space after the note: it is a line of its own (the stylesheet), and a space would indent the text
+    return (f'<span class="sv-earlier" role="option"><span class="sv-earlier-note">{note}</span>'
             f'{escape("".join(texts), quote=False)}</span>')
 
 
