@@ -8,6 +8,7 @@ import pytest
 
 from specviz.core.errors import SpecvizError
 from specviz.render import Trace
+from specviz.run.prepare import Step
 from specviz.ui import runner
 
 
@@ -16,7 +17,7 @@ def test_a_silent_load_phase_counts_its_seconds(monkeypatch):
     monkeypatch.setattr(runner, "HEARTBEAT", 1)
     done = threading.Event()
 
-    def load(name, progress=None, **kwargs):
+    def load(progress):
         progress("converting", 0.7)
         done.wait(60)  # until the page has shown a count
         raise SpecvizError("the test is only about the status meanwhile")
@@ -24,7 +25,7 @@ def test_a_silent_load_phase_counts_its_seconds(monkeypatch):
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")])
     messages = []
     with pytest.raises(SpecvizError):
-        for f in runner.loading(types.SimpleNamespace(load=load), "m", "target", frame, lambda: False):
+        for f in runner.loading(Step("target m", load, load=True), frame, lambda: False):
             messages.append(f.message)
             if f.message.endswith("s)"):
                 done.set()

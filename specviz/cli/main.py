@@ -5,7 +5,7 @@ import argparse
 import json
 import pathlib
 import sys
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from .. import bench
 from ..audit import command as audit_command
@@ -127,29 +127,26 @@ def _progress(message: str, fraction: float) -> None:
 def generate(args) -> int:
     from ..core.divergence import first_divergence, tie_tolerance
     from ..core.events import event_to_dict
-    from ..engine import verify_cost
-    from ..engine.generate import baseline_generate, speculative_generate, warm_up
+    from ..engine.generate import baseline_generate, speculative_generate
     from ..modeling import models
     from ..render.trace import Trace
+    from ..run.prepare import prepare, run_here, warm
     from ..run.race import race
-    from ..run.spec import build, parse
+    from ..run.spec import parse
 
     # The run's settings as the page's are read (run/settings.py), checked before any model loads. The chat
     # flag is not among them: None (the template where the model has one) is the page's True.
     s = Settings.from_controls(**{f.name: getattr(args, f.name) for f in fields(Settings) if f.name != "chat"})
-    spec, sampling = parse(s.drafter), s.sampling
-    cfg = spec.config(s.config())
-    target = models.load(s.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
-                         device_map=args.device_map, compile=args.compile, progress=_progress)
-    cfg = replace(cfg, eos_token_ids=target.eos_token_ids)
-    prompt = models.encode_prompt(target, args.prompt, args.chat)
-    memory = _suffix_memory(args.suffix_memory)
-    drafter = build(spec, target, trust_remote_code=args.trust_remote_code, progress=_progress, memory=memory)
+    spec, sampling, memory = parse(s.drafter), s.sampling, _suffix_memory(args.suffix_memory)
+    # The steps the app takes too (run/prepare.py), run here, a load's progress on stderr.
+    placed = dict(device=args.device, dtype=args.dtype, device_map=args.device_map, compile=args.compile)
+    p = run_here(prepare(s, spec, models, chat=args.chat, memory=memory, placed=placed,
+                         trust_remote_code=args.trust_remote_code), _progress)
+    target, prompt, cfg, drafter = p.target, p.ids, p.cfg, p.drafter
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
-    warm_up(target.model, drafter, prompt, cfg)
-    # Why checking is cheap (or not) here: timed after warm-up and before the runs, never inside them.
-    curve = verify_cost.curve(target.model) if args.json or args.trace else None  # a trace keeps it too
+    # The curve only where it is shown: --json and a trace keep it, the coloured text has no place for it.
+    curve = run_here(warm(p, curve=bool(args.json or args.trace)))
 
     runs = {"spec": speculative_generate(target.model, drafter, prompt, cfg)}
     if not args.no_baseline:

@@ -63,7 +63,8 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         policy.check(replace(s, drafter=NONE))
         for spec in specs.values():
             policy.check_drafter(spec.name)
-        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
+        p = yield from _prepare(s, policy, models, frame, should_stop)  # the target: each arm's drafter follows
+        target, ids, cfg = p.target, p.ids, p.cfg
         arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
         rules = {i: spec.config(cfg).verification for i, spec in specs.items()}
         for i, spec in specs.items():

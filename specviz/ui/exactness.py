@@ -189,10 +189,8 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
             raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
         policy.check(s)
         asked = parse(s.drafter)
-        target, ids, cfg = yield from _loading(runner._prepare(s, policy, models, frame, should_stop), frame)
-        made = yield from _loading(runner.make_drafter(models, asked, target, frame, should_stop,
-                                                       policy.model_bytes), frame)
-        cfg = asked.config(cfg)
+        p = yield from _loading(runner._prepare(s, policy, models, frame, should_stop, asked), frame)
+        target, ids, cfg, made = p.target, p.ids, p.cfg, p.drafter
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
         cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
         draw_spec, draw_plain = samplers(engine, policy, target, made, ids, cfg, s.prompt)

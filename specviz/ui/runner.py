@@ -12,19 +12,19 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Generator, Iterator
 
 import torch
 
 from ..core.errors import SpecvizError
 from ..drafters.suffix_memory import SuffixMemory
-from ..engine import verify_cost
-from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate, warm_up
+from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from ..render import Trace
 from ..render.status import count
 from ..run.race import race
-from ..run.spec import DrafterSpec, build, model_name, parse, placed_as
+from ..run.prepare import Prepared, Step, Steps, drafter_steps, prepare, warm
+from ..run.spec import NONE, DrafterSpec, model_name, parse
 from .limits import Deadline
 from .policy import Policy
 from ..run.settings import Settings
@@ -63,29 +63,26 @@ class Stopped(Exception):
     """Stop was pressed before the first token: there is nothing to show but that."""
 
 
-def loading(models, name: str, role: str, frame: Frame, should_stop,
-            cache_bytes: int | None = None, **placed) -> Generator[Frame, None, object]:
-    """Load a model in a helper thread, yielding the frame with each progress message.
+def loading(step: Step, frame: Frame, should_stop) -> Generator[Frame, None, object]:
+    """Load a model (a run/prepare.py load step) in a helper thread, yielding the frame with each
+    progress message.
 
     Returns the loaded model; raises Stopped when the visitor pressed Stop meanwhile (the load
-    finishes in the background and lands in the shared cache). cache_bytes: the policy's
-    budget for the weights the shared cache keeps (models.load drops the least recently used);
-    placed: its device and dtype (a draft model goes where the target is, in its precision).
+    finishes in the background and lands in the shared cache).
     """
     messages: queue.SimpleQueue = queue.SimpleQueue()
     box: dict = {}
 
     def work():
         try:
-            box["loaded"] = models.load(name, progress=lambda m, f: messages.put((m, f)), cache_bytes=cache_bytes,
-                                        **placed)
+            box["loaded"] = step.work(lambda m, f: messages.put((m, f)))
         except BaseException as e:  # handed to the generator below, which re-raises it
             box["error"] = e
         finally:
             messages.put(None)
 
-    threading.Thread(target=work, name=f"specviz load {name}", daemon=True).start()
-    frame.state, frame.message, frame.fraction = "loading", f"Loading the {role} {model_name(name)}…", None
+    threading.Thread(target=work, name=f"specviz load {step.says}", daemon=True).start()
+    frame.state, frame.message, frame.fraction = "loading", f"Loading the {step.says}…", None
     yield frame
     said, since, shown = frame.message, time.monotonic(), 0
     while True:
@@ -102,7 +99,7 @@ def loading(models, name: str, role: str, frame: Frame, should_stop,
             continue
         if item is None:
             break
-        frame.message, frame.fraction = f"{role} {model_name(name)}: {item[0]}", item[1]
+        frame.message, frame.fraction = f"{step.says}: {item[0]}", item[1]
         said, since, shown = frame.message, time.monotonic(), 0
         yield frame
     if "error" in box:
@@ -173,6 +170,24 @@ def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str],
     return value
 
 
+def stepping(steps: Steps, frame: Frame, should_stop, worker: Worker | None = None) -> Generator[Frame, None, object]:
+    """Run run/prepare.py's steps (what the CLI runs where it stands), each load on a thread of its own with
+    its progress, the rest on `worker`, the frame saying each with its seconds; what the steps return."""
+    try:
+        step = next(steps)
+        while True:
+            if step.load:
+                done = yield from loading(step, frame, should_stop)
+            else:
+                frame.state, frame.message, frame.fraction = "running", f"{step.says}…", None
+                yield frame
+                done = yield from waiting(lambda: step.work(None), frame, lambda s: f"{step.says}… {s} s",
+                                          worker=worker)
+            step = steps.send(done)
+    except StopIteration as finished:
+        return finished.value
+
+
 def make_drafter(models, spec: DrafterSpec, target, frame: Frame, should_stop, cache_bytes: int | None = None,
                  memory=None):
     """The drafter `spec` names (a generator: loading a draft model reports progress); raises Stopped
@@ -181,11 +196,8 @@ def make_drafter(models, spec: DrafterSpec, target, frame: Frame, should_stop, c
     memory: the visitor's suffix memory (handlers.Session); None gives suffix decoding a fresh
     one for this run alone. Never the process's: the app's visitors share the process."""
     memory = memory if memory is not None else SuffixMemory()
-    loaded = None
-    if spec.needs_model:  # loaded here, so that its progress reaches the page; where the CLI loads it
-        loaded = yield from loading(models, spec.argument, "draft model", frame, should_stop, cache_bytes,
-                                    **placed_as(target))
-    return build(spec, target, memory=memory, draft=loaded)
+    return (yield from stepping(drafter_steps(spec, target, models, memory, cache_bytes=cache_bytes), frame,
+                                should_stop))
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -232,15 +244,14 @@ def _finish(frame: Frame, deadline: Deadline) -> None:
     frame.fraction = None
 
 
-def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop):
-    """Check the settings, load the target, encode the prompt: (target, prompt ids, config)."""
-    cfg = s.config()
-    target = yield from loading(models, s.target, "target", frame, should_stop, policy.model_bytes)
+def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop, spec: DrafterSpec = parse(NONE),
+             memory=None, worker: Worker | None = None) -> Generator[Frame, None, Prepared]:
+    """run/prepare.py's steps up to the run's drafter (none by default: Compare makes its arms' own)."""
     # The chat box asks for the template where the model has one, as the CLI's default does: a
     # script's (or the page's) chat=True on a model without one sends the prompt as it is.
-    ids = models.encode_prompt(target, s.prompt, chat=None if s.chat else False)
-    policy.check_prompt_tokens(len(ids))
-    return target, ids, replace(cfg, eos_token_ids=target.eos_token_ids)
+    steps = prepare(s, spec, models, chat=None if s.chat else False, check_prompt=policy.check_prompt_tokens,
+                    memory=SuffixMemory() if memory is None else memory, cache_bytes=policy.model_bytes)
+    return (yield from stepping(steps, frame, should_stop, worker))
 
 
 def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
@@ -250,26 +261,6 @@ def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
         frame.state, frame.message = "error", readable(error, hosted)
     frame.fraction, frame.final = None, True
     return frame
-
-
-def _measure_curve(model, frame: Frame, worker: Worker) -> Iterator[Frame]:
-    """The target's verify-cost curve, measured once per model and device, before any run is
-    timed (it takes the machine for a second or two); later runs find it measured."""
-    frame.curve = verify_cost.known(model)
-    if frame.curve is None:
-        frame.message = "Measuring the verify cost curve (once per model)…"
-        yield frame
-        frame.curve = yield from waiting(lambda: _curve_or_none(model), frame,
-                                         lambda s: f"Measuring the verify cost curve (once per model)… {s} s",
-                                         worker=worker)
-
-
-def _curve_or_none(model):
-    try:
-        return verify_cost.curve(model)
-    except Exception:  # the curve explains the run; failing to measure it must not stop the run
-        log.exception("could not measure the verify cost curve")
-        return None
 
 
 def draft_shape(drafter, cfg: GenerationConfig) -> str:
@@ -298,14 +289,14 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         policy.check(s)
         spec = parse(s.drafter)
         frame.spec.label = spec.label
-        target, ids, cfg = yield from _prepare(s, policy, models, frame, should_stop)
-        cfg = spec.config(cfg)
-        frame.spec.eos = frame.base.eos = cfg.eos_token_ids  # the end-of-turn token is not text
-        drafter = yield from make_drafter(models, spec, target, frame, should_stop, policy.model_bytes, memory)
-        frame.spec.shape = draft_shape(drafter, cfg)
-        if should_stop():
-            raise Stopped
-        yield from _generate(frame, models, target, drafter, ids, cfg, should_stop)
+        with Worker() as worker:  # the run's one thread for the model's work
+            p = yield from _prepare(s, policy, models, frame, should_stop, spec, memory, worker)
+            frame.spec.eos = frame.base.eos = p.cfg.eos_token_ids  # the end-of-turn token is not text
+            frame.spec.shape = draft_shape(p.drafter, p.cfg)
+            if should_stop():
+                raise Stopped
+            frame.curve = yield from stepping(warm(p), frame, should_stop, worker)  # the steps generate takes
+            yield from _run_steps(frame, models, p, should_stop, time.monotonic, worker)
         _finish(frame, should_stop)
     except Exception as e:
         error = e
@@ -315,23 +306,12 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     yield frame
 
 
-def _generate(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline,
-              clock=time.monotonic):
-    """The warm-up, then both runs advanced in turn, the status naming each phase with its
-    seconds: warming up, reading the prompt (prefill of N tokens), then tokens so far."""
-    with Worker() as worker:  # the run's one thread for the model's work
-        yield from _run_steps(frame, models, target, drafter, ids, cfg, should_stop, clock, worker)
-
-
-def _run_steps(frame: Frame, models, target, drafter, ids: list[int], cfg, should_stop: Deadline, clock,
-               worker: Worker):
+def _run_steps(frame: Frame, models, p: Prepared, should_stop: Deadline, clock, worker: Worker):
+    """Both runs advanced in turn, the status naming each phase with its seconds: reading the prompt
+    (prefill of N tokens), then tokens so far."""
+    target, drafter, ids, cfg = p.target, p.drafter, p.ids, p.cfg
     name, n = model_name(target.name), f"{len(ids):,} token{'' if len(ids) == 1 else 's'}"  # "4,000 tokens"
     frame.dtype = str(target.dtype)
-    frame.state, frame.message, frame.fraction = "running", f"Warming up {name} (untimed)…", None
-    yield frame
-    yield from waiting(lambda: warm_up(target.model, drafter, ids, cfg), frame,  # untimed, as the CLI does
-                       lambda s: f"Warming up {name} (untimed)… {s} s", worker=worker)
-    yield from _measure_curve(target.model, frame, worker)
     should_stop.start()
     started = clock()
     read = {"spec": 0, "base": 0}  # prompt tokens each run's prefill has read (the engine reads in chunks)
