@@ -247,6 +247,30 @@ def test_prefill_pieces_are_sized_to_take_under_half_a_second(monkeypatch):
     assert fast.next() == 512
 
 
+def test_a_prompts_second_run_reads_it_in_the_first_runs_pieces(monkeypatch):
+    """In bfloat16 a prompt cut elsewhere rounds otherwise (on the embedded model a baseline read in
+    other pieces than its speculative run parted from it at the first token), so the race's second
+    run reads the first's pieces even when the machine has slowed 3x meanwhile; another prompt is
+    sized by its own time."""
+    model = tiny_llama(context=2048)
+    ids = torch.randint(0, 96, (1500,), generator=torch.Generator().manual_seed(6)).tolist()
+    cfg = GenerationConfig(max_new_tokens=4, k=3)
+    cpu = SlowCPU(monkeypatch)
+
+    def pieces(run, prompt):
+        read = []
+        collect(run(prompt, on_prefill=lambda n, _: read.append(n)))
+        return read
+    spec = pieces(lambda p, **kw: speculative_generate(model, PromptLookup(), p, cfg, **kw), ids)
+    import specviz.engine.generate as generate
+    real = generate.forward
+    monkeypatch.setattr(generate, "forward", lambda m, i, *a, **kw: (setattr(cpu, "now", cpu.now + 0.02 * len(i)),
+                                                                      real(m, i, *a, **kw))[1])
+    assert pieces(lambda p, **kw: baseline_generate(model, p, cfg, **kw), ids) == spec and len(spec) > 3
+    other = [(ids[0] + 1) % 96] + ids[1:]
+    assert pieces(lambda p, **kw: baseline_generate(model, p, cfg, **kw), other) != spec  # its own time
+
+
 def test_stop_during_a_long_prefill_ends_the_run_within_a_second_of_a_slow_cpus_time(monkeypatch):
     """Stop pressed 1 s into reading a 1,500-token prompt: the run ends when the piece under way
     does, within 0.5 s (fixed 512-token pieces took 5.2 s here: Stop took 6.3 s on the real CPU),

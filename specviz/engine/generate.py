@@ -21,7 +21,6 @@ from ..modeling.forward import (RollbackCache, context_length, forward, model_de
                                 synchronize, to_host)
 from . import prefill
 from .draft_length import DraftLength
-from .prefill import PrefillPieces
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (GenerationConfig.verification)
@@ -142,7 +141,7 @@ class _Run:
         # Sliding-window layers (RollbackCache) take their prefill whole: they keep only their
         # window of it, and start recording for rollback at the first forward that is not one.
         whole = isinstance(self.cache, RollbackCache) and self.cache.sliding
-        pieces = PrefillPieces(len(ids) if whole else PREFILL_CHUNK)
+        pieces = prefill.pieces_for(self.target, self.ids[:-1], len(ids) if whole else PREFILL_CHUNK)
         states, a = [], 0
         while a < len(ids):
             if a and self.should_stop():
