@@ -27,10 +27,12 @@ from dataclasses import replace
 
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
-from ..engine.generate import VERIFICATIONS
+from ..engine.generate import VERIFICATIONS, GenerationConfig
 from . import report
 from .engines import PLAIN_SEEDS, Generate, Local, Server, outcomes
 from .stats import ALPHA, compare
+
+RULE = GenerationConfig.verification  # the engine's default rule, as generate's and the app's
 
 # A question asked twice: the conversation repeats, so prompt lookup copies the first answer.
 TURNS = (("user", "Name one colour."), ("assistant", "Blue."), ("user", "Name one colour."))
@@ -43,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=("specviz", "transformers"), default="specviz",
                    help="the local engine that speculates (default specviz)")
     p.add_argument("--k", type=int, default=4, help="draft length (default %(default)s)")
-    p.add_argument("--verification", choices=VERIFICATIONS, default="token",
-                   help="specviz's rule for a sampled chain draft: token by token or as a block (default %(default)s)")
+    p.add_argument("--verification", choices=VERIFICATIONS, default=None,
+                   help=f"specviz's rule for a sampled chain draft: token by token or as a block (default "
+                   f"{RULE}, as generate's)")
     p.add_argument("--draws", type=int, default=500, help="completions each way per setting (default %(default)s)")
     p.add_argument("--tokens", type=int, default=3, help="tokens per completion, tested jointly (default %(default)s)")
     p.add_argument("--temperature", type=float, default=1.0, help="(default %(default)s)")
@@ -98,9 +101,9 @@ def check(args) -> None:
         raise SpecvizError("--model goes with --server")
     if args.lossy and (args.server or args.engine != "specviz"):
         raise SpecvizError("--lossy is a control for specviz's own engine")
-    if args.lossy == "typical" and args.verification != "token":
+    if args.lossy == "typical" and args.verification:
         raise SpecvizError("--lossy typical is its own verification rule: leave out --verification")
-    if args.verification != "token" and (args.server or args.engine != "specviz"):
+    if args.verification and (args.server or args.engine != "specviz"):
         raise SpecvizError("--verification chooses specviz's own rule: the other engines verify their way")
     if args.ensemble_weight is not None and args.engine != "transformers":
         raise SpecvizError("--ensemble-weight is transformers' option: add --engine transformers")
@@ -134,7 +137,7 @@ def engines(args):
         return repr(models.decode(target, o))[1:-1]
 
     what = {"target": args.target, "drafter": args.drafter, "engine": args.engine, "prompt_tokens": len(ids),
-            "verification": args.verification}
+            "verification": args.verification or RULE}
     if args.engine == "transformers":
         peer, assistant = "hf-pld", None
         if parse(args.drafter).kind.name != "pld":
@@ -163,7 +166,7 @@ def engines(args):
 
         drafter = RawQ(drafter)
     return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos,
-                              verification=args.verification), plain(s))), show, what)
+                              verification=args.verification or RULE), plain(s))), show, what)
 
 
 def _progress(message: str, fraction: float) -> None:
