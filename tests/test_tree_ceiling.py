@@ -21,7 +21,7 @@ import torch
 
 from specviz.core.block_verify import verify_block
 from specviz.core.tree_sampling import keep_chances
-from test_tree_sampling import (V, assert_same_law, branch, implemented, law_gap, recursive_rejection, rows_for,
+from test_tree_sampling import (V, assert_same_law, branch, grow, implemented, law_gap, recursive_rejection, rows_for,
                                 specinfer, step_law, target, target_law)
 
 
@@ -110,15 +110,7 @@ def grown(seed: int, width: int, depth: int):
     """A tree grown as EAGLE grows one (each node's `width` likeliest tokens under the drafter's q),
     with the drafter's and the target's rows (row 0 the root's, i + 1 node i's)."""
     q_of, p_of = model(seed, 1), model(seed, 2)
-    tokens, parents, level = [], [], [-1]
-    for _ in range(depth):
-        nxt = []
-        for node in level:
-            for t in q_of(branch(tokens, parents, node)).topk(width).indices.tolist():
-                tokens.append(t)
-                parents.append(node)
-                nxt.append(len(tokens) - 1)
-        level = nxt
+    tokens, parents = grow(q_of, width, depth)
     rows = [branch(tokens, parents, i) for i in range(-1, len(parents))]
     return tokens, parents, torch.stack([q_of(r) for r in rows]), torch.stack([p_of(r) for r in rows]), p_of
 

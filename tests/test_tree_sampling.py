@@ -391,12 +391,9 @@ def recursive_rejection(tokens, parents, rows, coin, q):
     return specinfer(tokens, parents, rows, coin, q, without_replacement=True)
 
 
-def drafted_tree(seed, width=2, depth=2):
-    """A tree as EAGLE grows one: each node's `width` likeliest tokens under a drafter's softmax q,
-    and the q rows (row 0 the root's, i + 1 node i's)."""
-    def q_of(prefix):
-        return torch.softmax(torch.randn(V, generator=_gen(seed, "q", *prefix), dtype=torch.float64) * 1.5, -1)
-
+def grow(q_of, width, depth):
+    """(tokens, parents) of a tree grown as EAGLE grows one: each node's `width` likeliest tokens
+    under the drafter's q_of(branch), level by level."""
     tokens, parents, level = [], [], [-1]
     for _ in range(depth):
         nxt = []
@@ -406,6 +403,16 @@ def drafted_tree(seed, width=2, depth=2):
                 parents.append(node)
                 nxt.append(len(tokens) - 1)
         level = nxt
+    return tokens, parents
+
+
+def drafted_tree(seed, width=2, depth=2):
+    """A tree as EAGLE grows one under a drafter's softmax q, and the q rows (row 0 the root's,
+    i + 1 node i's)."""
+    def q_of(prefix):
+        return torch.softmax(torch.randn(V, generator=_gen(seed, "q", *prefix), dtype=torch.float64) * 1.5, -1)
+
+    tokens, parents = grow(q_of, width, depth)
     q = torch.stack([q_of(branch(tokens, parents, i)) for i in range(-1, len(parents))])
     return tokens, parents, q
 
