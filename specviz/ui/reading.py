@@ -83,6 +83,20 @@ if (!window.svCards) {
 # screen reader, named by its title and what it draws, in words: each series' points when there are
 # few (a bar per run, per position), else their count, range and last value. Drawn from the figure
 # the browser holds, so it is said again whenever a chart is redrawn, whatever drew it.
+# What the page's scripts redo after the page changes: once an animation frame, however many
+# changes came in it (a run's frame replaces many nodes at once).
+EACH_CHANGE = """
+if (!window.svEachChange) {
+  const redo = [];
+  let queued = false;
+  new MutationObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; redo.forEach(f => f()); });
+  }).observe(document.body, {childList: true, subtree: true});
+  window.svEachChange = (f) => redo.push(f);
+}
+"""
 CHARTS = """
 if (!window.svCharts) {
   window.svCharts = true;
@@ -113,17 +127,9 @@ if (!window.svCharts) {
     gd.setAttribute('aria-label', `Chart: ${plain(layout.title && layout.title.text) || 'untitled'}` +
                     (axes && said.length ? ` (${axes})` : '') + (what.length ? `. ${what.join('. ')}.` : '.'));
   };
-  let queued = false;
-  new MutationObserver(() => {
-    if (queued) return;
-    queued = true;
-    requestAnimationFrame(() => {
-      queued = false;
-      document.querySelectorAll('.js-plotly-plot').forEach(gd => {
-        if (gd.svSaid !== gd.data) { gd.svSaid = gd.data; describe(gd); }
-      });
-    });
-  }).observe(document.body, {childList: true, subtree: true});
+  svEachChange(() => document.querySelectorAll('.js-plotly-plot').forEach(gd => {
+    if (gd.svSaid !== gd.data) { gd.svSaid = gd.data; describe(gd); }
+  }));
 }
 """
 
@@ -136,16 +142,10 @@ if (!window.svCharts) {
 GRADIO_NAMES = """
 if (!window.svGradioNames) {
   window.svGradioNames = true;
-  let queued = false;
-  new MutationObserver(() => {
-    if (queued) return;
-    queued = true;
-    requestAnimationFrame(() => {
-      queued = false;
-      document.querySelectorAll('.empty[aria-label]:not([role])').forEach(e => e.setAttribute('role', 'img'));
-      document.querySelectorAll('.upload-container[aria-label]').forEach(e => e.removeAttribute('aria-label'));
-    });
-  }).observe(document.body, {childList: true, subtree: true});
+  svEachChange(() => {
+    document.querySelectorAll('.empty[aria-label]:not([role])').forEach(e => e.setAttribute('role', 'img'));
+    document.querySelectorAll('.upload-container[aria-label]').forEach(e => e.removeAttribute('aria-label'));
+  });
 }
 """
 
@@ -154,5 +154,5 @@ def controls() -> gr.Checkbox:
     hide = gr.Checkbox(False, label="hide rejected drafts", elem_id="sv-hide-rejected", container=False,
                        info="show only the text the run kept")
     hide.change(None, hide, hide, js=HIDE, queue=False, api_visibility="private")
-    gr.HTML("", js_on_load=CARDS + CHARTS + GRADIO_NAMES, elem_id="sv-cards-script", container=False, elem_classes="sv-hidden")
+    gr.HTML("", js_on_load=CARDS + EACH_CHANGE + CHARTS + GRADIO_NAMES, elem_id="sv-cards-script", container=False, elem_classes="sv-hidden")
     return hide
