@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from specviz import DraftModel, GenerationConfig, Sampling, baseline_generate, collect, speculative_generate
+from specviz import DraftModel, GenerationConfig, PromptLookup, Sampling, baseline_generate, collect, speculative_generate
 from specviz.matrix import cells as matrix
 from specviz.core.errors import SpecvizError
 from specviz.matrix.families import FAMILIES, SLIDING, WINDOW, tiny_model
@@ -149,6 +149,29 @@ def test_plain_decoding_of_a_sliding_family_is_transformers_own():
     assert list(end.token_ids) == out[0, len(ids):].tolist()
 
 
+def test_every_family_says_how_many_positions_it_has():
+    """The engine stops at the model's context: a family whose limit it cannot read runs past it, and
+    MPT (`max_seq_len`) then failed inside its attention with a size mismatch. The tiny builder gives
+    each family 512 positions under the family's own name for them; BLOOM has no limit (ALiBi)."""
+    from types import SimpleNamespace
+
+    from specviz.matrix.families import tiny_config
+    from specviz.modeling.forward import context_length
+
+    for family in FAMILIES:
+        config = tiny_config(family)
+        named = {k for k, v in config.to_dict().items() if v == 512}
+        assert bool(named) == (context_length(SimpleNamespace(config=config)) == 512), (family, named)
+
+
+def test_a_run_that_fills_mpts_context_ends_there_instead_of_failing():
+    model = tiny_model("mpt")
+    model.config.max_seq_len = 48
+    ids = matrix.prompt()  # 40 tokens that repeat, so prompt lookup drafts up to the last position
+    _, end = collect(speculative_generate(model, PromptLookup(), ids, GenerationConfig(max_new_tokens=40, k=4)))
+    assert end.stats.stop_reason == "context" and len(ids) + len(end.token_ids) == 48
+
+
 def _rounding_at_ties(noise: float):
     """A float16 Mistral whose every choice is a tie (pairs of identical LM-head rows) and whose
     multi-row passes round the odd token of each pair `noise` higher: what a batched verify does
@@ -165,7 +188,6 @@ def _rounding_at_ties(noise: float):
 
 @pytest.mark.parametrize("noise,tie", [(0.02, True), (2.0, False)])
 def test_a_greedy_run_that_parts_says_where_and_whether_rounding_explains_it(noise, tie):
-    from specviz import PromptLookup
     from specviz.cli.terminal import print_summary
     from specviz.core.divergence import first_divergence, tie_tolerance
     from specviz.render.numbers import agreement_html

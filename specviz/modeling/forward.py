@@ -287,9 +287,15 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
+# What families call the number of positions they have: MPT says `max_seq_len` (its ALiBi bias is built
+# that long, and a longer run fails inside its attention), CodeGen `n_ctx` beside `n_positions`.
+CONTEXT_NAMES = ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx", "max_sequence_length",
+                 "seq_length")
+
+
 def context_length(model) -> int | None:
     cfg = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+    for name in CONTEXT_NAMES:
         value = getattr(cfg, name, None)
         if isinstance(value, int) and value > 0:
             return value
