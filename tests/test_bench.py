@@ -196,6 +196,21 @@ def test_builtin_suite_covers_every_category():
     assert all("```" in p.text for p in prompts if p.category == "code")  # code to rewrite
 
 
+def test_prompts_longer_than_the_models_context_are_left_out_by_name(capsys):
+    """A suite written for long-context models, run on a 512-token one: the bench ended with the
+    engine's refusal at the first long prompt, losing the runs before it."""
+    from specviz.bench.command import fitting
+
+    short, edge, long = (suites.BenchPrompt(name, "rag", (("user", "x"),)) for name in ("short", "edge", "long"))
+    encoded = [(short, [1] * 511), (edge, [1] * 512), (long, [1] * 2_000)]
+    assert fitting(encoded, None) == encoded  # no limit the model states (ALiBi): every prompt runs
+    assert [p.id for p, _ in fitting(encoded, 512)] == ["short"]
+    assert capsys.readouterr().err == ("bench: left out 2 prompts longer than the model's context of 512 tokens: "
+                                       "edge (512 tokens), long (2,000 tokens)\n")
+    with pytest.raises(SpecvizError, match="no prompt of the suite fits the model's context of 64 tokens"):
+        fitting(encoded, 64)
+
+
 def test_select_by_category_and_limit():
     prompts = suites.load_suite("default")
     chosen = suites.select(prompts, ["code", "rag"], limit=2)

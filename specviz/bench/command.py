@@ -12,6 +12,7 @@ import time
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, TREE_NODES_PER_K_MAX, VERIFICATIONS
+from ..modeling.forward import context_length
 from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
 from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
@@ -167,7 +168,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
 
     drafters = make_drafters(drafter_names, target, args.trust_remote_code)
-    encoded = [(p, suites.encode(target.tokenizer, p)) for p in prompts]
+    encoded = fitting([(p, suites.encode(target.tokenizer, p)) for p in prompts], context_length(target.model))
 
     load_before = load_average()
     # Every idle core, chosen as the timed runs start (environment() records the count).
@@ -188,6 +189,7 @@ def main(args: argparse.Namespace) -> int:
         "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
+        "left_out": [p.id for p in prompts if p.id not in result.prompt_tokens],  # longer than the context
     }
     env = environment(target.device, target.dtype, load_before)
     from ..engine.verify_cost import curve
@@ -210,6 +212,22 @@ def main(args: argparse.Namespace) -> int:
     for path in filter(None, (args.json, args.csv, args.html)):
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def fitting(encoded: list, limit: int | None) -> list:
+    """The prompts the model's context holds with room for a token; the others are named on stderr and
+    left out (a suite written for 8k-token models must not end a bench on a 512-token one midway)."""
+    if limit is None:
+        return encoded
+    kept = [(p, ids) for p, ids in encoded if len(ids) < limit]
+    left = [f"{p.id} ({len(ids):,} tokens)" for p, ids in encoded if len(ids) >= limit]
+    if not kept:
+        raise SpecvizError(f"no prompt of the suite fits the model's context of {limit:,} tokens: "
+                           "give a suite of shorter prompts (--suite FILE.jsonl)")
+    if left:
+        print(f"bench: left out {len(left)} prompt{'s' * (len(left) > 1)} longer than the model's context of "
+              f"{limit:,} tokens: {', '.join(left)}", file=sys.stderr, flush=True)
+    return kept
 
 
 def threads_again(say, choose=for_run):
