@@ -17,6 +17,7 @@ from specviz.core.events import StepEvent
 from specviz.core.sampling import Sampling
 from specviz.engine.generate import GenerationConfig
 from specviz.modeling import models
+from specviz.run.spec import parse
 from tiny_folder import make_tiny_model_dir
 
 
@@ -44,6 +45,7 @@ def test_json_has_what_scripts_read(capsys, folders, drafter):
                  "--drafter", spec, "--k", "3", "--max-new-tokens", "24")
     assert r["identical_to_baseline"] is True
     assert r["token_ids"] == r["baseline"]["token_ids"] and r["text"] == r["baseline"]["text"]
+    assert (r["drafter"], r["label"]) == (spec, parse(spec).label)  # the app's name for it: "prompt lookup"
     assert set(r["stats"]) >= {"acceptance_rate", "mean_accepted_length", "drafted", "accepted",
                                "target_calls", "tokens_per_s"}
     assert r["stats"]["tokens"] == len(r["token_ids"]) > 0
@@ -95,6 +97,7 @@ def test_coloured_text_and_summary(capsys, folders):
     assert main(["generate", "--prompt", "the cat sat", "--target", str(folders["target"]), "--max-new-tokens", "12"]) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and "identical to baseline: yes" in out and "legend" in out
+    assert "drafter prompt lookup: " in out  # pld, named as the app names it
 
 
 def test_flags_start_from_the_engines_defaults():

@@ -12,7 +12,7 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 from specviz.cli.main import main
 from specviz.core.events import RunEnd
 from specviz.core.sampling import Sampling
-from specviz.run.spec import make_drafter
+from specviz.run.spec import make_drafter, parse
 from specviz.engine.generate import GenerationConfig, baseline_generate, speculative_generate
 from specviz.engine.interleave import interleave
 from specviz.engine.verify_cost import VerifyCurve
@@ -224,6 +224,7 @@ def test_cli_replay_prints_what_generate_printed_with_no_model(app_models, tmp_p
     assert main(["generate", *args, "--trace", str(path)]) == 0
     generated = capsys.readouterr().out
     curve = trace_file.load(path).curve  # the target's verify cost on the machine that ran it
+    assert trace_file.load(path).spec.label == parse(app_models["draft"]).label  # as the app labels its runs
     assert curve is not None and curve.sizes[0] == 1 and curve.weight_bytes > 0
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("replay loaded a model"))
     assert main(["replay", str(path)]) == 0

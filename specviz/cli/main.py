@@ -151,7 +151,8 @@ def generate(args) -> int:
     runs = {"spec": speculative_generate(target.model, drafter, prompt, cfg)}
     if not args.no_baseline:
         runs["base"] = baseline_generate(target.model, prompt, cfg)
-    traces = {"spec": Trace(args.drafter, k=cfg.k), "base": Trace("baseline", speculative=False)}
+    # Labelled as the app labels it ("prompt lookup" for pld): the summary, the JSON and a saved trace alike.
+    traces = {"spec": Trace(spec.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
     for which, ev, labels in race(models, target, prompt, runs):  # labels: each token's text, as the app shows it
         traces[which].add(ev, labels)
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
@@ -165,7 +166,8 @@ def generate(args) -> int:
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
-        "drafter": args.drafter,
+        "drafter": args.drafter,  # as asked for
+        "label": spec.label,
         "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
                    "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to,
                    **sampling.__dict__},

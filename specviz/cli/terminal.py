@@ -49,7 +49,7 @@ def print_coloured(target, steps, out, labels=None, each=None) -> None:
 def print_summary(r, out) -> None:
     st = r["stats"]
     out.write(
-        f"drafter {r['drafter']}: {st['tokens']} tokens in {st['steps']} steps, "
+        f"drafter {r['label']}: {st['tokens']} tokens in {st['steps']} steps, "
         f"{st['target_calls']} target calls; alpha {st['acceptance_rate']:.2f}, "
         f"tau {st['mean_accepted_length']:.2f}, {st['tokens_per_s']:.1f} tokens/s\n"
     )

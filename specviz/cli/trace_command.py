@@ -42,7 +42,7 @@ def save(args, target, cfg, spec, base, curve=None) -> None:
 def summary(rec: Recording) -> dict:
     """What terminal.print_summary reads, from a recording (`generate` builds it from the live runs)."""
     spec = rec.spec.end.stats if rec.spec.end else rec.spec.stats()
-    r = {"drafter": rec.info.drafter, "stats": spec.to_dict()}
+    r = {"drafter": rec.info.drafter, "label": rec.spec.label, "stats": spec.to_dict()}
     if rec.base is not None and rec.base.end is not None:
         base = rec.base.end.stats
         r["baseline"] = {"stats": base.to_dict(), "tokens_per_s": base.tokens_per_s}
