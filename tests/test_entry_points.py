@@ -110,3 +110,19 @@ def test_every_setting_of_the_page_is_a_generate_flag_with_the_same_default():
         if f.name == "chat":  # generate's None: the template when the model has one, as every model the page offers
             theirs = True if theirs is None else theirs
         assert mine == theirs, f"{f.name}: the page starts from {mine!r}, generate from {theirs!r}"
+
+
+def test_the_drafter_flags_help_says_every_kind_of_the_one_table():
+    """generate's --drafter and the bench's --drafters say each kind from run/spec.py's table (the bench's with
+    its own kinds): a kind added there is named in both with nothing else to edit."""
+    from specviz.bench.drafters import KINDS as BENCH
+    from specviz.cli.main import build_parser
+    from specviz.run.spec import KINDS, MODEL
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for command, flag, kinds in (("generate", "drafter", KINDS), ("bench", "drafters", BENCH)):
+        said = next(a.help for a in commands[command]._actions if a.dest == flag)
+        for kind in kinds.values():
+            if kind is not MODEL:
+                assert f"{kind.typed[1:-1]} ({kind.says or kind.label}" in said, (command, kind.name)
+        assert "NAME+pld" in said and "NAME@chain" in said and "Hub id or folder" in said

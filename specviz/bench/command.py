@@ -15,7 +15,8 @@ from ..engine.generate import K_MAX, TREE_NODES_PER_K_MAX, VERIFICATIONS
 from ..modeling.forward import context_length
 from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
-from .drafters import DRAFT_HF, TINY_RANDOM, make_drafters
+from ..run.spec import described
+from .drafters import KINDS, make_drafters
 from .peers import PEERS
 from .runner import BenchConfig, run_benchmark
 
@@ -26,12 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BenchConfig()  # the defaults live there (and, through it, in GenerationConfig and Sampling)
     p.add_argument("--target", default="default", help="target model: 'default' (embedded SmolLM2-135M), "
                    "a folder or a Hub id (default: %(default)s)")
-    p.add_argument("--drafters", default="pld", help="comma-separated: none, pld, layerskip[:layers], eagle, medusa, "
-                   f"draft (trained for the embedded target; eagle:PATH etc. for your own), {DRAFT_HF} (the distilled "
-                   f"draft as a transformers model, for --peers hf-assisted), {TINY_RANDOM}, or draft model "
-                   "ids/folders sharing the target's tokenizer; NAME+pld pairs a model drafter with prompt "
-                   "lookup, e.g. eagle+pld; suffix (suffix decoding, its memory carried across a series of "
-                   "requests: run/suites.py) and suffix+NAME (default: %(default)s)")
+    p.add_argument("--drafters", default="pld", help=f"comma-separated: {described(KINDS)}; suffix decoding's memory "
+                   "is carried across a series of requests (run/suites.py) (default: %(default)s)")
     p.add_argument("--k", default=",".join(map(str, d.ks)),
                    help=f"draft length (1 to {K_MAX}), or a comma-separated sweep, e.g. 2,4,8 (default: %(default)s)")
     p.add_argument("--tree-nodes-per-k", type=int, default=d.tree_nodes_per_k, metavar="N",

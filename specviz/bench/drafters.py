@@ -64,8 +64,10 @@ def _draft_hf(spec, target, **_) -> DraftModel:
 
 
 # The names every entry point understands (run/spec.py), and the bench's own.
-KINDS = with_kinds(Kind(TINY_RANDOM, "tiny random draft model", _tiny_random),
-                   Kind(DRAFT_HF, "distilled draft model (transformers)", _draft_hf, "PATH"))
+KINDS = with_kinds(Kind(TINY_RANDOM, "tiny random draft model", _tiny_random,
+                        says="a random 2-layer model: what drafting with a model costs"),
+                   Kind(DRAFT_HF, "distilled draft model (transformers)", _draft_hf, "PATH",
+                        says="the distilled draft as a transformers model, for --peers hf-assisted"))
 
 
 def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> list[BenchDrafter]:

@@ -14,6 +14,7 @@ from ..core.errors import SpecvizError
 from ..engine.generate import K_MAX, VERIFICATIONS
 from ..modeling import threads
 from ..run.settings import Settings
+from ..run.spec import described
 from ..serving import load_command
 from ..train import command as train_command
 from . import docs_tables, trace_command
@@ -24,12 +25,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     d = Settings(prompt="")  # the run's settings and their defaults, as the page's (run/settings.py)
     p.add_argument("--prompt", required=True, help="the prompt text")
     p.add_argument("--target", default=d.target, help="model id or folder ('default': embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--drafter", default="pld", help="'none', 'pld' (prompt lookup), 'layerskip[:0-9,20-29]', 'eagle', "
-                   "'medusa', 'draft' (trained for the embedded target; 'eagle:FILE' etc. for your own; "
-                   "'eagle:HUB_ID_OR_FOLDER', 'medusa:...' for released heads) or a draft model id/folder; "
-                   "any of them but none and pld with '+pld' (e.g. 'eagle+pld'): prompt lookup where the text "
-                   "repeats itself, that drafter elsewhere; 'suffix' (suffix decoding: this prompt and earlier "
-                   "answers) or 'suffix+NAME' (suffix decoding where it is sure, NAME elsewhere)")
+    p.add_argument("--drafter", default="pld", help=f"{described()} (default %(default)s)")
     p.add_argument("--suffix-memory", metavar="FILE", help="suffix decoding's earlier answers: read from FILE if it "
                    "exists, and this run's answer saved back to it (default: this process's only)")
     p.add_argument("--k", type=int, default=d.k,

@@ -41,6 +41,7 @@ class Kind:
     aliases: tuple[str, ...] = ()
     pairs: bool = True  # a model drafter: NAME+pld and suffix+NAME may pair it with a copier
     needs_model: bool = False  # a separate draft model is loaded by its name (the argument)
+    says: str = ""  # what it is, for a command's --help: "the target with only LAYERS of its layers"
 
     def title(self, argument: str) -> str:
         """The label of this kind with `argument`: "layer skip (layers 0-9)", "draft model: x"."""
@@ -104,6 +105,16 @@ def names(kinds: Mapping[str, Kind]) -> str:
     """Every name a drafter may be given, in one phrase for a sentence."""
     return ", ".join([*(k.typed for k in kinds.values() if k.name != MODEL.name), "'NAME+pld'", "'suffix+NAME'",
                       "'NAME@token'", "'NAME@block'", "'NAME@chain'"]) + ", or a draft model's Hub id or folder"
+
+
+def described(kinds: Mapping[str, Kind] | None = None) -> str:
+    """Every drafter name with what it is, for a command's --help: from the table, so a new kind is named once."""
+    kinds = KINDS if kinds is None else kinds
+    each = [f"{k.typed[1:-1]} ({k.says or k.label})" for k in kinds.values() if k.name != MODEL.name]
+    return ("; ".join(each) + "; or a draft model's Hub id or folder sharing the target's tokenizer. NAME+pld pairs a "
+            "model drafter with prompt lookup where the text repeats itself (e.g. eagle+pld), suffix+NAME with suffix "
+            "decoding where it is sure; NAME@token or NAME@block judges its drafts by that rule, NAME@chain makes "
+            "EAGLE or Medusa draft chains")
 
 
 def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
@@ -250,16 +261,22 @@ def _file_name(path: str) -> str:
 # A draft model named by its Hub id or folder: the kind of every name that is none of the others.
 MODEL = Kind("model", "draft model: {}", _draft_model, shows=_short, needs_model=True)
 KINDS: Mapping[str, Kind] = {k.name: k for k in (
-    Kind(NONE, "none", lambda *_, **__: None, aliases=("off", "baseline"), pairs=False),
+    Kind(NONE, "none", lambda *_, **__: None, aliases=("off", "baseline"), pairs=False,
+         says="plain decoding in steps"),
     Kind("pld", "prompt lookup", lambda spec, target, **_: lookup(target),
          aliases=("prompt-lookup", "prompt lookup", "ngram"), pairs=False),
-    Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory), pairs=False),
-    Kind("layerskip", "layer skip", _layer_skip, "LAYERS", shows=lambda layers: f"layers {layers}"),
+    Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory), pairs=False,
+         says="suffix decoding: this prompt and earlier answers"),
+    Kind("layerskip", "layer skip", _layer_skip, "LAYERS", shows=lambda layers: f"layers {layers}",
+         says="the target with only LAYERS of its layers, e.g. layerskip:0-9,20-29"),
     # Trained for the embedded target and shipped ("eagle"), written by `python -m specviz train` ("eagle:FILE"),
     # or a head its authors released ("eagle:FOLDER_OR_HUB_ID", drafters/published.py).
-    Kind("eagle", "EAGLE", _trained, "PATH", shows=_file_name),
-    Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name),
-    Kind("draft", "distilled draft model", _trained, "PATH", shows=_file_name),
+    Kind("eagle", "EAGLE", _trained, "PATH", shows=_file_name,
+         says="EAGLE, trained for the embedded target; PATH: your own trained file, or a released head's folder "
+              "or Hub id"),
+    Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name, says="Medusa, as eagle"),
+    Kind("draft", "distilled draft model", _trained, "PATH", shows=_file_name,
+         says="a distilled draft model trained for the embedded target; PATH: your own trained file"),
     MODEL,
 )}
 
