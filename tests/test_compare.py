@@ -51,12 +51,17 @@ def test_arms_take_turns_the_one_with_fewest_tokens_first():
                                                                      "base", "base", "spec", "base"]
 
 
-def test_queued_runs_say_queued_not_running_at_zero_tokens_per_second(app_models):
+def test_queued_runs_say_queued_not_running_at_zero_tokens_per_second(app_models, monkeypatch):
+    from specviz.run import prepare
+
+    warmed = []  # every arm is warmed up by the Playground's step (run/prepare.py), plain steps for the baseline
+    monkeypatch.setattr(prepare, "warm_up", lambda model, drafter, *a: warmed.append(type(drafter).__name__))
     s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=8)
     frames = compare_drafters(s, Policy(), real_models, never, rounds=1,
                               drafters=["prompt lookup", app_models["draft"]])
     seen = set()
     for frame in frames:
+        assert warmed or not frame.message.startswith("Round")
         for row in compare_rows(frame.base, frame.runs, frame.rounds):
             seen.add(row["stop"])
             if row["stop"] == "queued":
@@ -64,6 +69,7 @@ def test_queued_runs_say_queued_not_running_at_zero_tokens_per_second(app_models
             else:
                 assert row["tokens_per_s"] > 0, row
     assert "queued" in seen and frame.state == "done"
+    assert warmed == ["NoneType", "PromptLookup", "DraftModel"]
 
 
 class ColdStart:

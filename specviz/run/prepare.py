@@ -5,13 +5,13 @@ then, before anything is timed, a warm-up and the target's verify-cost curve.
 Each slow step is a Step, yielded to the caller, who runs its work and sends back what it returned: the CLI
 runs it where it stands (a load's progress on stderr), the app on a thread while it keeps the page told (and
 Stop pressed). So `generate` and the Playground cannot drift apart in what they do before a run, only in how
-they show it; Compare prepares its target and every arm's drafter with the same steps.
+they show it; Compare prepares its target and warms up every arm's drafter with the same steps.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Generator
+from typing import Callable, Generator, Sequence
 
 from ..drafters.base import Drafter
 from ..engine import verify_cost
@@ -71,14 +71,15 @@ def drafter_steps(spec: DrafterSpec, target, models, memory=None, **load) -> Ste
     return build(spec, target, memory=memory, draft=draft)
 
 
-def warm(p: Prepared, curve: bool = True) -> Steps:
-    """A warm-up (untimed: one-time costs count in neither run's tokens/s), then the target's verify-cost
-    curve (measured once per model and device; None when not asked for or it could not be measured): timed
-    after the warm-up and before the runs, never inside them. The curve changes no draft (the engine never
-    reads it): it explains the run (the predictions, the hardware view), so a caller that shows none of it
-    need not spend the second or two it takes."""
-    yield Step(f"Warming up {model_name(p.target.name)} (untimed)", lambda _: warm_up(p.target.model, p.drafter,
-                                                                                       p.ids, p.cfg))
+def warm(p: Prepared, curve: bool = True, drafters: Sequence[Drafter | None] | None = None) -> Steps:
+    """A warm-up (untimed: one-time costs count in no run's tokens/s) of p's drafter, or of each of `drafters`
+    (a race of several: Compare's), then the target's verify-cost curve (measured once per model and device;
+    None when not asked for or it could not be measured): timed after the warm-up and before the runs, never
+    inside them. The curve changes no draft (the engine never reads it): it explains the run (the predictions,
+    the hardware view), so a caller that shows none of it need not spend the second or two it takes."""
+    arms = [p.drafter] if drafters is None else drafters
+    yield Step(f"Warming up {model_name(p.target.name)} (untimed)",
+               lambda _: [warm_up(p.target.model, drafter, p.ids, p.cfg) for drafter in arms])
     if not curve:
         return None
     known = verify_cost.known(p.target.model)

@@ -21,19 +21,18 @@ from typing import Callable, Iterator
 
 from ..core.errors import SpecvizError
 from ..engine.generate import baseline_generate, speculative_generate
-from ..engine.interleave import interleave_all
 from ..render import Trace
 from ..render.numbers import MIN_TOKENS
 from ..render.status import count
+from ..run.prepare import warm
 from ..run.race import race
 from ..run.spec import NONE, parse
 from .limits import Deadline
 from .policy import Policy
-from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, waiting
+from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, stepping, waiting
 from ..run.settings import Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
-WARM_UP_TOKENS = 8  # each arm's untimed first run: allocations, kernel choice, caches
 
 
 @dataclass
@@ -79,12 +78,9 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                 continue
             arms[i] = drafter
         should_stop.start()
-        frame.state, frame.message, frame.fraction = "running", "Warming up every run (untimed)…", 0.0
-        yield frame
-        warm = replace(cfg, max_new_tokens=min(WARM_UP_TOKENS, cfg.max_new_tokens))
         with Worker() as worker:  # the model's work on one thread; this one keeps the page told
-            yield from waiting(lambda: _drain(interleave_all(_streams(target, arms, ids, warm, should_stop, rules))),
-                               frame, lambda t: f"Warming up every run (untimed)… {t} s", worker=worker)
+            # The Playground's warm-up (run/prepare.py), of every arm: none pays the first-run costs alone.
+            yield from stepping(warm(p, curve=False, drafters=[None, *arms.values()]), frame, should_stop, worker)
             for r in range(rounds):
                 if should_stop() or not arms:
                     break
@@ -127,11 +123,6 @@ def _measured(traces: list[Trace]) -> bool:
     """A round whose speedups mean something: every run ended by itself (a run Stop cut short is
     timed to where it was cut) with the tokens the Playground needs before it shows a speedup."""
     return all(t.stats().stop_reason != "cancelled" and t.stats().tokens >= MIN_TOKENS for t in traces)
-
-
-def _drain(events) -> None:
-    for _ in events:
-        pass
 
 
 def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker,
