@@ -4,7 +4,8 @@ each with the drafter it suggests and the speedup measured for it.
 A teacher's first clicks must show speculative decoding working on correct output, so every
 example carries a machine check of its answer (code that runs, JSON that parses to the right
 object, a copy that keeps every word...), and a slow test regenerates each one greedily on the
-real model and applies it, with the suggested drafter's output identical to the baseline's.
+real model with the suggested drafter, applies it, and checks the text is plain greedy's, token for
+token (each the model's top token, read in one forward; a near-tie is decided by the real baseline).
 """
 from __future__ import annotations
 
@@ -125,17 +126,61 @@ def test_each_check_tells_a_right_answer_from_a_wrong_one(kind, spec, good, bad)
         check({"kind": kind, **spec}, bad)
 
 
+MARGIN = 1e-3  # nats between the two best tokens: fp32's one-pass vs step-by-step rounding (~1e-5) cannot cross it
+
+
+def assert_plain_greedy(model, prompt: list[int], tokens: tuple[int, ...], cfg) -> None:
+    """`tokens` is what plain greedy decoding writes after `prompt`: each is the model's top token given
+    the ones before, and the run stopped where plain decoding stops. Read in one forward over the
+    whole text instead of one per token (the examples' baselines cost more than their speculative
+    runs); where a position's two best tokens lie within MARGIN, the one pass could round the other way
+    than a step would, so the real baseline decides."""
+    import torch
+
+    from specviz import baseline_generate, collect
+    from specviz.modeling.forward import forward, new_cache
+
+    assert len(tokens) == cfg.max_new_tokens or tokens[-1] in cfg.eos_token_ids, "stopped early"
+    assert not set(tokens[:-1]) & set(cfg.eos_token_ids), "went on past an end of text"
+    with torch.no_grad():
+        rows = forward(model, torch.tensor(prompt + list(tokens[:-1])), new_cache(model))[len(prompt) - 1:]
+    top2 = rows.topk(2, dim=-1)
+    close = bool((top2.values[:, 0] - top2.values[:, 1] < MARGIN).any())
+    if close:
+        _, base = collect(baseline_generate(model, prompt, cfg))
+        assert tuple(base.token_ids) == tuple(tokens)
+    else:
+        assert top2.indices[:, 0].tolist() == list(tokens)
+
+
 @pytest.mark.slow
 @pytest.mark.embedded
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_each_example_is_answered_correctly_and_exactly_by_the_real_model(smol, example):
-    from specviz import GenerationConfig, baseline_generate, collect, speculative_generate
+    from specviz import GenerationConfig, collect, speculative_generate
     from specviz.run.spec import make_drafter
     from specviz.modeling.models import decode, encode_prompt
 
     ids = encode_prompt(smol, example.prompt)
     cfg = GenerationConfig(max_new_tokens=example.tokens, k=4, eos_token_ids=smol.eos_token_ids, top=0, raw_top=0)
-    _, base = collect(baseline_generate(smol.model, ids, cfg))
-    check(example.check, decode(smol, [t for t in base.token_ids if t not in smol.eos_token_ids]))
     _, spec = collect(speculative_generate(smol.model, make_drafter(example.drafter, smol), ids, cfg))
-    assert spec.token_ids == base.token_ids
+    check(example.check, decode(smol, [t for t in spec.token_ids if t not in smol.eos_token_ids]))
+    assert_plain_greedy(smol.model, ids, spec.token_ids, cfg)
+
+
+def test_the_one_pass_greedy_check_catches_a_token_plain_decoding_would_not_write():
+    """The check the examples lean on, on a tiny model: plain greedy's own text passes, the same text
+    with one token changed, cut short or run past its end of text fails."""
+    from specviz import baseline_generate, collect
+    from conftest import tiny_llama
+
+    model = tiny_llama()
+    prompt = [3, 5, 7, 11, 13]
+    cfg = GenerationConfig(max_new_tokens=12, eos_token_ids=(0,))
+    _, base = collect(baseline_generate(model, prompt, cfg))
+    tokens = tuple(base.token_ids)
+    assert len(tokens) == 12 and 0 not in tokens  # ran to its length: cutting it short is a wrong stop
+    assert_plain_greedy(model, prompt, tokens, cfg)
+    for wrong in (tokens[:5] + ((tokens[5] + 1) % 96,) + tokens[6:], tokens[:-1], tokens[:6] + (0,) + tokens[7:]):
+        with pytest.raises(AssertionError):
+            assert_plain_greedy(model, prompt, wrong, cfg)
