@@ -637,3 +637,18 @@ def test_the_card_counts_the_prompts_the_data_answers_not_the_last_pool():
     greedy = Corpus([s for s in seqs if s.variant == "greedy"], corpus.meta)  # a --passes 1 build
     source = describe_data(greedy, greedy, Corpus([]))["source"]
     assert "(greedy only)" in source and "sampled" not in source
+
+
+def test_a_card_whose_held_out_prompts_were_never_answered_says_so():
+    """A small data build (--data-tokens 2000) answers 64 prompts and none of the 2 held out: the card
+    said "none (no prompts held out)" though --held-out 2 asked for them."""
+    from types import SimpleNamespace
+
+    from specviz.train.data import Corpus
+    from specviz.train.evaluate import evaluate
+
+    def block(held_out: int) -> str:
+        return evaluate(None, None, None, Corpus([]), SimpleNamespace(held_out=held_out), print)["held-out"]
+
+    assert block(0) == "none (no prompts held out)"
+    assert block(2).startswith("none: the 2 prompts held out were not among those the data answered")

@@ -29,7 +29,12 @@ from .data import Corpus, Seq
 def evaluate(recipe, module, target_loaded, held: Corpus, cfg, say) -> dict:
     """The card's "held-out" block: the held-out loss, then both measurements above."""
     if not held.sequences:
-        return {"held-out": "none (no prompts held out)"}
+        if not cfg.held_out:
+            return {"held-out": "none (no prompts held out)"}
+        # The held-out prompts are chosen from the whole written pool, so a small data build may not
+        # have answered any of them yet; the card must not read as if nothing was asked for.
+        return {"held-out": f"none: the {cfg.held_out} prompts held out were not among those the data answered "
+                            "(build more with --data-tokens or --data-minutes to measure on them)"}
     k, tokens = cfg.eval_k, cfg.eval_tokens
     losses = []
     for i in range(0, len(held.sequences), cfg.batch):
