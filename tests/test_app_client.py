@@ -112,7 +112,7 @@ def test_errors_read_as_sentences_and_the_app_keeps_serving(client, app_models, 
 
     # What a script may send that the page's controls never would: a sentence, not Gradio's
     # generic error or a traceback in the server's log.
-    for bad, says in ((dict(k=0), "k (draft length) must be an integer from 1 to 64"),
+    for bad, says in ((dict(k=0), "k must be from 1 to 64, got 0"),
                       (dict(k="abc"), "k must be a whole number, got 'abc'"),
                       (dict(seed=1e30), "seed must be a whole number from 0 to 2**64 - 1"),
                       (dict(mode="sampling", temperature="nan"), "temperature must be a finite number"),

@@ -23,6 +23,7 @@ from specviz.modeling import models as real_models
 from specviz.render import Trace
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui import runner
+from specviz.run.settings import BOUNDS
 from specviz.ui.compare import compare_drafters
 from specviz.ui.handlers import Session
 from specviz.ui.limits import Deadline
@@ -134,7 +135,7 @@ def test_greedy_is_temperature_zero_whichever_way_it_is_asked_for():
         Settings.from_controls(**dict(CONTROLS, mode="sampling", temperature=0))
 
 
-@pytest.mark.parametrize("bad, words", [(dict(temperature=-1), "temperature must be a number >= 0"),
+@pytest.mark.parametrize("bad, words", [(dict(temperature=-1), "temperature must be from 0 to 2, got -1"),
                                         (dict(temperature="nan"), "finite"), (dict(top_p=0), "top-p"),
                                         (dict(repetition_penalty=-2), "repetition penalty")])
 @pytest.mark.parametrize("mode", ["greedy", "sampling"])
@@ -155,6 +156,14 @@ def test_the_page_starts_from_the_engines_defaults():
     assert props["max new tokens"]["value"] == cfg.max_new_tokens
     assert props["Decoding"]["value"] == "greedy"
     assert props["temperature"]["value"] == SAMPLING_TEMPERATURE  # offered once sampling is chosen
+    # The sliders' ends are the bounds generate and the API check against (run/settings.py): temperature starts
+    # a step above 0 (greedy is the radio's), max new tokens ends at the deployment's cap.
+    for name, label in (("k", "k: draft tokens per step"), ("temperature", "temperature"), ("top_k", "top-k (0 = off)"),
+                        ("top_p", "top-p (1 = off)"), ("repetition_penalty", "repetition penalty (1 = off)"),
+                        ("max_new_tokens", "max new tokens")):
+        b, slider = BOUNDS[name], props[label]
+        assert (slider["minimum"], slider["maximum"], slider["step"]) == (
+            b.step if name == "temperature" else b.low, b.high or Policy().max_new_tokens, b.step), name
 
 
 # ---- runs: progress, failures, throttling --------------------------------------------------

@@ -150,8 +150,8 @@ def test_text_ends_before_the_eos_token_but_token_ids_keep_it(capsys, folders, m
     "args, message",
     [
         (["--prompt", "   "], "prompt is empty"),
-        (["--k", "0"], "k (draft length)"),
-        (["--k", "100000"], "k (draft length)"),
+        (["--k", "0"], "k must be from 1 to 64, got 0"),
+        (["--k", "100000"], "k must be from 1 to 64"),
         (["--temperature", "-1"], "temperature"),
         (["--temperature", "nan"], "temperature"),
         (["--top-p", "0"], "top-p"),

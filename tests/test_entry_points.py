@@ -126,3 +126,17 @@ def test_the_drafter_flags_help_says_every_kind_of_the_one_table():
             if kind is not MODEL:
                 assert f"{kind.typed[1:-1]} ({kind.says or kind.label}" in said, (command, kind.name)
         assert "NAME+pld" in said and "NAME@chain" in said and "Hub id or folder" in said
+
+
+@pytest.mark.parametrize("flag, value, sentence", [("k", 65, "k must be from 1 to 64, got 65"),
+                                                   ("top_k", 201, "top-k must be from 0 to 200, got 201"),
+                                                   ("temperature", 2.5, "temperature must be from 0 to 2, got 2.5")])
+def test_a_value_outside_a_settings_bounds_is_refused_in_one_sentence_by_generate_and_the_app(flag, value, sentence,
+                                                                                              capsys):
+    """run/settings.py's bounds, which the page's sliders are drawn with (test_app_logic), checked alike by
+    generate's flags and the app's API, before any model loads."""
+    assert main(["generate", "--prompt", PROMPT, f"--{flag.replace('_', '-')}", str(value)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {sentence}"
+    handlers, session = Handlers(Policy(), models), Session()
+    *_, said = handlers.generate(handlers.arm(session), prompt=PROMPT, mode="sampling", **{flag: value})
+    assert (said["summary"]["state"], said["summary"]["message"]) == ("error", sentence)

@@ -2,17 +2,18 @@
 alike, each a field here with its default (the engine's), read into the engine's config by one method.
 
 Every value is checked here, whatever sent it: a script may send strings, NaN or 1e30 where the page's
-sliders send numbers, and gets a sentence back, never a traceback. What a deployment allows is the app's
-policy (ui/policy.py).
+sliders send numbers, and gets a sentence back, never a traceback. A number's field says its Bounds, which
+the page's slider is drawn with, so a value outside is refused in one sentence whether it came from a flag,
+the API or the page. What a deployment allows is the app's policy (ui/policy.py).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
-from ..engine.generate import GenerationConfig
+from ..engine.generate import K_MAX, GenerationConfig
 from .spec import NONE
 
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
@@ -73,6 +74,32 @@ def valid_unicode(value: str, name: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number setting may take, whoever asks for it: generate's flag, a script's API call and the
+    page's slider (drawn from low to high in steps of step) meet the same check and the same sentence."""
+
+    low: float
+    high: float | None = None  # None: no end here (the engine's checks and the deployment's cap still hold)
+    step: float = 1
+
+    def check(self, value, name: str) -> None:
+        if value < self.low or (self.high is not None and value > self.high):
+            ends = f"from {self.low:g} to {self.high:g}" if self.high is not None else f"at least {self.low:g}"
+            raise SpecvizError(f"{name} must be {ends}, got {value:g}" if isinstance(value, float) else
+                               f"{name} must be {ends}, got {value}")
+
+
+def _bounded(default, low: float, high: float | None = None, step: float = 1):
+    """A Settings field with its Bounds."""
+    return field(default=default, metadata={"bounds": Bounds(low, high, step)})
+
+
+def said(name: str) -> str:
+    """A field as sentences name it: "top-p", "max new tokens"."""
+    return {"top_k": "top-k", "top_p": "top-p"}.get(name, name.replace("_", " "))
+
+
 # How a control's value becomes a Settings field, by the field's type.
 _CONVERT = {"str": _text,
             "int": lambda v, name: _number(v, name, whole=True),
@@ -92,14 +119,14 @@ class Settings:
     prompt: str
     target: str = "default"
     drafter: str = "prompt lookup"  # a name run/spec.py parses: the page's menu spells prompt lookup so
-    k: int = _ENGINE.k
+    k: int = _bounded(_ENGINE.k, 1, K_MAX)
     dynamic_k: bool = _ENGINE.dynamic_k
-    temperature: float = _SAMPLING.temperature  # 0 = greedy: the one greedy switch
-    top_k: int = _SAMPLING.top_k
-    top_p: float = _SAMPLING.top_p
-    repetition_penalty: float = _SAMPLING.repetition_penalty
+    temperature: float = _bounded(_SAMPLING.temperature, 0.0, 2.0, 0.05)  # 0 = greedy: the one greedy switch
+    top_k: int = _bounded(_SAMPLING.top_k, 0, 200)
+    top_p: float = _bounded(_SAMPLING.top_p, 0.05, 1.0, 0.01)
+    repetition_penalty: float = _bounded(_SAMPLING.repetition_penalty, 0.8, 2.0, 0.05)
     seed: int = _SAMPLING.seed
-    max_new_tokens: int = _ENGINE.max_new_tokens
+    max_new_tokens: int = _bounded(_ENGINE.max_new_tokens, 1)  # the page's slider ends at the deployment's cap
     chat: bool = True
     verification: str = _ENGINE.verification  # how a sampled chain draft is judged (GenerationConfig.verification)
     draft_confidence: float = _ENGINE.draft_confidence  # with dynamic k (generate's flag; the page keeps the default)
@@ -115,7 +142,9 @@ class Settings:
         unknown = set(values) - set(types)
         if unknown:
             raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
-        s = cls(**{name: _CONVERT[types[name]](v, name.replace("_", " ")) for name, v in values.items()})
+        s = cls(**{name: _CONVERT[types[name]](v, said(name)) for name, v in values.items()})
+        for name, bounds in BOUNDS.items():
+            bounds.check(getattr(s, name), said(name))
         s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NONE)
         # One rule in every mode: a value the engine would refuse is refused, even where greedy
         # decoding would not use it (a script's temperature -1 is a mistake worth telling).
@@ -145,3 +174,6 @@ class Settings:
             verification=self.verification, draft_confidence=self.draft_confidence,
             eos_token_ids=tuple(eos_token_ids),
         ).validate()
+
+
+BOUNDS = {f.name: f.metadata["bounds"] for f in fields(Settings) if "bounds" in f.metadata}  # field -> its Bounds

@@ -7,7 +7,7 @@ import pathlib
 
 import gradio as gr
 
-from ..engine.generate import K_MAX, GenerationConfig
+from ..engine.generate import GenerationConfig
 from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_html, side_by_side_html, status_html,
                       step_html)
 from ..render.compare import HEADERS, WIDTHS
@@ -19,7 +19,7 @@ from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
 from .requests import count_values
-from ..run.settings import GREEDY, SAMPLING, Settings
+from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings
 
 TREES_UP_TO = GenerationConfig().sampled_trees_up_to  # the engine's tree policy, which the slider states
 
@@ -98,6 +98,12 @@ def launch_options() -> dict:
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
 
 
+def _slider(name: str, low: float | None = None, high: float | None = None, **options) -> gr.Slider:
+    """A setting's slider, from its field's Bounds (run/settings.py), which every entry point checks against."""
+    b = BOUNDS[name]
+    return gr.Slider(b.low if low is None else low, b.high if high is None else high, step=b.step, **options)
+
+
 def _settings(policy: Policy) -> dict:
     """The target and the decoding settings (the left column), keyed by the Settings field (and
     API parameter) each fills; the ones most often changed come first, above the fold."""
@@ -109,26 +115,27 @@ def _settings(policy: Policy) -> dict:
     target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
                          allow_custom_value=not policy.hosted, elem_id="sv-target", info=info)
     with gr.Accordion("Decoding settings", open=True):
-        k = gr.Slider(1, K_MAX, value=d.k, step=1, label="k: draft tokens per step", elem_id="sv-k")
+        k = _slider("k", value=d.k, label="k: draft tokens per step", elem_id="sv-k")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
         with gr.Group(visible=not d.greedy) as sampling_group:
-            temperature = gr.Slider(0.05, 2.0, value=d.temperature or SAMPLING_TEMPERATURE, step=0.05,
-                                    label="temperature", elem_id="sv-temperature",
-                                    info=f"EAGLE and Medusa draft trees up to {TREES_UP_TO:g}, chains above: "
-                                         "what paid more on the examples")
-            top_k = gr.Slider(0, 200, value=d.top_k, step=1, label="top-k (0 = off)")
-            top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.01, label="top-p (1 = off)")
+            temperature = _slider("temperature", BOUNDS["temperature"].step,  # 0 is the radio's greedy
+                                  value=d.temperature or SAMPLING_TEMPERATURE, label="temperature",
+                                  elem_id="sv-temperature",
+                                  info=f"EAGLE and Medusa draft trees up to {TREES_UP_TO:g}, chains above: "
+                                       "what paid more on the examples")
+            top_k = _slider("top_k", value=d.top_k, label="top-k (0 = off)")
+            top_p = _slider("top_p", value=d.top_p, label="top-p (1 = off)")
             verification = gr.Radio([("token by token", "token"), ("as a block", "block")], value=d.verification,
                                     label="verification of a chain draft", elem_id="sv-verification",
                                     info="both keep the target's distribution exactly; as a block is the default: "
                                          "on the same sampled steps it kept up to 8% more drafts for every drafter "
                                          "with a q, the same for prompt lookup; the step inspector shows both")
         # Full width: beside the seed its maximum read "1" and the row scrolled sideways.
-        max_new_tokens = gr.Slider(1, policy.max_new_tokens, value=min(d.max_new_tokens, policy.max_new_tokens),
-                                   step=1, label="max new tokens", elem_id="sv-max-new-tokens")
+        max_new_tokens = _slider("max_new_tokens", high=policy.max_new_tokens, label="max new tokens",
+                                 value=min(d.max_new_tokens, policy.max_new_tokens), elem_id="sv-max-new-tokens")
         dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k: each step's length from the acceptance and costs measured so far")
-        repetition_penalty = gr.Slider(0.8, 2.0, value=d.repetition_penalty, step=0.05,
-                                       label="repetition penalty (1 = off)")
+        repetition_penalty = _slider("repetition_penalty", value=d.repetition_penalty,
+                                     label="repetition penalty (1 = off)")
         seed = gr.Number(d.seed, precision=0, label="seed")
         chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template (where the model has one)")
     mode.change(lambda m: gr.Group(visible=m == SAMPLING), mode, sampling_group, queue=False,
