@@ -11,9 +11,9 @@ from .. import bench
 from ..audit import command as audit_command
 from ..matrix import command as matrix_command
 from ..core.errors import SpecvizError
-from ..engine.generate import K_MAX, VERIFICATIONS
+from ..engine.generate import VERIFICATIONS
 from ..modeling import threads
-from ..run.settings import Settings
+from ..run.settings import BOUNDS, Settings
 from ..run.spec import described
 from ..serving import load_command
 from ..train import command as train_command
@@ -28,8 +28,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="pld", help=f"{described()} (default %(default)s)")
     p.add_argument("--suffix-memory", metavar="FILE", help="suffix decoding's earlier answers: read from FILE if it "
                    "exists, and this run's answer saved back to it (default: this process's only)")
-    p.add_argument("--k", type=int, default=d.k,
-                   help=f"draft length, 1 to {K_MAX} (the starting length with --dynamic-k; default %(default)s)")
+    p.add_argument("--k", type=int, default=d.k, help=f"draft length, {BOUNDS['k'].said} (the starting length with "
+                   "--dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
     p.add_argument("--draft-confidence", type=float, default=d.draft_confidence,
                    help="with --dynamic-k: stop a chain draft when the drafter's probability falls below this; a tree "
@@ -37,10 +37,12 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verification", choices=VERIFICATIONS, default=d.verification,
                    help="how a sampled chain draft is judged: token by token, or as a block (keeps more, same "
                    "distribution; docs/exactness.md); trees take the sibling walk (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default %(default)s)")
-    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
-    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off")
-    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off")
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help=f"{BOUNDS['temperature'].said}, 0 = greedy (default %(default)s)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help=f"{BOUNDS['top_k'].said}, 0 = off")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"{BOUNDS['top_p'].said}, 1 = off")
+    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty,
+                   help=f"{BOUNDS['repetition_penalty'].said}, 1 = off")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="(default %(default)s)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
@@ -85,23 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate" and args.server:
             from ..serving import generate_command
             return generate_command.main(args)
-        if args.command == "generate":
-            if args.baseline_server or args.model:
-                raise SpecvizError("--baseline-server and --model go with --server")
-            return generate(args)
-        if args.command == "train":
-            return train_command.main(args)
-        if args.command == "replay":
-            return trace_command.replay(args)
-        if args.command == "load":
-            return load_command.main(args)
-        if args.command == "docs":
-            return docs_tables.main(args)
-        if args.command == "audit":
-            return audit_command.main(args)
-        if args.command == "matrix":
-            return matrix_command.main(args)
-        return bench.main(args)
+        if args.command == "generate" and (args.baseline_server or args.model):
+            raise SpecvizError("--baseline-server and --model go with --server")
+        return {"generate": generate, "bench": bench.main, "train": train_command.main, "replay": trace_command.replay,
+                "load": load_command.main, "matrix": matrix_command.main, "audit": audit_command.main,
+                "docs": docs_tables.main}[args.command](args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

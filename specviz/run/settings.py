@@ -83,11 +83,14 @@ class Bounds:
     high: float | None = None  # None: no end here (the engine's checks and the deployment's cap still hold)
     step: float = 1
 
+    @property
+    def said(self) -> str:
+        return f"from {self.low:g} to {self.high:g}" if self.high is not None else f"at least {self.low:g}"
+
     def check(self, value, name: str) -> None:
         if value < self.low or (self.high is not None and value > self.high):
-            ends = f"from {self.low:g} to {self.high:g}" if self.high is not None else f"at least {self.low:g}"
-            raise SpecvizError(f"{name} must be {ends}, got {value:g}" if isinstance(value, float) else
-                               f"{name} must be {ends}, got {value}")
+            raise SpecvizError(f"{name} must be {self.said}, got {value:g}" if isinstance(value, float) else
+                               f"{name} must be {self.said}, got {value}")
 
 
 def _bounded(default, low: float, high: float | None = None, step: float = 1):
