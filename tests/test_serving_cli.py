@@ -20,7 +20,9 @@ from vllm_servers import free_port
      "--trace, --dynamic-k apply to local runs"),
     (["generate", "--baseline-server", "http://127.0.0.1:8001", "--prompt", "hi"], "go with --server"),
     (["generate", "--server", "http://127.0.0.1:8000", "--max-new-tokens", "0", "--prompt", "hi"],
-     "at least 1"),
+     "max new tokens must be at least 1, got 0"),  # a local run's sentence (run/settings.py)
+    (["generate", "--server", "http://127.0.0.1:8000", "--temperature", "3", "--prompt", "hi"],
+     "temperature must be from 0 to 2, got 3"),
     (["bench", "--server", "http://127.0.0.1:8000"], "--server needs --baseline-server"),
     (["bench", "--baseline-server", "http://127.0.0.1:8001"], "go with --server"),
 ])

@@ -13,6 +13,7 @@ import os
 import sys
 
 from ..core.errors import SpecvizError
+from ..run.settings import Settings
 from . import client, prometheus, speed, state, steps
 from .records import ServerRun
 from .urls import check_url
@@ -22,11 +23,10 @@ RESET = "\033[0m"
 
 
 def check(args) -> None:
-    """Sentences for the options a server run cannot honour (before anything is sent)."""
-    if args.max_new_tokens < 1:
-        raise SpecvizError("--max-new-tokens must be at least 1")
-    if args.temperature < 0:
-        raise SpecvizError("--temperature must be 0 (greedy) or more")
+    """Sentences for the options a server run cannot honour (before anything is sent); what it sends is checked
+    as a local run's is (run/settings.py), in the same sentences."""
+    Settings.from_controls(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                           seed=args.seed)
     local_only = [flag for flag, on in (("--drafter", args.drafter != "pld"), ("--trace", args.trace),
                                         ("--dynamic-k", args.dynamic_k), ("--compile", args.compile),
                                         ("--device-map", args.device_map), ("--target", args.target != "default"))
