@@ -38,6 +38,10 @@ def test_greedy_output_is_the_targets(six, keep):
 def test_layer_lists():
     assert parse_layers("0-2,5", 8) == [0, 1, 2, 5]
     assert default_layers(30)[:8] == list(range(8)) and 29 in default_layers(30) and len(default_layers(30)) < 30
+    # A 2-layer stack kept both layers (the target drafting for itself at twice the cost): now its first.
+    assert default_layers(2) == default_layers(3) == [0] and default_layers(4) == [0, 1, 3]
+    with pytest.raises(SpecvizError, match="one decoder layer, so layer skipping has none to drop"):
+        LayerSkip(tiny_llama(layers=1))
     with pytest.raises(SpecvizError, match="include 0"):
         skip_layers(tiny_llama(layers=2), [1])
     with pytest.raises(SpecvizError, match="not like"):

@@ -73,10 +73,14 @@ def skip_layers(model, keep: Sequence[int]):
 
 def default_layers(n: int, kinds: Sequence[str] | None = None) -> list[int]:
     """Keep the first and last quarter, every other layer in between (about 60%); where layers
-    differ by kind, only those whose kind matches the place they would take."""
+    differ by kind, only those whose kind matches the place they would take. A stack too shallow for
+    that rule (2 layers) keeps its first layer alone: keeping every layer would draft with the target
+    itself, at twice its cost."""
     edge = max(1, n // 4)
     middle = range(edge, n - edge, 2)
     keep = sorted({*range(edge), *middle, *range(n - edge, n)})
+    if len(keep) == n:
+        keep = keep[:1]
     if not kinds or len(kinds) < n:
         return keep
     placed: list[int] = []
@@ -105,6 +109,9 @@ def parse_layers(text: str, n: int) -> list[int]:
 class LayerSkip(DraftModel):
     def __init__(self, target, keep: Sequence[int] | None = None):
         n = len(decoder_layers(target))
+        if n < 2:
+            raise SpecvizError(f"{type(target).__name__} has one decoder layer, so layer skipping has none to drop: "
+                               "use prompt lookup, suffix decoding or a draft model")
         if keep is None:
             keep = default_layers(n, getattr(target.config.get_text_config(), "layer_types", None))
         view = skip_layers(target, keep)
