@@ -25,7 +25,8 @@ verification included): the kept nodes are a branch whose tokens begin the step'
 exact step's output is the target's own text, so no exact rule keeps a node more often than the
 target writes its branch, p(x_1) p(x_2 | x_1) ... along it. The walk keeps every node exactly that
 often (`keep_chances`), so its mean accepted length is the most any exact rule reaches with these
-nodes. Those rules gain where children are drawn from q; here they were chosen.
+nodes. Those rules gain where children are drawn from q (core/tree_drawn.py judges such trees);
+here they were chosen.
 
 Everything is computed for every node at once, on the device, from one uniform per node (a
 node the walk never reaches has its p'(x) and coin computed all the same and ignored).
@@ -51,7 +52,9 @@ class TreeSample:
     tried: torch.Tensor  # (m,) bool: nodes the walk judged (the path and the siblings rejected before each)
     accept_prob: torch.Tensor  # (m,) p'(x) of each node's token when its turn came (0 for a repeated sibling)
     residual_mass: torch.Tensor  # (m,) mass of p left once the node is rejected: p' after it is p with it
-    #                              and its earlier siblings zeroed, divided by this
+    #                              and its earlier siblings zeroed, divided by this (a drawn tree: the mass
+    #                              of max(p' - q_j, 0), core/tree_drawn.py)
+    q_x: torch.Tensor | None = None  # (m,) a drawn tree's q_j(x): the q it was judged against (None: chosen)
 
 
 def sibling_table(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
@@ -65,6 +68,69 @@ def sibling_table(parents: Sequence[int]) -> tuple[list[int], list[list[int]]]:
     return rows, [kids[r] + [-1] * (width - len(kids[r])) for r in rows]
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A tree's sibling table on the device (R rows with children, K the widest): what both sampled
+    tree rules walk (this module's and core/tree_drawn.py's)."""
+
+    m: int
+    rows: torch.Tensor  # (R,) the rows with children (0: the root, i + 1: node i)
+    kids: torch.Tensor  # (R, K) each row's children in order, -1 past its last
+    valid: torch.Tensor  # (R, K) bool: kids >= 0
+    node: torch.Tensor  # (R, K) kids with the padding at 0 (for indexing)
+    up: torch.Tensor  # (m + 1,) each node's parent slot (slot m: the root)
+    depth: torch.Tensor  # (m,)
+    row_of: torch.Tensor  # (m + 1,) each row's index among `rows` (-1: a leaf's row)
+    deepest: int
+
+
+def shape_of(parents: Sequence[int], device) -> Shape:
+    """The tree's shape in one host-to-device copy."""
+    m = len(parents)
+    rows, table = sibling_table(parents)
+    R, K = len(rows), len(table[0])
+    row_of = [-1] * (m + 1)
+    for r, row in enumerate(rows):
+        row_of[row] = r
+    deep = depths(parents)
+    shape = torch.tensor(rows + [i for kids in table for i in kids] + [m if q < 0 else q for q in parents] + [m]
+                         + deep + row_of, dtype=torch.long, device=device)
+    rows_t, kids, up, depth, row_of_t = shape.split([R, R * K, m + 1, m, m + 1])
+    kids = kids.view(R, K)
+    return Shape(m, rows_t, kids, kids >= 0, kids.clamp_min(0), up, depth, row_of_t, max(deep))
+
+
+def walk(shape: Shape, accept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(on_path, row, tried) from each child's verdict had its turn come (accept: (R, K) bool):
+    at each row the first accepted child wins, and a node is on the path when it and every
+    ancestor won; the walk stops at the deepest node on it (row 0: the root)."""
+    m, dev, kids, valid = shape.m, shape.kids.device, shape.kids, shape.valid
+    accept = accept & valid
+    won_any = accept.any(1)
+    first = accept.int().argmax(1)  # the first accepted child of each row (argmax: the first maximum)
+    # Pointer jumping over the parents: log2(depth) steps; slot m is the root, always on the path.
+    ok = torch.zeros(m + 1, dtype=torch.bool, device=dev)
+    ok[torch.where(won_any, kids.gather(1, first[:, None])[:, 0], m)] = True
+    ok[m] = True
+    up = shape.up
+    for _ in range(shape.deepest.bit_length()):
+        ok = ok & ok[up]
+        up = up[up]
+    on_path = ok[:m]
+    last = torch.where(on_path, shape.depth, 0).argmax()
+    row = torch.where(on_path.any(), last + 1, 0)
+    reached = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), on_path])[shape.rows]
+    col = torch.arange(kids.shape[1], device=dev)
+    tried = valid & reached[:, None] & (~won_any[:, None] | (col[None, :] <= first[:, None]))
+    return on_path, row, per_node(shape, tried)
+
+
+def per_node(shape: Shape, t: torch.Tensor) -> torch.Tensor:
+    """(R, K) values by child slot -> (m,) by node."""
+    slot = torch.where(shape.valid, shape.kids, shape.m).view(-1)  # slot m: the padding, dropped
+    return torch.zeros(shape.m + 1, dtype=t.dtype, device=t.device).scatter_(0, slot, t.reshape(-1))[:shape.m]
+
+
 def sample_tree(tokens: torch.Tensor, parents: Sequence[int], p: torch.Tensor, draws: torch.Tensor) -> TreeSample:
     """The sibling walk for every node at once.
 
@@ -76,22 +142,10 @@ def sample_tree(tokens: torch.Tensor, parents: Sequence[int], p: torch.Tensor, d
         nothing = torch.zeros(0, dtype=p.dtype, device=dev)
         return TreeSample(nothing.bool(), torch.zeros((), dtype=torch.long, device=dev), p[0], nothing.bool(),
                           nothing, nothing)
-    rows, table = sibling_table(parents)
-    R, K = len(rows), len(table[0])
-    row_of = [-1] * (m + 1)  # each row's index among `rows` (-1: a leaf's row)
-    for r, row in enumerate(rows):
-        row_of[row] = r
-    deep = depths(parents)
-    # The tree's shape in one host-to-device copy.
-    shape = torch.tensor(rows + [i for kids in table for i in kids] + [m if q < 0 else q for q in parents] + [m]
-                         + deep + row_of, dtype=torch.long, device=dev)
-    rows_t, kids, up, depth, row_of = shape.split([R, R * K, m + 1, m, m + 1])
-    kids = kids.view(R, K)
-
-    valid = kids >= 0
-    node = kids.clamp_min(0)
-    x = tokens[node]  # (R, K) each child's token
-    px = torch.where(valid, p[rows_t[:, None], x], 0)  # its probability at its parent's row
+    sh = shape_of(parents, dev)
+    valid = sh.valid
+    x = tokens[sh.node]  # (R, K) each child's token
+    px = torch.where(valid, p[sh.rows[:, None], x], 0)  # its probability at its parent's row
     # A child repeating an earlier sibling's token: that sibling's rejection zeroed it already.
     key, order = torch.sort(torch.where(valid, x, -1), dim=1, stable=True)
     again = torch.cat([torch.zeros_like(key[:, :1], dtype=torch.bool), key[:, 1:] == key[:, :-1]], 1)
@@ -100,39 +154,16 @@ def sample_tree(tokens: torch.Tensor, parents: Sequence[int], p: torch.Tensor, d
     # p'(x) = p(x) over the mass the earlier siblings' rejections leave.
     left = 1 - (torch.cumsum(w, 1) - w)
     a = (w / left.clamp_min(torch.finfo(p.dtype).tiny)).clamp(max=1.0)
-    accept = valid & (draws[node] < a)
-    won_any = accept.any(1)
-    first = accept.int().argmax(1)  # the first accepted child of each row (argmax: the first maximum)
-
-    # The accepted children, then the path: a node is on it when it and every ancestor won
-    # (pointer jumping over the parents: log2(depth) steps; slot m is the root, always on it).
-    ok = torch.zeros(m + 1, dtype=torch.bool, device=dev)
-    ok[torch.where(won_any, kids.gather(1, first[:, None])[:, 0], m)] = True
-    ok[m] = True
-    for _ in range(max(deep).bit_length()):
-        ok = ok & ok[up]
-        up = up[up]
-    on_path = ok[:m]
-    last = torch.where(on_path, depth, 0).argmax()
-    row = torch.where(on_path.any(), last + 1, 0)
+    on_path, row, tried = walk(sh, draws[sh.node] < a)
 
     # The token's distribution: the stopping row with every child's token zeroed (they were all
     # rejected; none at a leaf). p itself if that leaves nothing (a rejection of probability ~0).
-    here = row_of[row]
+    here = sh.row_of[row]
     mine = valid[here.clamp_min(0)] & (here >= 0)
     held = torch.zeros(p.shape[-1], dtype=p.dtype, device=dev).index_add_(0, x[here.clamp_min(0)], mine.to(p.dtype))
     dist = torch.where(held > 0, 0, p[row])
     dist = torch.where(dist.sum() > 0, dist, p[row])
-
-    reached = torch.cat([torch.ones(1, dtype=torch.bool, device=dev), on_path])[rows_t]
-    col = torch.arange(K, device=dev)
-    tried = valid & reached[:, None] & (~won_any[:, None] | (col[None, :] <= first[:, None]))
-    slot = torch.where(valid, kids, m).view(-1)  # slot m: the padding, dropped
-
-    def per_node(t: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(m + 1, dtype=t.dtype, device=dev).scatter_(0, slot, t.reshape(-1))[:m]
-
-    return TreeSample(on_path, row, dist, per_node(tried), per_node(a), per_node((left - w).clamp_min(0)))
+    return TreeSample(on_path, row, dist, tried, per_node(sh, a), per_node(sh, (left - w).clamp_min(0)))
 
 
 def walk_order(parents: Sequence[int], on_path: Sequence[float], tried: Sequence[float]) -> tuple[list[int], list[int]]:
