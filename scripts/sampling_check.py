@@ -1,13 +1,14 @@
 """Do a drafter's sampled runs on the embedded model follow the target's own distribution?
 
     python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up] [--tree-nodes 8]
-        [--verification block] [--target default] [--device cpu] [--dtype fp32]
+        [--verification block] [--tree-drafting drawn] [--target default] [--device cpu] [--dtype fp32]
 
 Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
 tests, by chi-square, the first sampled token against the target's exact distribution, the second
 given the likeliest first, and the third given the likeliest first two (cells with an expected
 count under 5 are pooled). The exact-by-enumeration tests in tests/ prove the rejection sampling
-and the sibling walk of sampled trees; this checks that real weights (a new EAGLE head, a hybrid)
+and both rules for sampled trees (the sibling walk for chosen children, recursive rejection sampling
+for children drawn from q: --tree-drafting, default the engine's); this checks that real weights (a new EAGLE head, a hybrid)
 change nothing. EAGLE and Medusa draft trees of --tree-nodes candidates (0: chains): each run
 stops once three tokens are out, so the first step's tree is not cut to the three tokens asked
 for, and the line after the tests says how many steps drafted a tree and how many of those
@@ -36,7 +37,7 @@ from scipy.stats import chisquare  # noqa: E402
 from specviz import GenerationConfig, Sampling, speculative_generate  # noqa: E402
 from specviz.core.events import StepEvent  # noqa: E402
 from specviz.run.spec import make_drafter  # noqa: E402
-from specviz.engine.generate import VERIFICATIONS  # noqa: E402
+from specviz.engine.generate import TREE_DRAFTINGS, VERIFICATIONS  # noqa: E402
 from specviz.render.rules import comparable, kept  # noqa: E402
 from specviz.modeling.chat import chat_messages  # noqa: E402
 from specviz.modeling.models import load  # noqa: E402
@@ -85,6 +86,9 @@ def main(argv=None) -> int:
     ap.add_argument("--verification", choices=VERIFICATIONS, default=GenerationConfig.verification,
                     help="how chain drafts are judged: token by token or as a block (default %(default)s, as the "
                     "engine); trees take the sibling walk")
+    ap.add_argument("--tree-drafting", choices=TREE_DRAFTINGS, default=GenerationConfig.tree_drafting,
+                    help="how EAGLE's and Medusa's tree children are found: chosen (the sibling walk judges them) or "
+                    "drawn from q (recursive rejection sampling) (default %(default)s, as the engine)")
     ap.add_argument("--target", default="default", help="model id or folder (default: the embedded model)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     ap.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: the device's)")
@@ -95,19 +99,20 @@ def main(argv=None) -> int:
     drafter = make_drafter(args.drafter, target)
     if not args.tree_nodes_per_k:
         drafter.tree_width = 0  # chains (the benchmark's NAME@chain arm)
-    runs, trees, siblings, differed = [], 0, 0, 0
+    runs, trees, siblings, differed, drawn = [], 0, 0, 0, 0
     for seed in range(args.first_seed, args.first_seed + args.runs):
         # Room for a whole tree at the first step (a step drafts no more than the run can still
         # emit); the run is left once three tokens are out.
         cfg = GenerationConfig(max_new_tokens=3 + args.k * max(1, args.tree_nodes_per_k), k=args.k,
                                tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=math.inf,
                                raw_top=0, top=0, sampling=Sampling(temperature=args.temperature, seed=seed),
-                               verification=args.verification)
+                               verification=args.verification, tree_drafting=args.tree_drafting)
         out = []
         for ev in speculative_generate(target.model, drafter, ids, cfg, remember=False):
             if isinstance(ev, StepEvent):
                 out += ev.emitted
                 trees += ev.tree is not None
+                drawn += ev.tree is not None and bool(ev.tree.q)
                 siblings += ev.tree is not None and len(ev.tree.walk) > len({ev.tree.parents[i] for i in ev.tree.walk})
                 differed += comparable(ev) and len(set(kept(ev).values())) > 1
             if len(out) >= 3:
@@ -123,7 +128,8 @@ def main(argv=None) -> int:
         print(f"{args.drafter}: token {depth + 1}{given}: p = {pvalue:.3f} ({sum(counts.values())} runs, "
               f"{cells + 1} cells)")
         prefix = prefix + [int(torch.argmax(p))]
-    print(f"{args.drafter}: {trees} steps drafted a tree; {siblings} of them judged a sibling after a rejection")
+    print(f"{args.drafter}: {trees} steps drafted a tree ({drawn} drawn from q); {siblings} of them judged a sibling "
+          "after a rejection")
     print(f"{args.drafter}: judged {args.verification}; on {differed} chain steps token-wise and block verification "
           "would have kept different counts with the same draws")
     return 1 if failed else 0

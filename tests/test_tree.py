@@ -166,7 +166,7 @@ class Listener(Drafter):
 def test_trees_are_allowed_greedy_or_sampled(target, sampling):
     drafter = Listener()
     collect(speculative_generate(target, drafter, [1, 2, 3, 4, 5], GenerationConfig(max_new_tokens=2, sampling=sampling)))
-    assert drafter.trees is True
+    assert drafter.trees == GenerationConfig.tree_drafting  # how a sampled tree's children are found: trees allowed
 
 
 def test_sampled_runs_above_the_policys_temperature_draft_chains(target):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import zlib
 from collections import defaultdict
 
@@ -284,3 +285,93 @@ def test_the_docs_worked_example():
     assert torch.allclose(q_x, torch.tensor([[0.5, 0.6]], dtype=torch.float64))
     assert torch.allclose(mass, torch.tensor([[0.2, 0.3]], dtype=torch.float64))
     assert torch.allclose(final[0], torch.tensor([0, 0, 1.0, 0], dtype=torch.float64))
+
+
+# ------------------------------------------------------------------ in the engine
+
+def _run(kind, drafting, sampling, tokens=16):
+    from conftest import tiny_llama
+    from test_heads import make
+
+    from specviz import GenerationConfig, collect, speculative_generate
+
+    model = tiny_llama(vocab=4, seed=3)
+    cfg = GenerationConfig(max_new_tokens=tokens, k=3, sampled_trees_up_to=float("inf"), tree_drafting=drafting,
+                           sampling=sampling)
+    return model, collect(speculative_generate(model, make(kind, model, tree=3), [0, 1, 2, 3, 0, 1], cfg))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_a_sampled_run_draws_its_trees_and_records_each_ratio(kind):
+    from specviz import Sampling
+
+    _, (steps, end) = _run(kind, "drawn", Sampling(temperature=1.0, top_k=3, repetition_penalty=1.2, seed=4))
+    assert end.stats.tokens == 16
+    trees = [s.tree for s in steps if s.tree is not None]
+    assert trees and all(len(t.q) == len(t.walk) == len(t.accept_prob) for t in trees)
+    for t in trees:
+        for i, a, u, qx in zip(t.walk, t.accept_prob, t.draws, t.q):
+            assert 0 < qx <= 1 and (u < a) == (i in t.path)
+        for parent in set(t.parents):  # siblings are draws without replacement: never a token twice
+            kids = [t.tokens[i] for i, p in enumerate(t.parents) if p == parent]
+            assert len(kids) == len(set(kids))
+    # the same seed draws the same trees
+    _, (again, _) = _run(kind, "drawn", Sampling(temperature=1.0, top_k=3, repetition_penalty=1.2, seed=4))
+    assert [s.tree for s in again] == [s.tree for s in steps]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_greedy_trees_are_unchanged_by_drawing(kind):
+    """Greedy runs take the likeliest children and the target's argmax, drawn or not: the output is
+    plain greedy decoding's, step for step the same as with chosen trees."""
+    from specviz import GenerationConfig, Sampling, baseline_generate, collect
+
+    model, (drawn, end) = _run(kind, "drawn", Sampling(), tokens=12)
+    _, (chosen, _) = _run(kind, "chosen", Sampling(), tokens=12)
+    _, plain = collect(baseline_generate(model, [0, 1, 2, 3, 0, 1], GenerationConfig(max_new_tokens=12)))
+    assert end.token_ids == plain.token_ids and [s.tree for s in drawn] == [s.tree for s in chosen]
+
+
+def test_a_drafters_name_asks_for_drawn_or_chosen_trees():
+    from specviz import GenerationConfig
+    from specviz.core.errors import SpecvizError
+    from specviz.run.spec import build, parse
+
+    spec = parse("eagle@drawn")
+    assert spec.name == "eagle" and spec.drafting == "drawn" and spec.label == "EAGLE (drawn trees)"
+    assert spec.config(GenerationConfig(tree_drafting="chosen")).tree_drafting == "drawn"
+    assert parse("medusa@chosen").config(GenerationConfig(tree_drafting="drawn")).tree_drafting == "chosen"
+    with pytest.raises(SpecvizError, match="does not draft trees"):
+        build(parse("pld@drawn"), None)
+    with pytest.raises(SpecvizError, match="tree drafting must be one of chosen, drawn"):
+        GenerationConfig(tree_drafting="sampled").validate()
+
+
+def test_the_inspector_and_step_through_show_a_drawn_step():
+    """Each child drawn from q_j, its min(1, p′/q_j) and the residual a refusal leaves, in the
+    inspector, the rules panel and the phases; the walk survives a trace file."""
+    from specviz import Sampling
+    from specviz.render.inspect import step_html
+    from specviz.render.rules import expected, rules_html
+    from specviz.render.trace import Labels, Trace
+    from specviz.traces import trace_file
+    from specviz.ui.stepping import phases
+
+    _, (steps, end) = _run("eagle", "drawn", Sampling(temperature=1.0, seed=2), tokens=8)
+    trace = Trace("eagle", k=3)
+    for s in steps:
+        trace.add(s, Labels(draft=tuple(map(str, s.draft)), tree=tuple(map(str, s.tree.tokens)) if s.tree else ()))
+    trace.add(end)
+    text = trace_file.dumps(trace_file.Recording(trace_file.RunInfo("t", "eagle"), trace))
+    back = trace_file.loads(text).spec
+    assert back.events == steps
+    i = next(n for n, s in enumerate(back.steps) if len(s.tree.walk) > 1)  # a refusal, then another child
+    e = back.steps[i]
+    shown = step_html(back, i)
+    assert [int(n) for n in re.findall(r'data-node="(\d+)"', shown)] == list(e.tree.walk)
+    assert "drawn from the drafter" in shown and f"min(1, p′(x) / {e.tree.q[0]:.3f})" in shown
+    assert "max(p′ − q_j, 0)" in shown and "the most any exact rule" not in shown
+    assert expected(e) == {} and "A drawn tree" in rules_html(e, back.labels[back.events.index(e)])
+    said = phases(e, back.labels[back.events.index(e)])
+    assert said[0][1].endswith("children drawn from its q without replacement")
+    assert [name for name, _ in said].count("recursive rejection") == len(e.tree.walk)

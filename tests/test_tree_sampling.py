@@ -525,7 +525,8 @@ def exact_joint(model, sampling, prompt):
 
 @pytest.mark.slow  # a few hundred sampled runs for a chi-square test
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
-def test_sampled_tree_runs_follow_the_target(small, kind):
+@pytest.mark.parametrize("drafting", ["chosen", "drawn"])  # the sibling walk; recursive rejection (test_tree_drawn.py)
+def test_sampled_tree_runs_follow_the_target(small, kind, drafting):
     from test_heads import make
     from test_sampling_distribution import assert_matches
 
@@ -534,18 +535,18 @@ def test_sampled_tree_runs_follow_the_target(small, kind):
     prompt, sampling = sd.PROMPT, sd.SAMPLING  # temperature 1.3, top-k 3, repetition penalty 1.2
     joint = exact_joint(small, sampling, prompt)
     drafter = make(kind, small, tree=3)
-    counts, siblings, runs = Counter(), 0, 600  # enough: without the residual update p < 1e-12
+    counts, siblings, runs = Counter(), 0, 300  # enough: without the residual update p < 1e-6
     for seed in range(runs):
         # Six tokens, so that the first step's tree may have five nodes (a step drafts no more
         # than the run can still emit); the first three are compared.
         cfg = GenerationConfig(max_new_tokens=6, k=3, sampled_trees_up_to=ANY, top=0, raw_top=0,
-                               sampling=Sampling(**{**sampling.__dict__, "seed": seed}))
+                               sampling=Sampling(**{**sampling.__dict__, "seed": seed}), tree_drafting=drafting)
         steps, end = collect(speculative_generate(small, drafter, prompt, cfg))
         counts[tuple(end.token_ids[:3])] += 1
         # a step whose walk judged a second sibling somewhere: the residual was used
         siblings += any(s.tree is not None and len(s.tree.walk) - len({s.tree.parents[i] for i in s.tree.walk}) > 0
                         for s in steps)
-    assert siblings > runs // 2, "the trees were used and siblings judged after a rejection"
+    assert siblings > runs // 3, "the trees were used and siblings judged after a rejection"
     assert_matches(counts, joint)
 
 

@@ -196,6 +196,7 @@ class Runner:
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
             verification=arm.verification,
+            tree_drafting=getattr(self.drafters.get(arm.drafter), "drafting", "") or GenerationConfig.tree_drafting,
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,

@@ -85,6 +85,10 @@ class TreeDraft:
     accept_prob: tuple[float, ...] = ()
     draws: tuple[float, ...] = ()
     residual_mass: tuple[float, ...] = ()
+    # A drawn tree (children drawn from q, core/tree_drawn.py; empty for chosen trees): for each judged
+    # node q_j(x), the q it was drawn from without its earlier siblings, renormalised. Its accept_prob is
+    # then min(1, p'(x) / q_j(x)) and its residual_mass that of max(p' - q_j, 0).
+    q: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

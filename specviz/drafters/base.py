@@ -27,7 +27,8 @@ class Draft:
     tokens: torch.Tensor  # (k,) long, on the target's device
     q: torch.Tensor | None  # (k, vocab) processed drafter probabilities; None = deterministic
     # A tree draft: parents[i] is the index of token i's parent draft token, -1 for the
-    # pending token (see core/tree.py). None: a chain. Trees only when `begin` said trees=True.
+    # pending token (see core/tree.py). None: a chain. Trees only when `begin` allowed them; a
+    # drawn tree's q row i is the q node i was drawn from (its parent's), a chosen tree's q is None.
     parents: tuple[int, ...] | None = None
 
 
@@ -42,15 +43,17 @@ class Drafter:
     tree_width = 0
 
     def begin(self, prompt_ids: list[int], processor, generator: torch.Generator, device,
-              hidden: torch.Tensor | None = None, trees: bool = False) -> None:
+              hidden: torch.Tensor | None = None, trees: bool | str = False) -> None:
         """A new run starts with this prompt; reset any state.
 
         hidden (None unless needs_hidden): (len(prompt_ids) - 1, hidden_size); row i is the
         target's state after prompt_ids[i], the one its LM head turns into the next token's logits
         (with hidden_layers: those layers' inputs at token i, hidden_size each, side by side).
-        trees: the engine can verify tree drafts this run (over the fast path's cache, greedy or
-        sampled: a tree's children must then be chosen from the context, never drawn, since the
-        sibling walk treats each as a one-hot guess); otherwise every draft must be a chain.
+        trees: the engine can verify tree drafts this run (over the fast path's cache), and how a
+        sampled run's children are found (GenerationConfig.tree_drafting): "chosen", the likeliest
+        tokens, which the sibling walk judges as one-hot guesses (Draft.q None), or "drawn", from q
+        without replacement (Draft.q each node's q; drafters/drawn.py); greedy runs always choose.
+        False: every draft must be a chain.
         """
 
     def plan(self, ids: list[int]) -> int | None:

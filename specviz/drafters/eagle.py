@@ -37,6 +37,7 @@ from ..modeling import stack
 from ..modeling.layers import KVCache, RMSNorm, causal_mask, inverse_frequencies, rope, rotary, write
 from ..modeling.packing import linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
+from .drawn import depth_of, draw_tree
 from .medusa import TargetHead, beside, with_weights
 
 
@@ -312,6 +313,8 @@ class Eagle(Drafter):
         if self.last is None:
             return empty_draft(self.device)  # a one-token prompt: no feature yet
         if self.trees and self.tree_width > 1:
+            if self.trees == "drawn" and not self.processor.s.greedy:
+                return self._drawn(k, min_confidence)
             return self._tree(k, min_confidence)
         feature = [self.last]
 
@@ -322,19 +325,41 @@ class Eagle(Drafter):
         return autoregressive_draft(self.processor, self.generator, self.lm.full(self.lm.logits(self.last)), k,
                                     min_confidence, advance)
 
+    def _pairs(self, frontier: list[int], tok: list[int], par: list[int], feat: dict, row: dict, d: int,
+               base: int) -> torch.Tensor:
+        """Run the head on the depth-d `frontier`'s pairs (its parent's predicted feature, its own
+        token) at the position depth d gives them, each attending to the context and its own
+        ancestors' pairs only; record each node's predicted feature and cache row, and return them."""
+        dev = self.last.device
+        inputs = torch.stack([self.last[0] if par[n] < 0 else feat[par[n]] for n in frontier])
+        mask = torch.zeros(len(frontier), self.cache.length + len(frontier), dtype=torch.bool, device=dev)
+        mask[:, :base] = True
+        for r, n in enumerate(frontier):
+            a = n
+            while a >= 0:  # the node's own pair and its ancestors' pairs
+                mask[r, row[a] if a != n else self.cache.length + r] = True
+                a = par[a]
+        positions = torch.full((len(frontier),), base + d - 1, device=dev)
+        e = self.embed(torch.tensor([tok[n] for n in frontier], device=dev)).to(self.dtype)
+        out = self.head(inputs.view(1, -1, inputs.shape[-1]), e.view(1, -1, e.shape[-1]), self.cache,
+                        positions, mask.view(1, 1, *mask.shape))[0]
+        for r, n in enumerate(frontier):
+            feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
+        return out
+
     def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
         """EAGLE-2-like: grow the tree one depth per head forward, expanding the
         `tree_width` nodes with the likeliest paths (those that may still be kept); then keep
         the `budget` likeliest nodes, and with `min_confidence` only those whose path
         probability reaches it (the likeliest always): the tree is as big as the head is sure.
 
-        A node's pair is (its parent's predicted feature, its token), at the position its
-        depth gives it, attending to the context and its own ancestors only. Nothing is drawn,
-        greedy or sampled: the target judges each child as a one-hot guess (core/tree_sampling.py)."""
+        Nothing is drawn: the target judges each child as a one-hot guess (core/tree_sampling.py);
+        sampled runs may draw instead (`_drawn`)."""
         w, dev = self.tree_width, self.last.device
         base = self.cache.length
-        # Per node: token, parent, path probability, depth, feature that predicts its children.
-        tok, par, score, depth, feat, row = [], [], [], [], [], []
+        # Per node: token, parent, path probability, depth; feature that predicts its children and
+        # its pair's row in the head's cache, once expanded.
+        tok, par, score, depth, feat, row = [], [], [], [], {}, {}
 
         def add_children(parents: list[int], f: torch.Tensor, d: int) -> None:
             """The w likeliest children of each of `parents` (-1: the root), whose predicted
@@ -348,35 +373,32 @@ class Eagle(Drafter):
                     par.append(parent)
                     score.append(prob * pt)
                     depth.append(d)
-                    feat.append(None)  # set when the node is expanded
-                    row.append(None)  # its pair's row in the head's cache, once expanded
 
         add_children([-1], self.last, 1)
         for d in range(1, budget):
             frontier = self._frontier(score, depth, d, budget, min_confidence)
             if not frontier:
                 break
-            inputs = torch.stack([self.last[0] if par[n] < 0 else feat[par[n]] for n in frontier])
-            mask = torch.zeros(len(frontier), self.cache.length + len(frontier), dtype=torch.bool, device=dev)
-            mask[:, :base] = True
-            for r, n in enumerate(frontier):
-                a = n
-                while a >= 0:  # the node's own pair and its ancestors' pairs
-                    mask[r, row[a] if a != n else self.cache.length + r] = True
-                    a = par[a]
-            positions = torch.full((len(frontier),), base + d - 1, device=dev)
-            e = self.embed(torch.tensor([tok[n] for n in frontier], device=dev)).to(self.dtype)
-            out = self.head(inputs.view(1, -1, inputs.shape[-1]), e.view(1, -1, e.shape[-1]), self.cache,
-                            positions, mask.view(1, 1, *mask.shape))[0]
-            for r, n in enumerate(frontier):
-                feat[n], row[n] = out[r], self.cache.length - len(frontier) + r
-            add_children(frontier, out, d + 1)
+            add_children(frontier, self._pairs(frontier, tok, par, feat, row, d, base), d + 1)
         # The likeliest nodes; a child is never likelier than its parent, so parents come first.
         keep = _likeliest(score, depth, budget, min_confidence)
         keep.sort(key=lambda n: (depth[n], -score[n]))
         index = {n: j for j, n in enumerate(keep)}
         parents = tuple(-1 if par[n] < 0 else index[par[n]] for n in keep)
         return Draft(torch.tensor([tok[n] for n in keep], dtype=torch.long, device=dev), None, parents)
+
+    def _drawn(self, budget: int, min_confidence: float = 0.0) -> Draft:
+        """A tree whose children are drawn from the head's q (drafters/drawn.py), a depth per head
+        forward: each depth's nodes that will have children run the head on their pairs."""
+        base, feat, row = self.cache.length, {}, {}
+
+        def expand(level, tokens, parents):
+            if level == [-1]:
+                return self.lm.full(self.lm.logits(self.last))
+            d = depth_of(parents, level[0])
+            return self.lm.full(self.lm.logits(self._pairs(level, tokens, parents, feat, row, d, base)))
+
+        return draw_tree(self.processor, self.generator, expand, budget, self.tree_width, budget, min_confidence)
 
     def _frontier(self, score: list[float], depth: list[int], d: int, budget: int,
                   min_confidence: float = 0.0) -> list[int]:

@@ -18,6 +18,7 @@ from torch import nn
 from ..core.tree import best_first
 from ..modeling.packing import dense, draft_dtype, linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
+from .drawn import depth_of, draw_tree
 
 
 class TargetHead:
@@ -106,6 +107,8 @@ class Medusa(Drafter):
         if k < 1 or self.last is None:
             return empty_draft(self.device)
         if self.trees and self.tree_width > 1:
+            if self.trees == "drawn" and not self.processor.s.greedy:
+                return self._drawn(k, min_confidence)
             return self._tree(k, min_confidence)
         k = min(k, len(self.heads.blocks))
         # One pass: head j's hidden, through the (shared) LM head, is draft j.
@@ -117,14 +120,25 @@ class Medusa(Drafter):
     def _tree(self, budget: int, min_confidence: float = 0.0) -> Draft:
         """Every head's top candidates, combined into the `budget` likeliest paths (heads are
         treated as independent, as Medusa's own trees do); with `min_confidence`, only paths at
-        least that likely (the likeliest always). Nothing is drawn, greedy or sampled: the
-        target judges each candidate as a one-hot guess (core/tree_sampling.py)."""
+        least that likely (the likeliest always). Nothing is drawn: the target judges each candidate as
+        a one-hot guess (core/tree_sampling.py); sampled runs may draw instead (`_drawn`)."""
         logits = self.head.logits(self.heads(self.last)[:, 0])  # (heads, subset)
         top_p, top_i = torch.softmax(logits.float(), -1).topk(self.tree_width, dim=-1)
         ids = self.head.subset[top_i] if self.head.subset is not None else top_i
         cands = [list(zip(i_row, p_row)) for i_row, p_row in zip(ids.tolist(), top_p.tolist())]
         tokens, parents = best_first(cands, budget, min_confidence)
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, tuple(parents))
+
+    def _drawn(self, budget: int, min_confidence: float = 0.0) -> Draft:
+        """A tree whose children are drawn from the heads' q (drafters/drawn.py): a depth-d node's
+        children from head d + 1's, which reads no draft, so every node of a depth shares it."""
+        logits = self.head.full(self.head.logits(self.heads(self.last)[:, 0]))  # (heads, vocab)
+
+        def expand(level, tokens, parents):
+            return logits[depth_of(parents, level[0]) if level[0] >= 0 else 0].expand(len(level), -1)
+
+        return draw_tree(self.processor, self.generator, expand, budget, self.tree_width, len(self.heads.blocks),
+                         min_confidence)
 
     def feedback(self, accepted: int, hidden=None, path=None) -> None:
         self._keep(hidden)  # rows for the pending token and the kept drafts: keep the newest

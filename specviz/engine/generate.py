@@ -24,6 +24,7 @@ from .draft_length import DraftLength
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
 VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (GenerationConfig.verification)
+TREE_DRAFTINGS = ("chosen", "drawn")  # how a sampled tree's children are found (GenerationConfig.tree_drafting)
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
 TREE_NODES_PER_K_MAX = 4  # a tree of 4k candidates is dynamic k's largest; more only costs verification
 # The most prompt tokens one prefill forward reads. On the embedded model (1 thread) a 7,000-token prompt
@@ -64,6 +65,11 @@ class GenerationConfig:
     # on the same sampled steps it kept more than token-wise for every drafter that gives q, the same
     # for prompt lookup's one-hot drafts (docs/performance.md, "Which rule keeps more").
     verification: str = "block"
+    # How a sampled tree's children are found: "chosen" (the drafter's likeliest tokens, judged by the
+    # sibling walk as one-hot guesses, core/tree_sampling.py) or "drawn" (from the drafter's q without
+    # replacement, judged by recursive rejection sampling, core/tree_drawn.py). Greedy trees always take
+    # the likeliest tokens and the target's argmax.
+    tree_drafting: str = "chosen"
 
     def validate(self) -> "GenerationConfig":
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= K_MAX:
@@ -84,6 +90,9 @@ class GenerationConfig:
         if self.verification not in VERIFICATIONS:
             raise SpecvizError(f"verification must be one of {', '.join(VERIFICATIONS)} (how a sampled draft is judged), "
                                f"got {self.verification!r}")
+        if self.tree_drafting not in TREE_DRAFTINGS:
+            raise SpecvizError(f"tree drafting must be one of {', '.join(TREE_DRAFTINGS)} (how a sampled tree's "
+                               f"children are found), got {self.tree_drafting!r}")
         return self
 
     @property
@@ -223,7 +232,7 @@ def speculative_generate(
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None and not run.cut_short:
-            drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h, trees=trees)
+            drafter.begin(run.ids, run.processor, run.generator, dev, hidden=h, trees=trees and cfg.tree_drafting)
         synchronize(dev)
     prefill_time = run.elapsed = time.perf_counter() - start
     steps = drafted = accepted = candidates = 0

@@ -4,7 +4,8 @@ step reports brought to the host in one transfer.
 
 Chains follow core/verify.py's rule (greedy, or rejection sampling against q) or, sampled and
 asked for, block verification (core/block_verify.py); trees follow
-the target's argmax (core/tree.py) or, sampled, the sibling walk (core/tree_sampling.py).
+the target's argmax (core/tree.py) or, sampled, the sibling walk (core/tree_sampling.py) for
+chosen children and recursive rejection sampling (core/tree_drawn.py) for children drawn from q.
 Neither asks which drafter drafted: a draft is tokens, maybe q, maybe parents. The engine
 owns the run; this module is told all it uses.
 """
@@ -18,6 +19,7 @@ from ..core.block_verify import verify_block
 from ..core.events import BlockCheck, StepEvent, TreeDraft
 from ..core.sampling import Processor, fit_vocab, sample
 from ..core.tree import check_parents, depths, greedy_walk, tree_mask
+from ..core.tree_drawn import sample_drawn_tree
 from ..core.tree_sampling import sample_tree, walk_order
 from ..core.verify import one_hot_q, verify_greedy, verify_sampled
 from ..drafters.base import Draft
@@ -154,7 +156,8 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool | tuple = False) -> Verdict:
     """Verify a tree draft: one forward over the root and every node with the tree mask, then
     greedily a walk down the target's argmax, or sampled the sibling walk of
-    core/tree_sampling.py; the cache keeps the root and the accepted path only (entries moved,
+    core/tree_sampling.py (chosen children) or recursive rejection sampling of core/tree_drawn.py
+    (children drawn from q: the draft has q); the cache keeps the root and the accepted path only (entries moved,
     nothing recomputed).
 
     The verdict's chain view is the winning branch plus the first child that missed, so
@@ -175,7 +178,8 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     node_p = p[parent_rows, draft.tokens]
     width = min(top, p.shape[-1])
     top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), parent_rows.new_zeros(m + 1, 0))
-    walk = a = u = left = ()
+    walk = a = u = left = qx = ()
+    drawn = draft.q is not None and not greedy
     if greedy:
         best, g = p.max(-1)
         # the one host transfer of the step
@@ -184,11 +188,12 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
         token_p = best_p[path[-1] + 1 if path else 0]
     else:
         draws = torch.rand(m, generator=generator, device=device)
-        s = sample_tree(draft.tokens, parents, p, draws)
+        s = sample_drawn_tree(draft.tokens, parents, p, draft.q, draws) if drawn else \
+            sample_tree(draft.tokens, parents, p, draws)
         token = sample(s.dist, generator)
-        (token, token_p, tokens, node_p, top_v, top_i, on_path, tried, a, left, u) = to_host(
+        (token, token_p, tokens, node_p, top_v, top_i, on_path, tried, a, left, u, *qx) = to_host(
             token, p[s.row, token], draft.tokens, node_p, top_v, top_i, s.on_path, s.tried, s.accept_prob,
-            s.residual_mass, draws)
+            s.residual_mass, draws, *([s.q_x] if drawn else []))
         path, walk = walk_order(parents, on_path, tried)
         token, token_p = int(token[0]), token_p[0]
     tokens = [int(x) for x in tokens]
@@ -203,7 +208,7 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
     walked = TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
                        accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
-                       residual_mass=tuple(left[i] for i in walk))
+                       residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else ())
     return Verdict(
         draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
         accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n) if greedy else tuple(a[i] for i in shown),

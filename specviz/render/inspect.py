@@ -110,6 +110,12 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     if e.greedy:
         rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
                 "q and p are shown for information")
+    elif e.tree is not None and e.tree.q:  # drawn children: recursive rejection sampling
+        rule = ("sampling, a drawn tree (recursive rejection sampling): each node's children were drawn from the "
+                "drafter's q without replacement; child j is kept if u < min(1, p′(x) / q_j(x)), q_j being q without "
+                "the earlier siblings, renormalised, and p′ starting as the target's p there; a refusal sets "
+                "p′ to max(p′ − q_j, 0), renormalised; if every child is refused, the target's token is drawn "
+                "from the final p′")
     elif e.tree is not None:  # the sibling walk: one-hot children, no ratio
         rule = (f"sampling, a tree (the sibling walk): at each node {WALK_RULE}, p′ starting as the target's p "
                 f"there; {WALK_RESIDUAL}; if every child is refused, the target's token is drawn from the final p′")
@@ -121,9 +127,13 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
                 f"{RESIDUAL}, {RESIDUAL_GLOSS}")
     if walk:  # every child the walk judged, in order, in place of the chain view's rows
         end = walk_end(e, labels.tree)
+        note = ('<p class="sv-muted sv-drawn">Drawn, not chosen: each child is a draw from the drafter\'s q, so '
+                "the ratio divides by the q it was drawn from (a first child is kept with 1 − TV(p, q) on average, "
+                "a chosen one only with p(x)).</p>" if e.tree.q else
+                '<p class="sv-muted sv-no-q">q: none. A tree\'s children are the drafter\'s likeliest tokens, '
+                "chosen and not drawn, so each is a one-hot guess and there is no ratio p/q: p′ alone decides.</p>")
         table = (f'{walk_table(e.tree, labels.tree)}<p class="sv-walk-end">{escape(end[:1].upper() + end[1:])}.</p>'
-                 '<p class="sv-muted sv-no-q">q: none. A tree\'s children are the drafter\'s likeliest tokens, '
-                 "chosen and not drawn, so each is a one-hot guess and there is no ratio p/q: p′ alone decides.</p>")
+                 + note)
     else:
         rows = [_row(e, labels, j) for j in range(len(e.draft))]
         if not rows:

@@ -58,7 +58,7 @@ def expected(e: StepEvent) -> dict[str, float]:
     the most any exact rule keeps from that tree (core/tree_sampling.py); {} otherwise."""
     if comparable(e):
         return {"token": token_wise_expected(e.accept_prob), "block": block_expected(e.block.stop_prob)}
-    if e.tree is not None and e.tree.walk:
+    if e.tree is not None and e.tree.walk and not e.tree.q:  # a drawn tree has no such ceiling
         return {"walk": sum(keep_chances(e.tree.tokens, e.tree.parents, e.tree.p))}
     return {}
 
@@ -173,6 +173,13 @@ def tree_rules_html(e: StepEvent, labels) -> str:
     kept on this step's draws, and the walk's order ('' for other steps)."""
     if e.tree is None or not e.tree.walk:
         return ""
+    if e.tree.q:
+        order = "".join(f"<li>{escape(line)}</li>" for line in walk_order_text(e, labels))
+        return ('<div class="sv-rules sv-tree-rules"><p class="sv-inspect-head">A drawn tree: its children are draws '
+                "from the drafter's q, so recursive rejection sampling may keep a child more often than the target "
+                "writes its branch (min(1, p′/q_j) against p(x) for a chosen child), and no ceiling of p along a "
+                "branch applies. The rule is exact over the draws, not for one tree (docs/exactness.md).</p>"
+                f'<p class="sv-muted">Its order this step:</p><ol class="sv-walk-order">{order}</ol></div>')
     rows = tree_ceiling(e)
     won = set(e.tree.path)
     body = "".join(

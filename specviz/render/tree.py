@@ -31,6 +31,9 @@ class Judged:
     mass: float  # the mass of p its refused earlier siblings left (1 for the first child)
     left: float  # the mass of p left once it is refused too: the next child's p′ divides by it
     repeat: bool  # its token is an earlier sibling's, refused already: p′(x) = 0
+    # A drawn tree's child (core/tree_drawn.py): q_j(x), the q it was drawn from without its earlier
+    # siblings; `before` is then min(1, p′(x) / q_j(x)) and `left` the mass of max(p′ − q_j, 0). None: chosen.
+    q: float | None = None
 
 
 def _depths(parents) -> list[int]:
@@ -51,11 +54,12 @@ def sibling_walk(tree: TreeDraft | None) -> list[Judged]:
         count[parent] = count.get(parent, 0) + 1
         order.append(count[parent])
     out, mass, tried = [], {}, {}
-    for i, a, u, left in zip(tree.walk, tree.accept_prob, tree.draws, tree.residual_mass):
+    qs = tree.q or (None,) * len(tree.walk)
+    for i, a, u, left, q in zip(tree.walk, tree.accept_prob, tree.draws, tree.residual_mass, qs):
         parent = tree.parents[i]
         seen = tried.setdefault(parent, set())
         out.append(Judged(i, deep[i], order[i], tree.p[i], a, u, i in won, mass.get(parent, 1.0), left,
-                          tree.tokens[i] in seen))
+                          tree.tokens[i] in seen and q is None, q))
         seen.add(tree.tokens[i])
         mass[parent] = left
     return out
@@ -75,7 +79,10 @@ def ordinal(n: int) -> str:
 
 
 def before_text(j: Judged) -> str:
-    """p′(x) when the child was tried, with where it came from after a refusal."""
+    """p′(x) when the child was tried, with where it came from after a refusal; a drawn child's
+    min(1, p′(x) / q_j(x))."""
+    if j.q is not None:
+        return f"min(1, p′(x) / {j.q:.3f}) = {j.before:.3f}"
     if j.repeat:
         return "0 (its token was refused already)"
     if j.order > 1 and j.mass < 1.0:
@@ -84,7 +91,8 @@ def before_text(j: Judged) -> str:
 
 
 def verdict_text(j: Judged) -> str:
-    return "kept: u < p′(x)" if j.kept else "refused: u ≥ p′(x)"
+    ratio = "p′(x)" if j.q is None else "min(1, p′/q_j)"
+    return f"kept: u < {ratio}" if j.kept else f"refused: u ≥ {ratio}"
 
 
 def walk_table(tree: TreeDraft, labels, depth: int | None = None) -> str:
@@ -105,13 +113,14 @@ def walk_table(tree: TreeDraft, labels, depth: int | None = None) -> str:
         rows.append(f'<tr data-kind="{kind}" data-node="{j.node}">{at}<td data-label="tried">{ordinal(j.order)}</td>'
                     f'<td data-label="child">{_code(_label(tree, labels, j.node))}</td>'
                     f'<td data-label="p (target)">{j.p:.3f}</td>'
-                    f'<td data-label="p′(x) when tried">{before_text(j)}</td>'
+                    f'<td data-label="{"p′(x)" if j.q is None else "min(1, p′/q_j)"} when tried">{before_text(j)}</td>'
                     f'<td data-label="draw u">{j.u:.3f}</td>'
                     f'<td class="sv-verdict-{kind}" data-label="verdict">{escape(verdict_text(j))}</td>'
                     f'<td data-label="mass left if refused">{left}</td></tr>')
     head = "<th>children of</th>" if depth is None else ""
+    ratio = "p′(x) when tried" if not tree.q else "min(1, p′/q_j) when tried"
     return ('<div class="sv-scroll"><table class="sv-table sv-drafts sv-walk"><thead><tr>'
-            f'{head}<th>tried</th><th>child</th><th>p (target)</th><th>p′(x) when tried</th><th>draw u</th>'
+            f'{head}<th>tried</th><th>child</th><th>p (target)</th><th>{ratio}</th><th>draw u</th>'
             f'<th>verdict</th><th>mass left if refused</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
 
 
@@ -127,6 +136,9 @@ def walk_end(e: StepEvent, labels) -> str:
                 "the target's token after it is drawn from its p there (the bonus)")
     parent = tree.parents[last.node]
     whose = "the text so far" if parent < 0 else f"“{visible(_label(tree, labels, parent))}”"
+    if last.q is not None:
+        return (f"every child of {whose} was refused: the target's token is drawn from the final p′, "
+                f"max(p′ − q_j, 0) after the last one divided by its mass ({last.left:.3f})")
     return (f"every child of {whose} was refused: the target's token is drawn from the final p′, p without "
             f"them divided by the mass they leave ({last.left:.3f})")
 

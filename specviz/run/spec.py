@@ -4,7 +4,8 @@ DrafterSpec, and `build`, which makes the drafter it names.
 The language: a kind of KINDS by its name ('none', 'pld', 'suffix', 'layerskip[:LAYERS]', 'eagle[:PATH]', ...)
 or a draft model's Hub id or folder; 'NAME+pld' pairs a model drafter with prompt lookup and 'suffix+NAME' with
 suffix decoding (drafters/hybrid.py); 'NAME@token' or 'NAME@block' verifies its drafts by that rule whatever the
-settings say, and 'NAME@chain' makes a tree drafter (EAGLE, Medusa) draft chains. An application with kinds of
+settings say, 'NAME@chain' makes a tree drafter (EAGLE, Medusa) draft chains, and 'NAME@drawn' or 'NAME@chosen'
+finds a sampled tree's children that way (GenerationConfig.tree_drafting). An application with kinds of
 its own (the bench's tiny-random and draft-hf, the matrix's draft-model and its heads trained in place) parses
 against KINDS plus those (`with_kinds`): run/ never imports it, and no entry point's names depend on which
 application happened to be imported.
@@ -20,7 +21,7 @@ from ..core.errors import SpecvizError
 from ..drafters.base import Drafter
 from ..drafters.draft_model import DraftModel
 from ..drafters.prompt_lookup import PromptLookup, special_ids
-from ..engine.generate import VERIFICATIONS, GenerationConfig
+from ..engine.generate import TREE_DRAFTINGS, VERIFICATIONS, GenerationConfig
 from ..render.rules import RULE_NAMES
 
 NONE = "none"  # plain decoding in steps: the speculative loop with empty drafts
@@ -65,11 +66,12 @@ class DrafterSpec:
     copier: str = ""  # "pld" (NAME+pld) or "suffix" (suffix+NAME): that copier drafts where the text repeats
     rule: str = ""  # "token" or "block" (NAME@block): this drafter's verification rule, whatever the settings say
     chain: bool = False  # NAME@chain: a tree drafter drafting chains only
+    drafting: str = ""  # "chosen" or "drawn" (NAME@drawn): how its sampled trees' children are found
 
     @property
     def name(self) -> str:
         """The text without its '@' suffix: the drafter, however it is verified or shaped."""
-        return self.text.rpartition("@")[0].strip() if self.rule or self.chain else self.text
+        return self.text.rpartition("@")[0].strip() if self.rule or self.chain or self.drafting else self.text
 
     @property
     def none(self) -> bool:
@@ -94,17 +96,20 @@ class DrafterSpec:
             name = f"suffix decoding + {name}" if self.copier == "suffix" else f"{name} + prompt lookup"
         if self.rule:
             name += f" ({RULE_NAMES[self.rule]})"
-        return name + (" (chains)" if self.chain else "")
+        return name + (" (chains)" if self.chain else f" ({self.drafting} trees)" if self.drafting else "")
 
     def config(self, cfg: GenerationConfig) -> GenerationConfig:
-        """`cfg` with this drafter's own verification rule, where its name gives one."""
-        return replace(cfg, verification=self.rule) if self.rule else cfg
+        """`cfg` with this drafter's own verification rule or tree drafting, where its name gives one."""
+        if self.rule:
+            cfg = replace(cfg, verification=self.rule)
+        return replace(cfg, tree_drafting=self.drafting) if self.drafting else cfg
 
 
 def names(kinds: Mapping[str, Kind]) -> str:
     """Every name a drafter may be given, in one phrase for a sentence."""
     return ", ".join([*(k.typed for k in kinds.values() if k.name != MODEL.name), "'NAME+pld'", "'suffix+NAME'",
-                      "'NAME@token'", "'NAME@block'", "'NAME@chain'"]) + ", or a draft model's Hub id or folder"
+                      "'NAME@token'", "'NAME@block'", "'NAME@chain'",
+                      "'NAME@drawn'", "'NAME@chosen'"]) + ", or a draft model's Hub id or folder"
 
 
 def described(kinds: Mapping[str, Kind] | None = None) -> str:
@@ -126,7 +131,8 @@ def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
     inner, at, suffix = s.rpartition("@")
     rule = suffix.strip().lower() if at and suffix.strip().lower() in VERIFICATIONS else ""
     chain = bool(at) and suffix.strip().lower() == CHAIN
-    if not (rule or chain):
+    drafting = suffix.strip().lower() if at and suffix.strip().lower() in TREE_DRAFTINGS else ""
+    if not (rule or chain or drafting):
         inner = s
     inner, copier = _unpaired(inner.strip())
     kind, argument = _kind(inner, s, kinds)
@@ -135,7 +141,7 @@ def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
             f"'suffix+{inner}': 'suffix+NAME' pairs suffix decoding"
         raise SpecvizError(f"{how} with a model drafter (eagle, medusa, draft, layerskip or a draft model), "
                            "not with a copying drafter, a pair or none")
-    return DrafterSpec(s, kind, argument, copier, rule, chain)
+    return DrafterSpec(s, kind, argument, copier, rule, chain, drafting)
 
 
 def _unpaired(text: str) -> tuple[str, str]:
@@ -187,12 +193,13 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
 
         memory = options.get("memory")
         drafter = Hybrid(drafter, suffix(memory) if spec.copier == "suffix" else lookup(target, sure_match=2))
-    if spec.chain:
+    if spec.chain or spec.drafting:
         model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
         if getattr(model, "tree_width", 0) < 2:
-            raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN}' applies to "
-                               "tree drafters (medusa, eagle)")
-        model.tree_width = 0
+            raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN if spec.chain else spec.drafting}' "
+                               "applies to tree drafters (medusa, eagle)")
+        if spec.chain:
+            model.tree_width = 0
     return drafter
 
 

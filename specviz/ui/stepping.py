@@ -37,9 +37,15 @@ def _walk(e: StepEvent, labels) -> list[tuple[str, str]]:
         of = "the text so far" if parent < 0 else _tok(names[parent])
         if j.kept:
             then = "kept" + (", the walk goes down into it" if j.node in tree.parents else "")
+        elif j.q is not None:
+            then = f"refused; p′ becomes max(p′ − q_j, 0), divided by its mass, {j.left:.3f}"
         else:
             then = f"refused; p′ drops it and is renormalised: the rest of p divided by the mass left, {j.left:.3f}"
         sign = "<" if j.kept else "≥"
+        if j.q is not None:  # a drawn child: recursive rejection sampling
+            out.append(("recursive rejection", f"{ordinal(j.order)} child of {of}, {_tok(names[j.node])}, drawn "
+                        f"from q_j (q_j(x) = {j.q:.3f}): {before_text(j)}, u = {j.u:.3f} {sign} it: {then}"))
+            continue
         out.append(("sibling walk", f"{ordinal(j.order)} child of {of}, {_tok(names[j.node])}: "
                                     f"p′(x) = {before_text(j)}, u = {j.u:.3f} {sign} p′(x): {then}"))
     return out
@@ -81,16 +87,21 @@ def _tree_phases(e: StepEvent, labels, walk: list[tuple[str, str]]) -> list[tupl
     """A sampled tree step: the tree, its one forward, the walk child by child, then what it
     kept and the target's token (drawn from the final p′, or at a leaf from p)."""
     texts = labels.draft if len(labels.draft) == len(e.draft) else tuple(f"#{t}" for t in e.draft)
-    n = len(e.tree.tokens)
-    out = [("draft", f"the drafter proposes a tree of {n} candidate{'s' if n != 1 else ''}: at each node its "
-                     "likeliest tokens, chosen, not drawn (one-hot guesses)"),
+    n, drawn = len(e.tree.tokens), bool(e.tree.q)
+    how = ("children drawn from its q without replacement" if drawn else
+           "likeliest tokens, chosen, not drawn (one-hot guesses)")
+    out = [("draft", f"the drafter proposes a tree of {n} candidate{'s' if n != 1 else ''}: at each node its {how}"),
            ("verify", "the target scores every candidate in one forward pass, each seeing only its own branch: "
                       "p at every node"),
            *walk]
     kept = ", ".join(map(_tok, texts[:e.accepted])) or "nothing"
-    out.append(("accept/reject", f"{e.accepted} kept along the branch: {kept} (the sibling walk: a child is kept "
-                                 f"if u < p′(x)). On average over the draws the walk keeps {expected(e)['walk']:.2f} "
-                                 f"of the {n}, the most any exact rule keeps from this tree"))
+    if drawn:
+        out.append(("accept/reject", f"{e.accepted} kept along the branch: {kept} (recursive rejection sampling: a "
+                                     "child is kept if u < min(1, p′/q_j))"))
+    else:
+        out.append(("accept/reject", f"{e.accepted} kept along the branch: {kept} (the sibling walk: a child is kept "
+                                     f"if u < p′(x)). On average over the draws the walk keeps {expected(e)['walk']:.2f} "
+                                     f"of the {n}, the most any exact rule keeps from this tree"))
     what = "correction" if e.token_kind == "corrected" else "bonus"
     out.append((what, f"{walk_end(e, labels.tree)}: {_tok(labels.token)}"))
     return out
