@@ -15,6 +15,7 @@ renormalised, and the sibling walk for chosen children applied to drawn ones.
 from __future__ import annotations
 
 import functools
+import json
 import itertools
 import re
 import zlib
@@ -23,7 +24,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from specviz.core.tree_drawn import gumbel_order, residuals, sample_drawn_tree
+from specviz.core.tree_drawn import gumbel_order, keep_chances, residuals, sample_drawn_tree
 from specviz.core.tree_sampling import sample_tree, walk_order
 from test_tree_ceiling import shapes
 
@@ -259,6 +260,10 @@ def test_the_sampler_walks_by_the_rules_numbers():
             branch(range(6), parents, i).__len__(), i)))
         assert torch.allclose(s.dist / s.dist.sum(), want / want.sum())
         assert [round(v, 12) for v in s.accept_prob.tolist()] == [round(accept[i], 12) for i in range(6)]
+        # each node's keep chance given the tree: their sum is the step's mean accepted length
+        law = step_law(tokens, parents, p, accept, final)
+        mean = sum(w * (len(s) - 1) for s, w in law.items())
+        assert abs(sum(keep_chances(parents, s.accept_prob.tolist())) - mean) < 1e-12
 
 
 def test_gumbel_order_draws_without_replacement():
@@ -365,13 +370,18 @@ def test_the_inspector_and_step_through_show_a_drawn_step():
     text = trace_file.dumps(trace_file.Recording(trace_file.RunInfo("t", "eagle"), trace))
     back = trace_file.loads(text).spec
     assert back.events == steps
+    doc = json.loads(text)  # a damaged drawn tree is refused in one sentence
+    tree = next(e["tree"] for e in doc["runs"][0]["events"] if e.get("tree"))
+    tree["q"] = tree["q"][1:] + [0.5, 0.5]
+    with pytest.raises(trace_file.TraceFileError, match="drawn tree's q"):
+        trace_file.loads(json.dumps(doc))
     i = next(n for n, s in enumerate(back.steps) if len(s.tree.walk) > 1)  # a refusal, then another child
     e = back.steps[i]
     shown = step_html(back, i)
     assert [int(n) for n in re.findall(r'data-node="(\d+)"', shown)] == list(e.tree.walk)
     assert "drawn from the drafter" in shown and f"min(1, p′(x) / {e.tree.q[0]:.3f})" in shown
     assert "max(p′ − q_j, 0)" in shown and "the most any exact rule" not in shown
-    assert expected(e) == {} and "A drawn tree" in rules_html(e, back.labels[back.events.index(e)])
+    assert expected(e) == {"drawn": sum(e.tree.keep)} and "A drawn tree" in rules_html(e, back.labels[back.events.index(e)])
     said = phases(e, back.labels[back.events.index(e)])
     assert said[0][1].endswith("children drawn from its q without replacement")
     assert [name for name, _ in said].count("recursive rejection") == len(e.tree.walk)

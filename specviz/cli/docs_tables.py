@@ -138,6 +138,35 @@ def bench_rule_means(doc: dict) -> str:
                 "sibling walk (the ceiling)", "kept by the steps' own draws, token-wise → block"], rows)
 
 
+def bench_tree_drafting(doc: dict) -> str:
+    """Each tree drafter as drawn trees, chosen trees and chains (NAME@drawn, NAME@chosen, NAME@chain):
+    drafts kept per sampled step, as the mean over each step's coins (drawn trees: recursive
+    rejection given the tree drawn; chosen: the sibling walk; chains: the arm's rule) and as the
+    steps' own draws kept them, tokens per target pass, and the mean against the drafter's chosen
+    trees and chains."""
+    shape = {"drawn": "drawn tree", "chosen": "chosen tree", "chain": "chain"}
+    means, rows = {}, []
+    for r in _arms(doc):
+        name, _, rest = r["arm"].partition("@")
+        how = rest.split()[0] if rest else ""
+        runs = [run for run in doc["runs"] if run["arm"] == r["arm"]]
+        total = sum(sum(run.get("expected_by_rule", {}).values()) for run in runs)
+        steps = sum(max(run.get("rule_steps", {}).values(), default=0) for run in runs)
+        outcomes = [o for run in runs for o in run.get("step_outcomes", [])]
+        mean = total / steps if steps else None
+        means[name, how] = mean
+        rows.append((name, how, r, steps, mean, sum(a for _, a in outcomes) / len(outcomes) if outcomes else None))
+
+    def gain(name, how, other):
+        a, b = means.get((name, how)), means.get((name, other))
+        return f"{100 * (a / b - 1):+.1f}%" if how == "drawn" and a and b else "-"
+
+    return _md(["arm", "draft", "sampled steps", "kept per step (mean over the coins)", "kept per step (the draws)",
+                "tokens per target pass", "drawn vs chosen", "drawn vs chain"],
+               [[f"`{r['arm']}`", shape.get(how, how), str(steps), _f(mean, 3), _f(own, 3), _f(r["tau"]),
+                 gain(name, how, "chosen"), gain(name, how, "chain")] for name, how, r, steps, mean, own in rows])
+
+
 def bench_categories(doc: dict) -> str:
     """Per category, each drafter's best speedup; the fastest in bold."""
     cats = list(dict.fromkeys(r["category"] for r in doc["summary"]))
@@ -331,6 +360,7 @@ KINDS = {
     "bench-categories": (bench_categories, bench_caption),
     "bench-rules": (bench_rules, bench_caption),
     "bench-rule-means": (bench_rule_means, bench_caption),
+    "bench-tree-drafting": (bench_tree_drafting, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),

@@ -89,6 +89,7 @@ class TreeDraft:
     # node q_j(x), the q it was drawn from without its earlier siblings, renormalised. Its accept_prob is
     # then min(1, p'(x) / q_j(x)) and its residual_mass that of max(p' - q_j, 0).
     q: tuple[float, ...] = ()
+    keep: tuple[float, ...] = ()  # a drawn tree: each node's chance of being kept over the coins, given the tree
 
 
 @dataclass(frozen=True)

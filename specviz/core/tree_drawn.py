@@ -82,6 +82,21 @@ def residuals(tokens: torch.Tensor, parents: Sequence[int], p: torch.Tensor, q: 
     return sh, a, q_x, mass, pr
 
 
+def keep_chances(parents: Sequence[int], accept: Sequence[float]) -> list[float]:
+    """How often the rule keeps each node of this drawn tree, over its coins: the chance its parent
+    is kept, times the chance every earlier sibling is refused, times its own min(1, p'/q_j)
+    (`accept`, every node's, as sample_drawn_tree computes them). Their sum is the step's mean
+    accepted length given the tree: the mean over the coins, without their noise."""
+    chance: list[float] = []
+    refused: dict[int, float] = {}
+    for i, parent in enumerate(parents):
+        above = 1.0 if parent < 0 else chance[parent]
+        reach = refused.get(parent, 1.0)
+        chance.append(above * reach * accept[i])
+        refused[parent] = reach * (1 - accept[i])
+    return chance
+
+
 def sample_drawn_tree(tokens: torch.Tensor, parents: Sequence[int], p: torch.Tensor, q: torch.Tensor,
                       draws: torch.Tensor) -> TreeSample:
     """Recursive rejection sampling of a drawn tree, every node at once.

@@ -19,7 +19,7 @@ from ..core.block_verify import verify_block
 from ..core.events import BlockCheck, StepEvent, TreeDraft
 from ..core.sampling import Processor, fit_vocab, sample
 from ..core.tree import check_parents, depths, greedy_walk, tree_mask
-from ..core.tree_drawn import sample_drawn_tree
+from ..core.tree_drawn import keep_chances, sample_drawn_tree
 from ..core.tree_sampling import sample_tree, walk_order
 from ..core.verify import one_hot_q, verify_greedy, verify_sampled
 from ..drafters.base import Draft
@@ -208,7 +208,8 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
     walked = TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
                        accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
-                       residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else ())
+                       residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else (),
+                       keep=tuple(keep_chances(parents, a)) if qx else ())
     return Verdict(
         draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
         accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n) if greedy else tuple(a[i] for i in shown),

@@ -55,10 +55,13 @@ def kept(e: StepEvent) -> dict[str, int]:
 def expected(e: StepEvent) -> dict[str, float]:
     """What each rule keeps from this step on average over its coins, the draft and the rows as they
     are: a sampled chain step under both rules; a sampled tree step under the sibling walk, which is
-    the most any exact rule keeps from that tree (core/tree_sampling.py); {} otherwise."""
+    the most any exact rule keeps from that tree (core/tree_sampling.py), or a drawn tree's under
+    recursive rejection sampling, given the tree drawn (core/tree_drawn.py); {} otherwise."""
     if comparable(e):
         return {"token": token_wise_expected(e.accept_prob), "block": block_expected(e.block.stop_prob)}
-    if e.tree is not None and e.tree.walk and not e.tree.q:  # a drawn tree has no such ceiling
+    if e.tree is not None and e.tree.keep:  # a drawn tree: recursive rejection, given the tree drawn
+        return {"drawn": sum(e.tree.keep)}
+    if e.tree is not None and e.tree.walk and not e.tree.q:
         return {"walk": sum(keep_chances(e.tree.tokens, e.tree.parents, e.tree.p))}
     return {}
 
@@ -175,7 +178,9 @@ def tree_rules_html(e: StepEvent, labels) -> str:
         return ""
     if e.tree.q:
         order = "".join(f"<li>{escape(line)}</li>" for line in walk_order_text(e, labels))
-        return ('<div class="sv-rules sv-tree-rules"><p class="sv-inspect-head">A drawn tree: its children are draws '
+        return ('<div class="sv-rules sv-tree-rules"><p class="sv-inspect-head">A drawn tree: on average over the '
+                f"draws it keeps {sum(e.tree.keep):.2f} of these {len(e.tree.tokens)} candidates ({len(e.tree.path)} "
+                "this step). Its children are draws "
                 "from the drafter's q, so recursive rejection sampling may keep a child more often than the target "
                 "writes its branch (min(1, p′/q_j) against p(x) for a chosen child), and no ceiling of p along a "
                 "branch applies. The rule is exact over the draws, not for one tree (docs/exactness.md).</p>"

@@ -329,7 +329,7 @@ def _law(e) -> str | None:
                   ("q_top", [p for row in e.q_top for _, p in row])]
         if tree is not None:
             probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
-                      ("tree residual mass", tree.residual_mass)]
+                      ("tree residual mass", tree.residual_mass), ("tree q", tree.q), ("tree keep chances", tree.keep)]
         for name, rows in (("p_raw", e.p_raw), ("q_raw", e.q_raw)):  # log-probabilities: at most 0
             if any(lp > ROUNDING for row in rows for _, lp in row):
                 return f"a log-probability in its {name} is above 0, so its probability is above 1"
@@ -388,6 +388,8 @@ def _tree_problem(tree) -> str | None:
         return "its tree's nodes disagree"
     if not len(tree.walk) == len(tree.accept_prob) == len(tree.draws) == len(tree.residual_mass):
         return "its tree's sibling walk disagrees in length"
+    if len(tree.q) not in (0, len(tree.walk)) or len(tree.keep) not in (0, m):
+        return "its drawn tree's q or keep chances disagree in length"
     try:
         check_parents(tree.parents)
     except ValueError as e:  # check_parents says what is wrong with the tree's shape
