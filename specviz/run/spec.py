@@ -74,10 +74,6 @@ class DrafterSpec:
         return self.text.rpartition("@")[0].strip() if self.rule or self.chain or self.drafting else self.text
 
     @property
-    def none(self) -> bool:
-        return self.kind.name == NONE
-
-    @property
     def needs_model(self) -> bool:
         """Does this spec name a separate draft model to load (`argument`)?"""
         return self.kind.needs_model
