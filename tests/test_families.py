@@ -218,7 +218,7 @@ def test_a_greedy_run_that_parts_says_where_and_whether_rounding_explains_it(noi
     import io
 
     out = io.StringIO()
-    result = {"drafter": "pld", "stats": spec.stats.to_dict(), "speedup": 1.0, "identical_to_baseline": False,
+    result = {"drafter": "pld", "label": "prompt lookup", "stats": spec.stats.to_dict(), "speedup": 1.0, "identical_to_baseline": False,
               "baseline": {"stats": base.stats.to_dict(), "tokens_per_s": 1.0},
               "divergence": {**d.to_dict(), "sentence": d.sentence()}}
     print_summary(result, out)
