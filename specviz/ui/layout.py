@@ -227,7 +227,8 @@ def _playground_tab(policy: Policy):
                                            placeholder=WAITING), label="baseline text", elem_id="sv-base", min_width=300)
     # The inspector right under the panels: the step buttons above them change both.
     with gr.Accordion("Step inspector", open=True, elem_id="sv-inspector-box"):
-        step = gr.Slider(1, 2, value=1, step=1, label="step", interactive=False, elem_id="sv-step")
+        step = gr.Slider(1, 2, value=1, step=1, label="step", interactive=False, elem_id="sv-step",
+                         buttons=[])  # no reset button: step 1 is no default, and it was one more Tab stop
         inspector = gr.HTML(step_html(Trace("speculative"), 0), label="step inspector", elem_id="sv-inspector")
     blank = dict(zip(CHARTS, empty_figures()))
     chart = dict(show_label=False, min_width=300)

@@ -35,7 +35,10 @@ from .views import error_frame, playground_values
 log = logging.getLogger(__name__)
 UPDATE_EVERY = 0.3  # seconds between page updates during a race, as during a live run
 KEEP = 32  # trace files kept for download; older ones are deleted (Gradio serves its own copy)
-SPEEDS = (0.1, 10.0)  # the speed slider's range: x true speed
+SPEEDS = (0.1, 10.0)  # the speeds a race or phases accept: x true speed
+# What the page offers, in a menu that is one Tab stop: a slider was three (its number box, its reset
+# button, its track) on the way from Generate to the step inspector (Gradio's radio buttons are one each).
+SPEED_CHOICES = (0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
 
 
 class Replay:
@@ -59,7 +62,7 @@ class Stepper:
     phases: gr.Button
     play: gr.Button
     pause: gr.Button
-    speed: gr.Slider
+    speed: gr.Dropdown
 
     @property
     def buttons(self) -> list[gr.Button]:
@@ -76,8 +79,8 @@ def stepper() -> Stepper:
         phases = gr.Button("Next step in phases ▶", elem_id="sv-step-phases", **off)
         play = gr.Button("Play race", elem_id="sv-replay-play", **off)
         pause = gr.Button("Pause", elem_id="sv-replay-pause", **off)
-        speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = real)", elem_id="sv-replay-speed",
-                          min_width=210)
+        speed = gr.Dropdown([(f"{x:g}×", x) for x in SPEED_CHOICES], value=1.0, label="speed (1× = real)",
+                            elem_id="sv-replay-speed", min_width=120)
     return Stepper(live, previous, next_, phases, play, pause, speed)
 
 
