@@ -144,31 +144,28 @@ def generate(args) -> int:
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
     if memory is not None:
         memory.save(args.suffix_memory)
+    rec = trace_command.recording(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"],
+                                  curve)
     if args.trace:
-        trace_command.save(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"], curve)
+        trace_command.save(args.trace, rec)
 
     result = {
         "text": "".join(models.token_strings(target, _without_eos(target, end.token_ids))),  # whole characters
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
-        "drafter": args.drafter,  # as asked for
-        "label": spec.label,
         "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
                    "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to,
                    **sampling.__dict__},
-        "stats": end.stats.to_dict(),
+        **trace_command.summary(rec),  # drafter (as asked for), label, stats, the speedup: what replay prints
         "steps": [event_to_dict(s) for s in steps],
     }
     if curve is not None:
         result["verify_cost"] = curve.to_dict()
     if base is not None:
-        result["baseline"] = {"text": "".join(models.token_strings(target, _without_eos(target, base.token_ids))),
-                              "token_ids": list(base.token_ids), "tokens_per_s": base.stats.tokens_per_s,
-                              "stats": base.stats.to_dict()}
-        result["speedup"] = end.stats.tokens_per_s / base.stats.tokens_per_s if base.stats.tokens_per_s else None
+        result["baseline"] |= {"text": "".join(models.token_strings(target, _without_eos(target, base.token_ids))),
+                               "token_ids": list(base.token_ids)}
         if sampling.greedy:
-            result["identical_to_baseline"] = end.token_ids == base.token_ids
             parted = first_divergence(steps, traces["base"].events, tie_tolerance(target.dtype))
             if parted is not None:
                 result["divergence"] = {**parted.to_dict(), "sentence": parted.sentence()}

@@ -30,23 +30,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="one line per speculative step: its drafts, kept or rejected, then the target's token")
 
 
-def save(args, target, cfg, spec, base, curve=None) -> None:
-    """Write `generate`'s run (spec and base Traces, labelled, and the target's verify-cost
-    curve on this machine) to args.trace."""
+def recording(args, target, cfg, spec, base, curve=None) -> Recording:
+    """`generate`'s run (spec and base Traces, labelled, and the target's verify-cost curve on this machine)."""
     info = RunInfo(target=args.target, drafter=args.drafter, prompt=args.prompt, greedy=cfg.sampling.greedy,
                    config=asdict(cfg), source="cli", device=trace_file.describe_device(target.model))
-    trace_file.save(args.trace, Recording(info, spec, base, curve))
-    print(f"specviz: trace saved to {args.trace}", file=sys.stderr)
+    return Recording(info, spec, base, curve)
+
+
+def save(path, rec: Recording) -> None:
+    trace_file.save(path, rec)
+    print(f"specviz: trace saved to {path}", file=sys.stderr)
 
 
 def summary(rec: Recording) -> dict:
-    """What terminal.print_summary reads, from a recording (`generate` builds it from the live runs)."""
+    """What terminal.print_summary reads and generate's --json holds, from a recording: generate's live runs or
+    a saved one, so replay prints what generate printed."""
     spec = rec.spec.end.stats if rec.spec.end else rec.spec.stats()
     r = {"drafter": rec.info.drafter, "label": rec.spec.label, "stats": spec.to_dict()}
     if rec.base is not None and rec.base.end is not None:
         base = rec.base.end.stats
         r["baseline"] = {"stats": base.to_dict(), "tokens_per_s": base.tokens_per_s}
-        r["speedup"] = spec.tokens_per_s / base.tokens_per_s if base.tokens_per_s else math.nan
+        r["speedup"] = spec.tokens_per_s / base.tokens_per_s if base.tokens_per_s else None
         if rec.info.greedy:
             r["identical_to_baseline"] = rec.spec.token_ids == rec.base.token_ids
     return r
