@@ -53,7 +53,7 @@ def tiny_random_model(target_model, layers: int = 2, hidden: int = 256, seed: in
 
 
 def _tiny_random(spec, target, **_) -> DraftModel:
-    return DraftModel(tiny_random_model(target.model), name=spec.text)
+    return DraftModel(tiny_random_model(target.model), name=spec.drafter_label)
 
 
 def _draft_hf(spec, target, **_) -> DraftModel:
@@ -61,7 +61,7 @@ def _draft_hf(spec, target, **_) -> DraftModel:
 
     distilled = build(parse(f"draft:{spec.argument}" if spec.argument else "draft"), target)
     # float32, as the distilled drafter itself always runs (and float16 could not hold the export)
-    return DraftModel(to_transformers(distilled, target.model), name=spec.text)
+    return DraftModel(to_transformers(distilled, target.model), name=spec.drafter_label)
 
 
 # The names every entry point understands (run/spec.py), and the bench's own.
