@@ -117,15 +117,15 @@ def test_the_drafter_flags_help_says_every_kind_of_the_one_table():
     its own kinds): a kind added there is named in both with nothing else to edit."""
     from specviz.bench.drafters import KINDS as BENCH
     from specviz.cli.main import build_parser
-    from specviz.run.spec import KINDS, MODEL
+    from specviz.run.spec import FORMS, KINDS, MODEL
 
     commands = build_parser()._subparsers._group_actions[0].choices
     for command, flag, kinds in (("generate", "drafter", KINDS), ("bench", "drafters", BENCH)):
         said = next(a.help for a in commands[command]._actions if a.dest == flag)
         for kind in kinds.values():
             if kind is not MODEL:
-                assert f"{kind.typed[1:-1]} ({kind.says or kind.label}" in said, (command, kind.name)
-        assert "NAME+pld" in said and "NAME@chain" in said and "Hub id or folder" in said
+                assert f"{kind.typed} ({kind.says or kind.label}" in said, (command, kind.name)
+        assert all(f"{form} (" in said for form, _ in FORMS) and "Hub id or folder" in said
 
 
 @pytest.mark.parametrize("flag, value, sentence", [("k", 65, "k must be from 1 to 64, got 65"),

@@ -53,7 +53,7 @@ class Kind:
 
     @property
     def typed(self) -> str:
-        return f"'{self.name}[:{self.argument}]'" if self.argument else f"'{self.name}'"
+        return f"{self.name}[:{self.argument}]" if self.argument else self.name
 
 
 @dataclass(frozen=True)
@@ -101,21 +101,26 @@ class DrafterSpec:
         return replace(cfg, tree_drafting=self.drafting) if self.drafting else cfg
 
 
+# The forms a name may take around a kind's, with what each asks for: the error sentences list them, --help says them.
+FORMS = (("NAME+pld", "prompt lookup where the text repeats itself, the model drafter NAME elsewhere"),
+         ("suffix+NAME", "suffix decoding where it is sure, NAME elsewhere"),
+         ("NAME@token", "NAME's sampled chain drafts judged token by token, whatever the settings say"),
+         ("NAME@block", "judged as a block"), ("NAME@chain", "EAGLE or Medusa drafting chains, not trees"),
+         ("NAME@drawn", "a sampled tree's children drawn from q"), ("NAME@chosen", "the likeliest children"))
+
+
 def names(kinds: Mapping[str, Kind]) -> str:
     """Every name a drafter may be given, in one phrase for a sentence."""
-    return ", ".join([*(k.typed for k in kinds.values() if k.name != MODEL.name), "'NAME+pld'", "'suffix+NAME'",
-                      "'NAME@token'", "'NAME@block'", "'NAME@chain'",
-                      "'NAME@drawn'", "'NAME@chosen'"]) + ", or a draft model's Hub id or folder"
+    return ", ".join([*(f"'{k.typed}'" for k in kinds.values() if k.name != MODEL.name),
+                      *(f"'{form}'" for form, _ in FORMS)]) + ", or a draft model's Hub id or folder"
 
 
 def described(kinds: Mapping[str, Kind] | None = None) -> str:
     """Every drafter name with what it is, for a command's --help: from the table, so a new kind is named once."""
     kinds = KINDS if kinds is None else kinds
-    each = [f"{k.typed[1:-1]} ({k.says or k.label})" for k in kinds.values() if k.name != MODEL.name]
-    return ("; ".join(each) + "; or a draft model's Hub id or folder sharing the target's tokenizer. NAME+pld pairs a "
-            "model drafter with prompt lookup where the text repeats itself (e.g. eagle+pld), suffix+NAME with suffix "
-            "decoding where it is sure; NAME@token or NAME@block judges its drafts by that rule, NAME@chain makes "
-            "EAGLE or Medusa draft chains")
+    each = [f"{k.typed} ({k.says or k.label})" for k in kinds.values() if k.name != MODEL.name]
+    return "; ".join([*each, *(f"{form} ({what})" for form, what in FORMS)]) + (
+        "; or a draft model's Hub id or folder sharing the target's tokenizer")
 
 
 def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
