@@ -190,3 +190,15 @@ def test_a_hosted_page_offers_each_drafter_with_q_token_by_token():
     assert "pld@token" not in offered and "eagle+pld@token" not in offered  # one-hot drafts: both rules keep the same
     for value in offered:
         policy.check_drafter(parse(value).name)  # no refusal
+
+
+def test_a_tree_drafter_races_itself_with_drawn_and_chosen_children(app_models):
+    """NAME@drawn and NAME@chosen reach Compare's arms too: it applied a name's verification rule alone, so
+    'Medusa (drawn trees)' drafted chosen trees."""
+    s = Settings(prompt=PROMPT, target=app_models["target"], max_new_tokens=16, temperature=0.7)
+    medusa = app_models["medusa"]
+    *_, frame = compare_drafters(s, Policy(), real_models, never, rounds=1, drafters=[f"{medusa}@drawn", f"{medusa}@chosen"])
+    assert frame.state == "done", frame.message
+    drawn, chosen = frame.runs
+    assert drawn.label.endswith("(drawn trees)")
+    assert any(e.tree and e.tree.q for e in drawn.steps) and not any(e.tree and e.tree.q for e in chosen.steps)

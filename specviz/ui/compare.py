@@ -8,7 +8,7 @@ speedup over the baseline of the same round, and the table shows their median an
 Run first, once and cold, the baseline looked slow: drafter `none`, the very same work,
 measured 1.77x.
 
-A drafter named NAME@block (or NAME@token) runs with that verification rule whatever the page's
+A drafter named NAME@block (or NAME@token, NAME@drawn, NAME@chosen) runs with that rule whatever the page's
 setting (run/spec.py, as everywhere), so one drafter can race itself under both rules on the same prompt.
 
 Suffix decoding reads the visitor's memory of earlier answers but adds nothing to it here:
@@ -65,7 +65,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         p = yield from _prepare(s, policy, models, frame, should_stop)  # the target: each arm's drafter follows
         target, ids, cfg = p.target, p.ids, p.cfg
         arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
-        rules = {i: spec.config(cfg).verification for i, spec in specs.items()}
+        cfgs = {i: spec.config(cfg) for i, spec in specs.items()}  # NAME@block, NAME@drawn: the arm's own rule
         for i, spec in specs.items():
             if should_stop():
                 break
@@ -87,7 +87,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                 frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
                                  f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
                 frame.fraction = r / rounds
-                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, rules)
+                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, cfgs)
                 if all(t.done for t in _timed(frame, arms)) and _measured(_timed(frame, arms)):
                     frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
         _finish(frame, should_stop)
@@ -106,12 +106,11 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
     yield _end(frame, error, policy.hosted)
 
 
-def _streams(target, arms: dict, ids, cfg, should_stop, rules: dict) -> dict:
-    """The baseline first, then each drafter's run (under its verification rule), as engine event streams."""
+def _streams(target, arms: dict, ids, cfg, should_stop, cfgs: dict) -> dict:
+    """The baseline first, then each drafter's run (under its own config), as engine event streams."""
     streams = {"base": baseline_generate(target.model, ids, cfg, should_stop)}
     for i, drafter in arms.items():
-        streams[i] = speculative_generate(target.model, drafter, ids, replace(cfg, verification=rules[i]), should_stop,
-                                          remember=False)
+        streams[i] = speculative_generate(target.model, drafter, ids, cfgs[i], should_stop, remember=False)
     return streams
 
 
@@ -126,14 +125,14 @@ def _measured(traces: list[Trace]) -> bool:
 
 
 def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker,
-           rules: dict):
+           cfgs: dict):
     """One timed round, every arm's panel growing as its events come (each made on `worker`; a
     step that takes seconds, such as a long prompt's prefill, is counted in the status)."""
     if again:  # fresh traces: the panels show the round under way
         frame.base = Trace(frame.base.label, speculative=False)
         frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
     traces = {"base": frame.base, **{i: frame.runs[i] for i in arms}}
-    events, said = race(models, target, ids, _streams(target, arms, ids, cfg, should_stop, rules)), frame.message
+    events, said = race(models, target, ids, _streams(target, arms, ids, cfg, should_stop, cfgs)), frame.message
     while (item := (yield from waiting(lambda: next(events, None), frame, lambda t: f"{said} · {t} s",
                                        worker=worker))) is not None:
         name, event, labels = item
