@@ -128,6 +128,39 @@ def test_a_frame_without_charts_leaves_them_on_the_page():
     assert all(v != gr.skip() for v in playground_values(frame).values())
 
 
+def test_a_chart_that_would_draw_the_same_is_not_sent_again():
+    """Next redrew all four charts each step, most of its time in plotly: a chart whose data did not
+    move (a step that drafted nothing changes only the throughput) is left on the page, and what is
+    left there is what would have been drawn; a run's last update carries every chart (the API's)."""
+    import gradio as gr
+    from test_render import step
+
+    from specviz.render import Labels, playground_figures
+    from specviz.ui.views import CHARTS, playground_values
+
+    spec, base = Trace("prompt lookup", k=4), Trace("baseline", speculative=False)
+    frame = runner.Frame(base=base, runs=[spec], state="running")
+    on_page, shown = {}, {}
+
+    def sent(**kwargs) -> list[str]:
+        values = playground_values(frame, charts=on_page, **kwargs)
+        drawn = [name for name in CHARTS if values[name] != gr.skip()]
+        shown.update({name: values[name].to_json() for name in drawn})
+        now = dict(zip(CHARTS, playground_figures(spec, base)))
+        assert all(shown[name] == now[name].to_json() for name in CHARTS)  # the page shows what would be drawn
+        return drawn
+
+    assert sent() == list(CHARTS)  # the first frame: every chart
+    assert sent() == []  # nothing new
+    spec.add(step(0, [1, 2], 1, 3), Labels(draft=("a", "b"), token="c"))
+    assert sent() == list(CHARTS)
+    spec.add(step(1, [], 0, 5), Labels(token="d"))  # no draft: the tokens/s moved, nothing else
+    assert sent() == ["throughput"]
+    assert sent(resend=True) == list(CHARTS)
+    on_page.clear()  # another page (a reload): a Session of its own
+    assert sent() == list(CHARTS)
+
+
 def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
     """The page's outputs go by name: views.py's names must be layout.py's (a new output
     forgotten in one of them fails here), and a handler wired to outputs it does not fill, or

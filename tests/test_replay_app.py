@@ -163,6 +163,31 @@ def test_a_long_run_part_shown_costs_a_frame_the_same_as_a_short_one(sampled):  
         e.accepted for e in spec.steps)
 
 
+def test_a_long_compare_race_costs_a_frame_the_same_as_a_short_one(sampled):  # noqa: F811
+    """Compare's side-by-side panels drew every token of every run each frame: three runs and the baseline
+    at 1,024 steps were 6.4 MB of HTML a frame. While the race goes each panel draws its last WINDOW tokens,
+    as the Playground's do; its last frame draws every token, once."""
+    from specviz.ui.compare import CompareFrame
+    from specviz.ui.views import compare_values
+
+    rec, _ = sampled
+    sizes = {}
+    for steps in (300, 1000):
+        runs = [tiled(rec.spec, steps) for _ in range(3)]
+        frame = CompareFrame(base=tiled(rec.base, len(runs[0].token_ids)), runs=runs, state="running")
+        panels = compare_values(frame)["panels"]
+        text = sum(len(t.text().encode()) for t in [frame.base, *runs])
+        sizes[steps] = len(panels.encode()) - text  # beyond the text
+        assert panels.count('role="listbox"') == 4 and panels.count('tabindex="0"') == 4  # one Tab stop a run
+        assert panels.count("Steps 1–") == 3 and panels.count("Tokens 1–") == 1
+        assert panels.count('class="tok ') <= 4 * (WINDOW + 2 * rec.spec.k)
+    assert sizes[1000] < 1.1 * sizes[300] < 600_000
+    frame.final = True  # the race's last frame: every token, coloured
+    panels = compare_values(frame)["panels"]
+    assert "sv-earlier" not in panels and panels.count('data-kind="accepted"') == 3 * sum(
+        e.accepted for e in runs[0].steps)
+
+
 def test_a_file_that_is_not_json_gets_a_sentence_and_the_file_box_is_emptied(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")

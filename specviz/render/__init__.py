@@ -10,6 +10,7 @@ from importlib import import_module
 
 _HOMES = {
     "compare_figures": "charts", "empty_figures": "charts", "playground_figures": "charts",
+    "PLAYGROUND_CHARTS": "charts", "playground_chart_data": "charts",
     "compare_rows": "compare", "side_by_side_html": "compare", "table_values": "compare",
     "KIND_HELP": "html", "legend_html": "html", "panel_html": "html", "tokens_html": "html",
     "step_html": "inspect",

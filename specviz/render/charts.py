@@ -91,10 +91,15 @@ def waiting_for(fig: go.Figure, message: str = "waiting for the run") -> go.Figu
 def acceptance_figure(spec: Trace) -> go.Figure:
     """Per step: accepted / drafted (bars) and the cumulative acceptance rate alpha (line)."""
     fig = styled(figure(), "Acceptance rate per step", "step", "accepted / drafted")
-    drafted = [e for e in spec.steps if e.draft]
-    if not drafted:
+    steps = _drafted_steps(spec)
+    if not steps:
         return waiting_for(fig, "nothing drafted yet")
-    return acceptance_bars(fig, [(e.step + 1, e.accepted, len(e.draft)) for e in drafted], "accepted")  # steps from 1
+    return acceptance_bars(fig, list(steps), "accepted")
+
+
+def _drafted_steps(spec: Trace) -> tuple[tuple[int, int, int], ...]:
+    """(step from 1, accepted, drafted) of each step that drafted something."""
+    return tuple((e.step + 1, e.accepted, len(e.draft)) for e in spec.steps if e.draft)
 
 
 def acceptance_bars(fig: go.Figure, steps: list[tuple[int, int, int]], verb: str) -> go.Figure:
@@ -150,18 +155,25 @@ def throughput_figure(spec: Trace, base: Trace) -> go.Figure:
 def accepted_length_figure(spec: Trace) -> go.Figure:
     """How many drafts each step kept: a histogram over the steps that drafted something."""
     fig = styled(figure(), "Accepted drafts per step", "accepted draft tokens", "steps")
-    drafted = [e for e in spec.steps if e.draft]
-    if not drafted:
+    counts = _length_counts(spec)
+    if not counts:
         return waiting_for(fig, "nothing drafted yet")
-    top = max(max(len(e.draft) for e in drafted), spec.k)
-    counts = [0] * (top + 1)
-    for e in drafted:
-        counts[e.accepted] += 1
-    colors = [COLORS["accepted"] if n else COLORS["rejected"] for n in range(top + 1)]
-    fig.add_bar(x=list(range(top + 1)), y=counts, marker_color=colors, showlegend=False,
+    colors = [COLORS["accepted"] if n else COLORS["rejected"] for n in range(len(counts))]
+    fig.add_bar(x=list(range(len(counts))), y=list(counts), marker_color=colors, showlegend=False,
                 hovertemplate="%{y} steps kept %{x} drafts<extra></extra>")
     fig.update_xaxes(dtick=1)
     return fig
+
+
+def _length_counts(spec: Trace) -> tuple[int, ...]:
+    """How many steps kept 0, 1, ... drafts, up to the longest draft (k at least); () when none drafted."""
+    drafted = [e for e in spec.steps if e.draft]
+    if not drafted:
+        return ()
+    counts = [0] * (max(max(len(e.draft) for e in drafted), spec.k) + 1)
+    for e in drafted:
+        counts[e.accepted] += 1
+    return tuple(counts)
 
 
 def position_rates(spec: Trace) -> list[tuple[int, int]]:
@@ -199,8 +211,28 @@ def position_bars(fig: go.Figure, counts: list[tuple[int, int]], verb: str) -> g
     return fig
 
 
+# The Playground's four charts by name, each drawn from the two runs.
+PLAYGROUND_CHARTS = {
+    "acceptance": lambda spec, base: acceptance_figure(spec),
+    "throughput": throughput_figure,
+    "lengths": lambda spec, base: accepted_length_figure(spec),
+    "positions": lambda spec, base: position_figure(spec),
+}
+
+
 def playground_figures(spec: Trace, base: Trace) -> tuple[go.Figure, ...]:
-    return acceptance_figure(spec), throughput_figure(spec, base), accepted_length_figure(spec), position_figure(spec)
+    return tuple(draw(spec, base) for draw in PLAYGROUND_CHARTS.values())
+
+
+def playground_chart_data(spec: Trace, base: Trace) -> dict:
+    """What each of the Playground's charts draws, by name, from the helpers the charts use: equal
+    data draws an equal chart, so a page already showing it need not be sent it again (a step that
+    drafted nothing changes only the throughput; plotly took most of a Next step's time)."""
+    return {"acceptance": _drafted_steps(spec),
+            "throughput": (bool(spec.events or base.events), *map(tuple, _throughput_points(spec)),
+                           *map(tuple, _throughput_points(base))),
+            "lengths": _length_counts(spec),
+            "positions": tuple(position_rates(spec))}
 
 
 def run_colors(names: list[str]) -> tuple[list[str], list[str]]:

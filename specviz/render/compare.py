@@ -74,8 +74,9 @@ def table_values(rows: list[dict]) -> list[list]:
     return [[cell(k, r) for k in COLUMNS] for r in rows]
 
 
-def side_by_side_html(base: Trace, runs: list[Trace]) -> str:
-    """Each run's text as a panel in a responsive grid, baseline first."""
+def side_by_side_html(base: Trace, runs: list[Trace], window: int | None = None) -> str:
+    """Each run's text as a panel in a responsive grid, baseline first; `window`, as panel_html's:
+    each panel draws only its last tokens one by one (a race's frames, redrawn several times a second)."""
     panels = []
     for trace in [base, *runs]:
         if not (trace.events or trace.error or trace.done):
@@ -84,7 +85,7 @@ def side_by_side_html(base: Trace, runs: list[Trace]) -> str:
         note = trace.error and "error" or f"{count(s.tokens, 'token')} · {s.tokens_per_s:.1f} tok/s"
         if trace.speculative and s.drafted:
             note += f" · α {s.acceptance_rate:.2f}"
-        panels.append(panel_html(trace, trace.label, note))
+        panels.append(panel_html(trace, trace.label, note, window=window))
     if not panels:
         return '<div class="sv-grid sv-empty"><span class="sv-placeholder">Pick drafters and press Compare.</span></div>'
     return f'<div class="sv-grid" data-runs="{len(panels)}">{"".join(panels)}</div>'

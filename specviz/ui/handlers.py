@@ -45,6 +45,8 @@ class Session:
         self.pinned = None
         # An example picked during a run (ui/layout.py): its drafter is set once the run ends.
         self.picked = False
+        # What the Playground's charts draw now (views.playground_values): an unchanged one is not sent again.
+        self.charts = {}
 
     def should_stop(self) -> bool:
         return self.stop
@@ -96,7 +98,8 @@ class Handlers:
     def generate(self, session: Session, request: gr.Request = None, **controls):
         """Stream the speculative run and the baseline side by side (API: /generate)."""
         def values(frame):  # reads the pin at each update: the reader may move the slider mid-run
-            return playground_values(frame, session.pinned)
+            # the run's last update carries every chart: it is what a script calling /generate reads
+            return playground_values(frame, session.pinned, session.charts, resend=frame.final)
         run = functools.partial(runner.playground, memory=session.memory)
         yield from self._stream(session, request, controls, run, values, remember=True)
 

@@ -204,11 +204,11 @@ def _values(frame: Frame, session, r: Replay | None) -> dict:
     """The playground's values for `frame`, the session and the replay by name; a trace that passed the checks but still cannot be
     drawn says so in the status line instead of breaking the page."""
     try:
-        values = playground_values(frame, session.pinned)
+        values = playground_values(frame, session.pinned, session.charts)
     except Exception as e:  # the renderers met something the loader's checks did not foresee
         log.exception("could not draw a replayed trace", exc_info=e)
         frame = error_frame(f"this trace could not be drawn ({type(e).__name__}): is the file damaged?")
-        values = playground_values(frame)
+        values = playground_values(frame, charts=session.charts, resend=True)
     # The step inspector reads the shown frame; the live run (session.run) stays, so Download
     # trace and Step through this run still work after a replay.
     session.last = frame

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..render import (agreement, agreement_html, compare_figures, divergence, compare_rows, headline, headline_html,
-                      panel_html, playground_figures, side_by_side_html, status_html, step_html, table_values)
+from ..render import (PLAYGROUND_CHARTS, agreement, agreement_html, compare_figures, divergence, compare_rows, headline,
+                      headline_html, panel_html, playground_chart_data, side_by_side_html, status_html, step_html,
+                      table_values)
 from ..render.compare import HEADERS
 from ..render.html import WINDOW
 from ..render.status import count
@@ -47,28 +48,34 @@ def playground_summary(frame: Frame) -> dict:
     }
 
 
-CHARTS = ("acceptance", "throughput", "lengths", "positions")  # playground_figures' order
+CHARTS = tuple(PLAYGROUND_CHARTS)  # acceptance, throughput, lengths, positions: playground_figures' order
 
 
-def _charts(frame: Frame, pinned: int | None = None) -> dict:
+def _charts(frame: Frame, pinned: int | None = None, shown: dict | None = None, resend: bool = False) -> dict:
     """The four charts, the step slider and the inspector; left as they are (gr.skip) when the
     frame does not redraw them (runner.throttle paces them). The slider counts steps from 1, as
     every label does; the inspector follows the newest step that drafted something (the last
-    steps of a run often draft nothing: no room left), unless the reader `pinned` an older one."""
+    steps of a run often draft nothing: no room left), unless the reader `pinned` an older one.
+    `shown`: what the page's charts draw now (render.charts.playground_chart_data), kept up to date
+    here; a chart that would draw the same is left as it is, unless `resend`."""
     if not frame.charts:
         return dict.fromkeys((*CHARTS, "step", "inspector"), gr.skip())
     spec, base = frame.spec, frame.base
+    data = playground_chart_data(spec, base)
+    charts = {name: gr.skip() if shown is not None and not resend and shown.get(name) == data[name]
+              else PLAYGROUND_CHARTS[name](spec, base) for name in CHARTS}
+    if shown is not None:
+        shown.update(data)
     steps = spec.steps
     n_steps = len(steps)
     total = max(frame.steps or 0, n_steps)
     # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
     bounds = dict(minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1)
     if pinned is not None and pinned < n_steps:
-        shown = pinned  # the value too: an update drawn before the reader's choice may have moved the slider
+        step = pinned  # the value too: an update drawn before the reader's choice may have moved the slider
     else:
-        shown = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
-    return {**dict(zip(CHARTS, playground_figures(spec, base))), "step": gr.Slider(value=shown + 1, **bounds),
-            "inspector": step_html(spec, shown, total)}
+        step = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
+    return {**charts, "step": gr.Slider(value=step + 1, **bounds), "inspector": step_html(spec, step, total)}
 
 
 def _window(frame: Frame) -> int | None:
@@ -79,9 +86,12 @@ def _window(frame: Frame) -> int | None:
     return None if ended and frame.playing is None else WINDOW
 
 
-def playground_values(frame: Frame, pinned: int | None = None) -> dict:
+def playground_values(frame: Frame, pinned: int | None = None, charts: dict | None = None,
+                      resend: bool = False) -> dict:
     """The Playground's outputs by name (layout.py's): status, check, headline, the two panels,
-    four charts, step slider, inspector, summary. `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on."""
+    four charts, step slider, inspector, summary. `pinned`: the step (from 0) the reader chose in the inspector, kept while the run goes on.
+    `charts`: what the page's charts show (a Session's), so that one that would not change is not sent again;
+    `resend`: send every chart all the same (what an API caller reads from a run's last update)."""
     spec, base = frame.spec, frame.base
     started = bool(spec.events or base.events)
     window = _window(frame)
@@ -92,14 +102,15 @@ def playground_values(frame: Frame, pinned: int | None = None) -> dict:
         "spec": panel_html(spec, f"Speculative · {spec.label}", _run_note(spec), playing=frame.playing,
                            window=window),
         "base": panel_html(base, "Baseline · plain decoding", _run_note(base), window=window),
-        **_charts(frame, pinned),
+        **_charts(frame, pinned, charts, resend),
         "summary": playground_summary(frame),
     }
 
 
 def compare_values(frame: Frame) -> dict:
     """The Compare tab's outputs by name (layout.py's): status, table, two charts, the outputs
-    side by side, summary."""
+    side by side (each run's last WINDOW tokens drawn one by one while the race goes, every token
+    once it has ended: as the Playground's panels), summary."""
     rows = compare_rows(frame.base, frame.runs, getattr(frame, "rounds", ()))
     speed, quality = compare_figures(rows) if frame.charts else (gr.skip(), gr.skip())
     summary = {"state": frame.state, "message": frame.message, "ahead": frame.ahead, "target": frame.target,
@@ -109,7 +120,7 @@ def compare_values(frame: Frame) -> dict:
         "status": status_html(frame.message, frame.state, frame.fraction),
         "table": {"headers": HEADERS, "data": table_values(rows)},
         "speed": speed, "quality": quality,
-        "panels": side_by_side_html(frame.base, frame.runs),
+        "panels": side_by_side_html(frame.base, frame.runs, window=None if frame.final else WINDOW),
         "summary": summary,
     }
 
