@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..drafters import Drafter, DraftModel
-from ..run.spec import Kind, build, parse, with_kinds
+from ..run.spec import DrafterSpec, Kind, build, parse, with_kinds
 
 TINY_RANDOM = "tiny-random"
 DRAFT_HF = "draft-hf"
@@ -32,7 +32,7 @@ class BenchDrafter:
     name: str  # as the user typed it: arm labels start with it
     drafter: Drafter | None  # None: the speculative loop with empty drafts
     model: object | None = None  # a separate draft model, when there is one (hf-assisted uses it)
-    drafting: str = ""  # NAME@drawn, NAME@chosen: how its sampled trees' children are found
+    spec: DrafterSpec | None = None  # as parsed: the rule or tree drafting its name asks for (NAME@token, NAME@drawn)
 
 
 def tiny_random_model(target_model, layers: int = 2, hidden: int = 256, seed: int = 0):
@@ -81,5 +81,5 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
         inner = drafter.model if spec.copier else drafter  # a pair's model drafter
         # A separate causal LM (not layer skip's view of the target, nor a trained head): transformers' assisted
         # generation can take it.
-        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None, spec.drafting))
+        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None, spec))
     return out

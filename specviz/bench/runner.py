@@ -148,7 +148,8 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
         if d.drafter is None:  # "none": k is irrelevant
             arms.append(Arm("none", "specviz", d.name, 1))
             continue
-        rules = ("token",) if config.sampling.greedy else config.verifications
+        # A rule in the drafter's name (NAME@token) holds whatever --verification says, as in generate and the app.
+        rules = ("token",) if config.sampling.greedy else (d.spec.rule,) if d.spec and d.spec.rule else config.verifications
         arms += [Arm(f"{d.name} k={k}{_rule(rule)}", "specviz", d.name, k, verification=rule)
                  for k in config.ks for rule in rules]
         if config.dynamic_k:  # dynamic arms under the first rule asked for
@@ -196,7 +197,8 @@ class Runner:
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
             verification=arm.verification,
-            tree_drafting=getattr(self.drafters.get(arm.drafter), "drafting", "") or GenerationConfig.tree_drafting,
+            tree_drafting=getattr(getattr(self.drafters.get(arm.drafter), "spec", None), "drafting", "")
+            or GenerationConfig.tree_drafting,
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
