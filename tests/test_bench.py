@@ -408,6 +408,8 @@ def test_bad_options_are_clear_errors(target, monkeypatch):
         main(parser.parse_args(["--draft-confidence", "0.2", "--no-progress"]))
     with pytest.raises(SpecvizError, match="^top-k must be from 0 to 200, got 500$"):  # generate's and the app's
         main(parser.parse_args(["--top-k", "500", "--no-progress"]))
+    with pytest.raises(SpecvizError, match="^k must be from 1 to 64, got 100$"):  # was refused only after loading
+        main(parser.parse_args(["--k", "4,100", "--no-progress"]))
     for bad in ("high", "1.5", "0"):
         with pytest.raises(SpecvizError, match="--draft-confidence takes numbers between 0 and 1"):
             main(parser.parse_args(["--dynamic-k", "4", "--draft-confidence", bad, "--no-progress"]))

@@ -85,8 +85,10 @@ def parse_ks(value: str) -> tuple[int, ...]:
         ks = tuple(dict.fromkeys(int(x) for x in split(value)))
     except ValueError:
         raise SpecvizError(f"--k takes integers, e.g. 4 or 2,4,8; got {value!r}") from None
-    if not ks or min(ks) < 1:
-        raise SpecvizError(f"--k values must be >= 1; got {value!r}")
+    if not ks:
+        raise SpecvizError(f"--k takes integers, e.g. 4 or 2,4,8; got {value!r}")
+    for k in ks:  # before minutes of loading, in generate's and the app's sentence
+        BOUNDS["k"].check(k, "k")
     return ks
 
 
