@@ -150,12 +150,13 @@ def bench_tree_drafting(doc: dict) -> str:
         name, _, rest = r["arm"].partition("@")
         how = rest.split()[0] if rest else ""
         runs = [run for run in doc["runs"] if run["arm"] == r["arm"]]
-        total = sum(sum(run.get("expected_by_rule", {}).values()) for run in runs)
-        steps = sum(max(run.get("rule_steps", {}).values(), default=0) for run in runs)
-        outcomes = [o for run in runs for o in run.get("step_outcomes", [])]
+        rule = {"drawn": "drawn", "chosen": "walk"}.get(how, r["arm"].split()[-1] if r["arm"].endswith(" block") else "token")
+        total = sum(run.get("expected_by_rule", {}).get(rule, 0.0) for run in runs)
+        steps = sum(run.get("rule_steps", {}).get(rule, 0) for run in runs)
         mean = total / steps if steps else None
         means[name, how] = mean
-        rows.append((name, how, r, steps, mean, sum(a for _, a in outcomes) / len(outcomes) if outcomes else None))
+        done = sum(run["steps"] for run in runs)
+        rows.append((name, how, r, steps, mean, sum(run["accepted"] for run in runs) / done if done else None))
 
     def gain(name, how, other):
         a, b = means.get((name, how)), means.get((name, other))
