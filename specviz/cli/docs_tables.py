@@ -160,7 +160,7 @@ def bench_tree_drafting(doc: dict) -> str:
 
     def gain(name, how, other):
         a, b = means.get((name, how)), means.get((name, other))
-        return f"{100 * (a / b - 1):+.1f}%" if how == "drawn" and a and b else "-"
+        return f"{round(100 * (a / b - 1), 1) + 0.0:+.1f}%" if how == "drawn" and a and b else "-"  # never "-0.0%"
 
     return _md(["arm", "draft", "sampled steps", "kept per step (mean over the coins)", "kept per step (the draws)",
                 "tokens per target pass", "drawn vs chosen", "drawn vs chain"],
