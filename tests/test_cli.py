@@ -228,3 +228,13 @@ def test_the_command_line_loads_neither_plotly_nor_gradio():
     code = "import sys, specviz.cli.main; print(sorted({'plotly', 'gradio'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_loads_progress_is_a_line_per_new_message_for_every_command(capsys):
+    """generate, bench, train and audit print a model's load (and the embedded model's conversion) alike."""
+    from specviz.run.prepare import on_stderr
+
+    progress = on_stderr()
+    for message in ("converting", "converting", "loading"):
+        progress(message, 0.5)
+    assert capsys.readouterr().err == "converting ...\nloading ...\n"

@@ -123,12 +123,14 @@ def engines(args):
         return ((lambda s: (Server(args.server, messages, s, args.tokens, args.model, room=args.k),
                             Server(args.baseline_server, messages, s, args.tokens, args.model, room=args.k))),
                 lambda o: "".join(o), what)
+    from ..run.prepare import on_stderr
     from ..run.spec import make_drafter, parse
     from ..modeling import models
     from ..modeling.chat import chat_messages
     from ..modeling.text import encode_chat
 
-    target = models.load(args.target, progress=_progress)
+    progress = on_stderr()
+    target = models.load(args.target, progress=progress)
     ids = encode_chat(target.tokenizer, chat_messages(turns)) if target.is_chat else \
         list(target.tokenizer(" ".join(t for _, t in turns))["input_ids"])
     eos = target.eos_token_ids
@@ -150,7 +152,7 @@ def engines(args):
         extra = {} if args.ensemble_weight is None else {"assistant_ensemble_weight": args.ensemble_weight}
         return ((lambda s: (Generate(target.model, peer, ids, s, args.tokens, args.k, eos, assistant, extra),
                             Generate(target.model, "hf", ids, s, args.tokens, args.k, eos))), show, what)
-    drafter = make_drafter(args.drafter, target, progress=_progress)
+    drafter = make_drafter(args.drafter, target, progress=progress)
     if drafter is None:
         raise SpecvizError("the drafter 'none' drafts nothing: there would be no speculation to audit")
     def plain(s):
@@ -167,10 +169,6 @@ def engines(args):
         drafter = RawQ(drafter)
     return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos,
                               verification=args.verification or RULE), plain(s))), show, what)
-
-
-def _progress(message: str, fraction: float) -> None:
-    print(f"{message} ...", file=sys.stderr, flush=True)
 
 
 def draw_both(spec, plain, draws: int, first_seed: int, deadline: float | None, label: str, every: float = 5.0):

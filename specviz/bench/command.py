@@ -141,6 +141,7 @@ def command_line() -> str:
 
 def main(args: argparse.Namespace) -> int:
     from ..modeling.models import load
+    from ..run.prepare import on_stderr
     from . import html, report
 
     if args.quick:
@@ -166,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
 
     # With --compile the warm-up runs compile before anything is timed.
     target = load(args.target, args.device, args.dtype, trust_remote_code=args.trust_remote_code,
-                  compile=args.compile)
+                  compile=args.compile, progress=on_stderr())  # converting the embedded model takes minutes
     cfg = dataclasses.replace(cfg, eos_token_ids=target.eos_token_ids)
 
     drafters = make_drafters(drafter_names, target, args.trust_remote_code)

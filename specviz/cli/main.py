@@ -100,23 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-_last_message = [None]
-
-
-def _progress(message: str, fraction: float) -> None:
-    """Loading and conversion progress on stderr, one line per new message."""
-    if message != _last_message[0]:
-        _last_message[0] = message
-        print(f"{message} ...", file=sys.stderr, flush=True)
-
-
 def generate(args) -> int:
     from ..core.divergence import first_divergence, tie_tolerance
     from ..core.events import event_to_dict
     from ..engine.generate import baseline_generate, speculative_generate
     from ..modeling import models
     from ..render.trace import Trace
-    from ..run.prepare import prepare, run_here, warm
+    from ..run.prepare import on_stderr, prepare, run_here, warm
     from ..run.race import race
     from ..run.spec import parse
 
@@ -127,7 +117,7 @@ def generate(args) -> int:
     # The steps the app takes too (run/prepare.py), run here, a load's progress on stderr.
     placed = dict(device=args.device, dtype=args.dtype, device_map=args.device_map, compile=args.compile)
     p = run_here(prepare(s, spec, models, chat=args.chat, memory=memory, placed=placed,
-                         trust_remote_code=args.trust_remote_code), _progress)
+                         trust_remote_code=args.trust_remote_code), on_stderr())
     target, prompt, cfg, drafter = p.target, p.ids, p.cfg, p.drafter
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ they show it; Compare prepares its target and warms up every arm's drafter with 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Generator, Sequence
 
@@ -94,6 +95,17 @@ def _curve_or_none(model):
     except Exception:  # the curve explains the run; failing to measure it must not stop the run
         log.exception("could not measure the verify cost curve")
         return None
+
+
+def on_stderr() -> Progress:
+    """A load's progress for a command line (generate, bench, train, audit): each new message a line on stderr."""
+    said = [None]
+
+    def progress(message: str, fraction: float) -> None:
+        if message != said[0]:
+            said[0] = message
+            print(f"{message} ...", file=sys.stderr, flush=True)
+    return progress
 
 
 def run_here(steps: Steps, progress: Progress | None = None):

@@ -162,6 +162,7 @@ def main(args) -> int:
     import torch
 
     from ..modeling import models
+    from ..run.prepare import on_stderr
     from .config import TrainConfig
     from .data import check_taps, data_dir, load_data, record_taps
 
@@ -174,7 +175,7 @@ def main(args) -> int:
     taps = starting_taps(args, out)
     if recipe is not None and taps:
         recipe = dataclasses.replace(recipe, taps=taps)
-    target = models.load(args.target, args.device, args.dtype, progress=_progress)
+    target = models.load(args.target, args.device, args.dtype, progress=on_stderr())
     if taps:
         try:
             check_taps(taps, target.model.config.get_text_config().num_hidden_layers)
@@ -320,12 +321,3 @@ def generation_model(target, dtype: str):
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-_last = [None]
-
-
-def _progress(message: str, fraction: float) -> None:
-    if message != _last[0]:
-        _last[0] = message
-        say(f"{message} ...")
