@@ -68,7 +68,9 @@ class GenerationConfig:
     # How a sampled tree's children are found: "chosen" (the drafter's likeliest tokens, judged by the
     # sibling walk as one-hot guesses, core/tree_sampling.py) or "drawn" (from the drafter's q without
     # replacement, judged by recursive rejection sampling, core/tree_drawn.py). Greedy trees always take
-    # the likeliest tokens and the target's argmax.
+    # the likeliest tokens and the target's argmax. Chosen by default: up to sampled_trees_up_to drawing
+    # keeps no more (level or fewer at 0.7), and at 1.0, where drawn trees keep the most, chains were still
+    # faster on a CPU (docs/performance.md, "Drawn trees against chosen trees and chains").
     tree_drafting: str = "chosen"
 
     def validate(self) -> "GenerationConfig":
