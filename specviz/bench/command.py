@@ -15,7 +15,7 @@ from ..engine.generate import K_MAX, TREE_NODES_PER_K_MAX, VERIFICATIONS
 from ..modeling.forward import context_length
 from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
-from ..run.settings import BOUNDS, said
+from ..run.settings import BOUNDS, in_words
 from ..run.spec import described
 from .drafters import KINDS, make_drafters
 from .peers import PEERS
@@ -97,7 +97,7 @@ def bench_config(args) -> BenchConfig:
         if getattr(args, name) < 1:
             raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("temperature", "top_k", "top_p"):  # generate's and the app's ranges (run/settings.py)
-        BOUNDS[name].check(getattr(args, name), said(name))
+        BOUNDS[name].check(getattr(args, name), in_words(name))
     sampling = Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed).validate()
     confidences = parse_confidences(args.draft_confidence)
     if confidences and args.dynamic_k < 1:

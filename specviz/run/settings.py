@@ -89,8 +89,8 @@ class Bounds:
 
     def check(self, value, name: str) -> None:
         if value < self.low or (self.high is not None and value > self.high):
-            raise SpecvizError(f"{name} must be {self.said}, got {value:g}" if isinstance(value, float) else
-                               f"{name} must be {self.said}, got {value}")
+            got = f"{value:g}" if isinstance(value, float) else value
+            raise SpecvizError(f"{name} must be {self.said}, got {got}")
 
 
 def _bounded(default, low: float, high: float | None = None, step: float = 1):
@@ -98,7 +98,7 @@ def _bounded(default, low: float, high: float | None = None, step: float = 1):
     return field(default=default, metadata={"bounds": Bounds(low, high, step)})
 
 
-def said(name: str) -> str:
+def in_words(name: str) -> str:
     """A field as sentences name it: "top-p", "max new tokens"."""
     return {"top_k": "top-k", "top_p": "top-p"}.get(name, name.replace("_", " "))
 
@@ -145,9 +145,9 @@ class Settings:
         unknown = set(values) - set(types)
         if unknown:
             raise TypeError(f"no such setting: {', '.join(sorted(unknown))}")
-        s = cls(**{name: _CONVERT[types[name]](v, said(name)) for name, v in values.items()})
+        s = cls(**{name: _CONVERT[types[name]](v, in_words(name)) for name, v in values.items()})
         for name, bounds in BOUNDS.items():
-            bounds.check(getattr(s, name), said(name))
+            bounds.check(getattr(s, name), in_words(name))
         s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NONE)
         # One rule in every mode: a value the engine would refuse is refused, even where greedy
         # decoding would not use it (a script's temperature -1 is a mistake worth telling).
