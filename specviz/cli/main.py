@@ -146,7 +146,7 @@ def generate(args) -> int:
         "target": args.target,
         "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
                    "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to,
-                   **sampling.__dict__},
+                   "tree_drafting": cfg.tree_drafting, **sampling.__dict__},
         **trace_command.summary(rec),  # drafter (as asked for), label, stats, the speedup: what replay prints
         "steps": [event_to_dict(s) for s in steps],
     }
