@@ -68,14 +68,32 @@ class Patient:
         return getattr(self._browser, name)
 
 
-def generated(browser, url):
-    """A desktop-sized page of the app at `url` after one finished Generate of PROMPT."""
+def generated(browser, url, drafter: str | None = None):
+    """A desktop-sized page of the app at `url` after one finished Generate of PROMPT (with `drafter`
+    typed into the drafter box, when given)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
+    if drafter is not None:
+        use_drafter(page, drafter)
     page.locator("#sv-prompt textarea").fill(PROMPT)
     page.locator("#sv-generate").click()
     page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
     return page
+
+
+def use_drafter(page, name: str) -> None:
+    """Pick the drafter menu's entry `name`, or type `name` in when the menu has none (a local app
+    takes any drafter); the box then shows `name`."""
+    box = page.locator("#sv-drafter input")
+    box.click()
+    listed = page.get_by_role("option", name=name, exact=True)
+    if listed.count():
+        listed.click()
+    else:
+        box.fill(name)
+        box.press("Enter")
+    page.wait_for_function("name => document.querySelector('#sv-drafter input').value === name", arg=name,
+                           timeout=HANG // 20)  # a minute or more: it shows at once, or not at all
 
 
 def generate_again(page) -> None:
@@ -92,6 +110,7 @@ def generate_again(page) -> None:
 
 @pytest.fixture(scope="module")
 def url(app_models):
+    """The app most tests here share (each on a page of its own): a drafter or target they need is typed in."""
     with serve_app(app_policy(app_models, max_new_tokens=24)) as address:
         yield address
 
@@ -174,62 +193,59 @@ def test_compare_with_ten_drafters_shows_every_row_inside_the_tables_box(browser
         page.close()
 
 
-def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, app_models):
-    with serve_app(app_policy(app_models, max_new_tokens=40, default_drafter=app_models["medusa"])) as address:
-        page = generated(browser, address)
-        box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
-        box.fill("1")  # the slider counts steps from 1, as every label does
-        box.press("Enter")
-        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
-        tree = page.locator("#sv-inspector .sv-tree")
-        assert tree.count() == 1
-        assert int(tree.get_attribute("data-nodes")) > 1
-        assert tree.locator("li").count() == int(tree.get_attribute("data-nodes"))
-        assert "identical to baseline" in page.locator("#sv-check").inner_text()
-        page.locator("#sv-inspector").screenshot(path=str(OUT / "tree-inspector.png"))
-        page.close()
+def test_inspector_draws_the_tree_of_a_tree_drafting_step(browser, url):
+    page = generated(browser, url, drafter="tiny medusa")
+    box = page.locator("#sv-step input[type=number]")  # the first step drafts the full budget
+    box.fill("1")  # the slider counts steps from 1, as every label does
+    box.press("Enter")
+    page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
+    tree = page.locator("#sv-inspector .sv-tree")
+    assert tree.count() == 1
+    assert int(tree.get_attribute("data-nodes")) > 1
+    assert tree.locator("li").count() == int(tree.get_attribute("data-nodes"))
+    assert "identical to baseline" in page.locator("#sv-check").inner_text()
+    page.locator("#sv-inspector").screenshot(path=str(OUT / "tree-inspector.png"))
+    page.close()
 
 
-def test_suffix_decoding_remembers_a_visitors_answer_and_the_inspector_says_so(browser, app_models):
+def test_suffix_decoding_remembers_a_visitors_answer_and_the_inspector_says_so(browser, url):
     """Generate twice with suffix decoding: the second run's first draft comes from the first
     run's answer, and the step inspector says where it came from."""
-    drafters = (("suffix decoding", "suffix"), ("prompt lookup", "prompt lookup"))
-    with serve_app(app_policy(app_models, max_new_tokens=24, drafters=drafters, default_drafter="suffix",
-                              compare_drafters=("suffix",))) as address:
-        page = generated(browser, address)
-        generate_again(page)
-        box = page.locator("#sv-step input[type=number]")
-        box.fill("1")  # the first step (the slider counts from 1)
-        box.press("Enter")
-        page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
-        head = page.locator("#sv-inspector .sv-inspect-head").inner_text()
-        assert "by suffix tree" in head and "in earlier requests" in head, head
-        OUT.mkdir(exist_ok=True)
-        page.locator("#sv-inspector").screenshot(path=str(OUT / "suffix-inspector.png"))
-        page.close()
+    page = generated(browser, url, drafter="suffix")
+    generate_again(page)
+    box = page.locator("#sv-step input[type=number]")
+    box.fill("1")  # the first step (the slider counts from 1)
+    box.press("Enter")
+    page.wait_for_selector('#sv-inspector [data-step="0"]', timeout=HANG)
+    head = page.locator("#sv-inspector .sv-inspect-head").inner_text()
+    assert "by suffix tree" in head and "in earlier requests" in head, head
+    OUT.mkdir(exist_ok=True)
+    page.locator("#sv-inspector").screenshot(path=str(OUT / "suffix-inspector.png"))
+    page.close()
 
 
-def test_sliding_window_models_typed_in_as_folders_run_past_their_window(browser, app_models, tmp_path):
+def test_sliding_window_models_typed_in_as_folders_run_past_their_window(browser, url, tmp_path):
     """A user's own model, by folder path, of a family whose layers slide (Gemma 3: one in two;
     GPT-OSS: one in two, with experts): the prompt is longer than their 16-token window."""
     from tiny_folder import make_family_dir
 
-    drafters = (("prompt lookup", "prompt lookup"),)
-    with serve_app(app_policy(app_models, max_new_tokens=16, drafters=drafters, default_drafter="prompt lookup")) \
-            as address:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(address)
-        page.locator("#sv-prompt textarea").fill(PROMPT)
-        for family in ("gemma3", "gpt-oss"):
-            target = page.locator("#sv-target input")
-            target.fill(str(make_family_dir(tmp_path / family, family)))
-            target.press("Enter")
-            if family == "gemma3":
-                page.locator("#sv-generate").click()
-                page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
-            else:
-                generate_again(page)
-            page.screenshot(path=str(OUT / f"family-{family}.png"))
-            assert "identical to baseline" in page.locator("#sv-check").inner_text(), family
-            assert page.locator('#sv-base [data-kind="baseline"]').count() == 16, family
-        page.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    use_drafter(page, "prompt lookup")
+    tokens = page.locator("#sv-max-new-tokens input[type=number]")
+    tokens.fill("16")
+    tokens.press("Enter")
+    page.locator("#sv-prompt textarea").fill(PROMPT)
+    for family in ("gemma3", "gpt-oss"):
+        target = page.locator("#sv-target input")
+        target.fill(str(make_family_dir(tmp_path / family, family)))
+        target.press("Enter")
+        if family == "gemma3":
+            page.locator("#sv-generate").click()
+            page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+        else:
+            generate_again(page)
+        page.screenshot(path=str(OUT / f"family-{family}.png"))
+        assert "identical to baseline" in page.locator("#sv-check").inner_text(), family
+        assert page.locator('#sv-base [data-kind="baseline"]').count() == 16, family
+    page.close()
