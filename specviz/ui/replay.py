@@ -35,10 +35,7 @@ from .views import error_frame, playground_values
 log = logging.getLogger(__name__)
 UPDATE_EVERY = 0.3  # seconds between page updates during a race, as during a live run
 KEEP = 32  # trace files kept for download; older ones are deleted (Gradio serves its own copy)
-SPEEDS = (0.1, 10.0)  # the speeds a race or phases accept: x true speed
-# What the page offers, in a menu that is one Tab stop: a slider was three (its number box, its reset
-# button, its track) on the way from Generate to the step inspector (Gradio's radio buttons are one each).
-SPEED_CHOICES = (0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
+SPEEDS = (0.1, 10.0)  # the speed slider's range: x true speed
 
 
 class Replay:
@@ -62,7 +59,7 @@ class Stepper:
     phases: gr.Button
     play: gr.Button
     pause: gr.Button
-    speed: gr.Dropdown
+    speed: gr.Slider
 
     @property
     def buttons(self) -> list[gr.Button]:
@@ -79,8 +76,11 @@ def stepper() -> Stepper:
         phases = gr.Button("Next step in phases ▶", elem_id="sv-step-phases", **off)
         play = gr.Button("Play race", elem_id="sv-replay-play", **off)
         pause = gr.Button("Pause", elem_id="sv-replay-pause", **off)
-        speed = gr.Dropdown([(f"{x:g}×", x) for x in SPEED_CHOICES], value=1.0, label="speed (1× = real)",
-                            elem_id="sv-replay-speed", min_width=120)
+        # No reset button: it was a third Tab stop between Generate and the step inspector, beside the
+        # number box and the track that set the same value (a menu would be one stop, but Gradio's
+        # dropdown stays open after a Tab passes through it, over the panels)
+        speed = gr.Slider(*SPEEDS, value=1.0, step=0.1, label="speed (1 = real)", elem_id="sv-replay-speed",
+                          min_width=210, buttons=[])
     return Stepper(live, previous, next_, phases, play, pause, speed)
 
 

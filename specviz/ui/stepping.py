@@ -1,6 +1,6 @@
 """Step-through mode: the replay's stepper (ui/replay.py) for the run just made, and one step
 played in its phases (draft, verify, accept/reject, then the corrected or bonus token), each
-phase held on screen for a time the speed menu sets. A sampled tree step plays its sibling
+phase held on screen for a time the speed slider sets. A sampled tree step plays its sibling
 walk between verify and accept/reject, one phase per child judged (render/tree.py).
 
 A live run is stepped through as a replay of itself: the engine has already run to the end,
