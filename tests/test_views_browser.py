@@ -90,9 +90,9 @@ def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
     # any end ends the wait (a run that ended by itself failed here only at the 10-minute guard)
     page.wait_for_selector('#sv-exact-status [data-state="stopped"], #sv-exact-status [data-state="done"], '
                            '#sv-exact-status [data-state="error"]', timeout=HANG)
-    said = re.search(r"Stopped after (\d+) of (\d+) first tokens each way",
-                     page.locator("#sv-exact-status").inner_text())
-    assert said and int(said.group(1)) < int(said.group(2))  # ended by Stop, before all its draws
+    ended = page.locator("#sv-exact-status").inner_text()
+    said = re.search(r"Stopped after (\d+) of (\d+) first tokens each way", ended)
+    assert said and int(said.group(1)) < int(said.group(2)), ended  # ended by Stop, before all its draws
     generate_again(page)  # the line is free again: a run starts and finishes
     page.wait_for_function("() => !document.querySelector('#sv-status').innerText.includes('processing')",
                            timeout=HANG)  # Gradio's own timer gone too: the next test reads the status
