@@ -11,7 +11,7 @@ from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, PromptLookup, collect
 from specviz import baseline_generate, speculative_generate
 from specviz.drafters.base import Draft, Drafter
-from specviz.modeling import llama_fast, packing
+from specviz.modeling import llama_fast
 from specviz.modeling.forward import forward, new_cache, rollback
 
 
@@ -156,133 +156,6 @@ def test_compiled_decoder_stack_computes_the_same_logits():
         cache = new_cache(model)
         got = torch.cat([forward(model, ids[a:b], cache) for a, b in ((0, 9), (9, 10), (10, 14), (14, 30))])
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
-
-
-onednn = pytest.mark.skipif(not packing.available(), reason="this torch has no working oneDNN linear")
-
-
-def _counting(monkeypatch) -> list:
-    """Record each call of oneDNN's linear (and still make it); tiny weights take it too."""
-    monkeypatch.setattr(packing, "MIN_WEIGHT", 1)
-    calls, real = [], packing._onednn
-    monkeypatch.setattr(packing, "_onednn", lambda x, w, b: calls.append(tuple(x.shape)) or real(x, w, b))
-    return calls
-
-
-@onednn
-def test_fast_linears_compute_what_the_modules_compute_for_every_draft_size(monkeypatch):
-    model = tiny_llama()
-    assert packing.pack(model), "an fp32 CPU model within the budget has its q/k/v and gate/up grouped"
-    head = model.get_output_embeddings()
-    ids = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(2))
-    calls = _counting(monkeypatch)
-    with torch.no_grad():
-        for rows in range(1, 18):
-            h = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
-            torch.testing.assert_close(llama_fast.head(model, h), head(h), rtol=1e-4, atol=1e-4)
-        assert len(calls) == 17, "the head took oneDNN's linear at every size"
-        fast_logits = forward(model, ids, new_cache(model))
-        monkeypatch.setenv("SPECVIZ_PACK", "0")
-        plain = tiny_llama()
-        assert not packing.pack(plain)
-        n = len(calls)
-        torch.testing.assert_close(fast_logits, forward(plain, ids, new_cache(plain)), rtol=1e-4, atol=1e-4)
-        assert len(calls) == n, "SPECVIZ_PACK=0 leaves every multiply to F.linear"
-
-
-@onednn
-def test_a_weight_changed_inside_a_group_is_used_and_not_its_stale_concatenated_copy(monkeypatch):
-    """q, k and v are one multiply by a concatenated copy: changing one of them in place, or
-    replacing it, must remake the copy."""
-    model = tiny_llama()
-    ids = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(3))
-    calls = _counting(monkeypatch)
-    with torch.no_grad():
-        forward(model, ids, new_cache(model))  # groups
-        assert calls
-        model.model.layers[1].self_attn.k_proj.weight.mul_(-1.0)
-        model.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(torch.randn(128, 64))
-        got = forward(model, ids, new_cache(model))
-        monkeypatch.setenv("SPECVIZ_PACK", "0")
-        fresh = tiny_llama()
-        fresh.load_state_dict(model.state_dict())
-        want = forward(fresh, ids, new_cache(fresh))
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-
-
-def test_models_whose_grouped_copies_exceed_the_budget_are_not_grouped(monkeypatch):
-    monkeypatch.setattr(packing, "GROUP_BUDGET", 1000)
-    assert packing.pack(tiny_llama()) == {}
-
-
-def test_a_machine_with_little_memory_does_not_group(monkeypatch):
-    model = tiny_llama()
-    need = 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    monkeypatch.setattr(packing, "_memory", lambda: 2 * need)  # copies would take more than an eighth
-    assert packing.pack(model) == {}
-
-
-@onednn
-def test_dense_computes_f_linear_through_onednn_only_where_it_may(monkeypatch):
-    wide = torch.randn(96, 32, generator=torch.Generator().manual_seed(4))
-    bias = torch.randn(96)
-    calls = _counting(monkeypatch)
-    with torch.no_grad():
-        for rows in range(1, 7):
-            x = torch.randn(rows, 32, generator=torch.Generator().manual_seed(rows))
-            torch.testing.assert_close(packing.dense(x, wide, bias), torch.nn.functional.linear(x, wide, bias))
-        assert len(calls) == 6
-        monkeypatch.setattr(packing, "MIN_WEIGHT", wide.numel() + 1)
-        packing.dense(x, wide)
-        assert len(calls) == 6, "weights under MIN_WEIGHT keep F.linear"
-        monkeypatch.setattr(packing, "MIN_WEIGHT", 1)
-        half = packing.dense(torch.randn(2, 32).double(), wide.double())
-        assert half.dtype == torch.float64 and len(calls) == 6, "other dtypes keep F.linear"
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            y = packing.dense(torch.randn(2, 32), wide)
-        assert y.dtype == torch.bfloat16 and len(calls) == 6, "autocast keeps F.linear (and casts)"
-
-
-@onednn
-def test_a_compiled_stack_keeps_the_modules_own_multiplies(monkeypatch):
-    """llama_fast passes no table for a torch.compile'd stack: its modules run as they are."""
-    model = tiny_llama()
-    attn = model.model.layers[0].self_attn
-    calls = _counting(monkeypatch)
-    x = torch.randn(3, 64)
-    with torch.no_grad():
-        got = packing.linears((attn.q_proj, attn.k_proj, attn.v_proj), x, None)
-        assert not calls
-        packing.linears((attn.q_proj, attn.k_proj, attn.v_proj), x, {})
-        assert len(calls) == 3, "without a grouped copy, each module through oneDNN"
-    torch.testing.assert_close(got[1], attn.k_proj(x))
-
-
-@onednn
-def test_dense_leaves_training_to_f_linear_so_gradients_reach_the_weight(monkeypatch):
-    layer = torch.nn.Linear(8, 24)
-    calls = _counting(monkeypatch)
-    packing.linear(layer, torch.randn(1, 8)).sum().backward()
-    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0 and not calls
-    with torch.no_grad():
-        packing.linear(layer, torch.randn(1, 8))
-    assert calls == [(1, 8)]
-
-
-def test_onednn_is_left_to_x86_cpus_where_it_was_measured(monkeypatch):
-    monkeypatch.setattr(packing, "_works", None)
-    monkeypatch.setattr(packing.platform, "machine", lambda: "arm64")
-    assert not packing.available()
-
-
-def test_a_onednn_that_disagrees_with_f_linear_is_not_used(monkeypatch):
-    monkeypatch.setattr(packing, "_works", None)
-    monkeypatch.setattr(packing, "_onednn", lambda x, w, b: torch.nn.functional.linear(x, w, b) + 1.0)
-    assert not packing.available()
-    layer = torch.nn.Linear(8, 24)
-    x = torch.randn(3, 8)
-    with torch.no_grad():
-        torch.testing.assert_close(packing.linear(layer, x), layer(x))
 
 
 def test_half_precision_rms_norm_survives_a_residual_streams_largest_values():

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (default: auto)")
     p.add_argument("--dtype", default=None, help="auto, fp32, bf16, fp16 (default: auto)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the target's decoder stack for every specviz arm (peers stay eager)")
+                   help="torch.compile the target's decoder stack for every specviz arm on a GPU (peers stay eager; refused on a CPU)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", metavar="PATH", help="write the full record as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the summary rows as CSV")

@@ -52,7 +52,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-map", default=None, help="'auto' spreads a large model over devices (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true", help="run model code from the Hub (off by default)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the target's decoder stack (Llama-layout models; compiling takes a while)")
+                   help="torch.compile the target's decoder stack (Llama-layout models on a GPU; refused on a CPU, where it was measured slower)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     p.add_argument("--no-baseline", action="store_true", help="skip the plain decoding run")
     p.add_argument("--trace", metavar="FILE", help="also save the whole run (every step's p and q, the timings, "

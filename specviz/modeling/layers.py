@@ -91,6 +91,18 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + torch.cat((-b, a), dim=-1) * sin
 
 
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with its first half negated: what `rope_rolled` multiplies the rolled x by."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rope_rolled(x: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
+    """`rope` with the sign folded into sin once per forward (ssin = signed_sin(sin)): the pair swap
+    is a roll, so a rotation is three ops instead of six (chunk, negate and concatenate go)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), ssin)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / sqrt(mean(x^2) + eps). For float32 PyTorch's fused op: the same maths in
     one kernel instead of six (~10 us a call on this project's CPUs instead of ~21)."""

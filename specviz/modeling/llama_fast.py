@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import KVCache, causal_mask, rms_norm, rope, write
-from .packing import linears, pack
+from .layers import KVCache, causal_mask, rms_norm, rope, rope_rolled, signed_sin, write
+from .packing import joined, linears, pack
 
 MODEL_TYPES = ("llama", "qwen2")  # same decoder layout; qwen2 only adds q/k/v biases (inside the Linear)
 
@@ -61,18 +61,18 @@ def head(model, h: torch.Tensor) -> torch.Tensor:
     return linears((model.get_output_embeddings(),), h, pack(model))[0]
 
 
-def _attention(attn, x, cos, sin, k_cache, v_cache, start, mask, groups, scale, table):
+def _attention(attn, x, cos, ssin, k_cache, v_cache, start, mask, groups, scale, table):
     t = x.shape[0]
-    d = k_cache.shape[-1]
-    q, k, v = linears((attn.q_proj, attn.k_proj, attn.v_proj), x, table)
-    q = q.reshape(t, -1, d).transpose(0, 1)  # (heads, t, d)
-    k = k.reshape(t, -1, d).transpose(0, 1)  # (kv_heads, t, d)
-    v = v.reshape(t, -1, d).transpose(0, 1)
-    keys, values = write(k_cache, v_cache, start, rope(k, cos, sin), v)
+    kv_heads, d = k_cache.shape[0], k_cache.shape[-1]
+    heads = kv_heads * groups
+    qkv = joined((attn.q_proj, attn.k_proj, attn.v_proj), x, table)  # (t, (heads + 2 kv_heads) * d)
+    # q and k rotated in one pass: (t, heads + kv_heads, d), cos and sin broadcast over the heads
+    qk = rope_rolled(qkv[:, :(heads + kv_heads) * d].view(t, heads + kv_heads, d), cos[:, None], ssin[:, None])
+    v = qkv[:, (heads + kv_heads) * d:].view(t, kv_heads, d).transpose(0, 1)  # (kv_heads, t, d)
+    keys, values = write(k_cache, v_cache, start, qk[:, heads:].transpose(0, 1), v)
     # Grouped-query attention without copying keys: the `groups` query heads that share a
     # key/value head become extra query rows of that head.
-    kv_heads = k_cache.shape[0]
-    q = rope(q, cos, sin).reshape(kv_heads, groups * t, d)
+    q = qk[:, :heads].transpose(0, 1).reshape(kv_heads, groups * t, d)
     # A leading batch axis: with 4-D inputs the CPU takes its fused (flash) kernel, 2x
     # faster at these sizes than the unfused maths it runs for 3-D ones.
     out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=scale)[0]
@@ -90,8 +90,9 @@ _FUSABLE_NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")  # weight * x / sqrt(mean(x^2)
 
 
 def _norm(norm, x):
-    """The model's RMSNorm; for float32 the shared fused one (layers.rms_norm)."""
-    if x.dtype == torch.float32 and type(norm).__name__ in _FUSABLE_NORMS:
+    """The model's RMSNorm, as the shared one (layers.rms_norm: fused in fp32, transformers' own maths
+    in half precision) where it is plain RMSNorm."""
+    if type(norm).__name__ in _FUSABLE_NORMS:
         return rms_norm(x, norm.weight, norm.variance_epsilon)
     return norm(x)
 
@@ -155,7 +156,7 @@ def states(model, ids: torch.Tensor, cache: KVCache, mask: torch.Tensor | None =
         mask = mask.repeat(groups, 1)  # one row block per folded query head
     x = base.embed_tokens(ids)  # (t, hidden)
     cos, sin = base.rotary_emb(x[None], positions[None])
-    cos, sin = cos[0].to(x.dtype), sin[0].to(x.dtype)  # (t, d), broadcast over heads
+    cos, sin = cos[0].to(x.dtype), signed_sin(sin[0].to(x.dtype))  # (t, d), broadcast over heads
     compiled = _compiled.get(model)
     run, table = (compiled, None) if compiled and final else (_stack, pack(model))
     n = len(base.layers) if final else max(layers)  # the last tap's input is the output of the layers below it

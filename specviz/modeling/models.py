@@ -130,6 +130,10 @@ def pick_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
 # load
 
 
+# Why compile is refused on a CPU: measured, docs/performance.md ("torch.compile on a CPU").
+COMPILE_ON_CPU = ("--compile is for GPUs: on a CPU, torch.compile took minutes for each new draft length and its "
+                  "steps were slower than specviz's own, which already multiply on the kernels timed fastest on "
+                  "this CPU (oneDNN's packed weights, as inductor's freezing would); leave --compile off")
 _LOADED: "OrderedDict[tuple, Loaded]" = OrderedDict()  # least recently used first
 _KEY_LOCKS: dict[tuple, threading.Lock] = {}
 _GUARD = threading.Lock()  # protects _KEY_LOCKS and _LOADED's order; each key's lock protects its load
@@ -147,8 +151,10 @@ def load(name: str, device: str | None = None, dtype: str | None = None, *,
     compile: run the decoder stack through torch.compile (llama_fast.compile_stack; Llama-
     layout models only, others ignore it). The model is shared, so every caller gets it so.
     """
-    source = _resolve(name, progress)
     dev = pick_device(device)
+    if compile and dev.type == "cpu":
+        raise SpecvizError(COMPILE_ON_CPU)
+    source = _resolve(name, progress)
     dt = pick_dtype(dev, dtype)
     key = (source, str(dev), dt, device_map, trust_remote_code)
     with _GUARD:
