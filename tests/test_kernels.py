@@ -81,14 +81,15 @@ def test_an_unknown_forced_path_is_refused_with_the_known_ones(monkeypatch):
 
 
 @x86
-def test_each_row_bucket_takes_the_path_its_plan_chose(monkeypatch):
+def test_each_row_bucket_takes_the_path_its_plan_chose_padded_where_it_says(monkeypatch):
     monkeypatch.setattr(packing, "MIN_WEIGHT", 1)
     w = torch.randn(48, 32)
     used = []
     for name, p in list(kernels.PATHS.items()):
         monkeypatch.setitem(kernels.PATHS, name, kernels.Path(
-            name, p.dtypes, (lambda n, run: lambda *a: used.append(n) or run(*a))(name, p.run), p.prepare, p.rows))
-    plan = ("mkl", "linear", "onednn", "packed", "packed", "linear", "onednn", "packed")
+            name, p.dtypes, (lambda n, run: lambda x, *a: used.append((n, x.shape[0])) or run(x, *a))(name, p.run),
+            p.prepare, p.rows))
+    plan = ("mkl", "packed@5", "onednn", "packed", "packed", "linear", "onednn@64", "packed")
     key = kernels.entry_key(kernels.shape_of(w), torch.get_num_threads(), 2)
     kernels.table().plans[key] = kernels.Plan(plan, {})
     with torch.no_grad():
@@ -96,7 +97,20 @@ def test_each_row_bucket_takes_the_path_its_plan_chose(monkeypatch):
             used.clear()
             x = torch.randn(rows, 32)
             torch.testing.assert_close(packing.dense(x, w), F.linear(x, w), rtol=1e-4, atol=1e-4)
-            assert used == [plan[kernels.bucket(rows)]], rows
+            name, pad = kernels.parse(plan[kernels.bucket(rows)])
+            assert used == [(name, max(pad, rows))], rows
+
+
+def test_a_larger_bucket_padded_wins_where_it_is_faster_than_the_rows_own():
+    """oneDNN's one-row kernel measured slower than its five-row one: one row goes padded to five."""
+    n = len(kernels.BUCKETS)
+    by_path = {"packed": [3.6, 4.4, 3.1, 2.9, 3.8, 5.9, 10.1, 18.2][:n], "mkl": [3.0] + [None] * (n - 1),
+               "linear": [50.0] * n}
+    assert [kernels.choose(by_path, i) for i in range(n)] == ["packed@5", "packed@5", "packed@5", "packed",
+                                                              "packed", "packed", "packed", "packed"]
+    by_path["mkl"][0] = 2.0
+    assert kernels.choose(by_path, 0) == "mkl", "a one-row path is never padded, but wins its own bucket"
+    assert kernels.choose({"packed": [None] * n}, 0) == "linear"
 
 
 @x86

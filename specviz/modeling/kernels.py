@@ -37,13 +37,15 @@ import torch.nn.functional as F
 VERSION = 1  # of the table's file and of what a path means: a new one makes every table anew
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 64)  # rows timed; a multiply of r rows takes the first bucket >= r
 _BUCKET_OF = [next((i for i, b in enumerate(BUCKETS) if b >= r), len(BUCKETS) - 1) for r in range(BUCKETS[-1] + 1)]
-REPEATS = 3  # timed passes per path and bucket; the fastest is kept (noise only ever adds time)
+REPEATS = 2  # timed passes per path and bucket; the fastest is kept (noise only ever adds time)
 FLUSH_BYTES = 64 << 20  # weights are timed out of cache: cycled through when they hold this much, else flushed
-PASS_BYTES = 128 << 20  # a timing pass multiplies about this many bytes of weights (a large model: its first layers)
+PASS_BYTES = 64 << 20  # a timing pass multiplies about this many bytes of weights (a large model: its first layers)
 # Agreement with F.linear, relative to the output's largest value: fp32 kernels differ in summation
 # order (~1e-6 here), half-precision ones in one rounding of the output.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 COPY = ("packed", "mkl")  # the paths that multiply by a copy of the weight
+PAD_MS = 0.005  # what padding a multiply's rows with zeros costs (one small op), charged when comparing
+PAD_MARGIN = 0.05  # and a padded kernel must win by this much more: within the timings' noise, the rows' own
 
 
 def bucket(rows: int) -> int:
@@ -103,7 +105,7 @@ class Plan:
     ms: dict[str, list]
 
     def copies(self) -> set[str]:
-        return {p for p in self.paths if p in COPY}
+        return {parse(p)[0] for p in self.paths} & set(COPY)
 
 
 def candidates(dtype, copies: int, on_x86: bool | None = None) -> list[str]:
@@ -162,17 +164,31 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
                     ms[k][name][i] = seconds * 1e3
     plans = {}
     for k, by_path in ms.items():
-        paths = []
-        for i in range(len(BUCKETS)):
-            timed = [(by_path[n][i], n) for n in names if by_path[n][i] is not None]
-            paths.append(min(timed)[1] if timed else "linear")
-        plans[k] = Plan(tuple(paths), by_path)
+        plans[k] = Plan(tuple(choose(by_path, i) for i in range(len(BUCKETS))), by_path)
         if say:
             say(f"{k}: " + ", ".join(f"{b} rows {p}" for b, p in zip(BUCKETS, paths)))
     for it, k in zip(used, keys):
         for name in [n for n in it.copies if (id(it), n) in made and n not in plans[k].paths]:
             del it.copies[name]
     return plans
+
+
+def choose(by_path: dict[str, list], i: int) -> str:
+    """The winner of bucket i: the fastest path there, or a path at a larger bucket with the rows
+    padded with zeros ("packed@5": oneDNN's one-row kernel can be slower than its five-row one, and a
+    padded row is computed as a verify's rows are); F.linear where nothing was timed."""
+    options = [(ms[j] * (1 + PAD_MARGIN) + PAD_MS if j != i else ms[j], n, j) for n, ms in by_path.items()
+               for j in range(i, len(BUCKETS)) if ms[j] is not None and (j == i or PATHS[n].rows is None)]
+    if not options:
+        return "linear"
+    _, name, j = min(options)
+    return name if j == i else f"{name}@{BUCKETS[j]}"
+
+
+def parse(entry: str) -> tuple[str, int]:
+    """A plan's entry as (path name, rows to pad to; 0 for none)."""
+    name, _, rows = entry.partition("@")
+    return name, int(rows) if rows else 0
 
 
 def _works(path: Path, x, item) -> bool:
@@ -239,6 +255,13 @@ def machine() -> dict:
             "torch": torch.__version__, "version": VERSION}
 
 
+def _valid(entry) -> bool:
+    if not isinstance(entry, str):
+        return False
+    name, _, rows = entry.partition("@")
+    return name in PATHS and (not rows or rows.isdigit() and int(rows) in BUCKETS)
+
+
 def table_path(key: dict | None = None) -> pathlib.Path:
     from .embedded import cache_dir
 
@@ -292,7 +315,7 @@ class Table:
             return "made for another CPU or torch version" if isinstance(doc.get("machine"), dict) else "no machine"
         for name, entry in doc["plans"].items():
             paths, ms = (entry.get("paths"), entry.get("ms")) if isinstance(entry, dict) else (None, None)
-            if not (isinstance(paths, list) and len(paths) == len(BUCKETS) and all(p in PATHS for p in paths)
+            if not (isinstance(paths, list) and len(paths) == len(BUCKETS) and all(_valid(p) for p in paths)
                     and isinstance(ms, dict)):
                 return f"its entry {name!r} is malformed"
             self.plans[name] = Plan(tuple(paths), ms)
@@ -382,11 +405,14 @@ def bandwidth(seconds: float = 0.5, size: int = 1 << 30) -> float:
     return size / best
 
 
+def ms_of(plan: Plan, i: int) -> float | None:
+    """What bucket i's chosen entry measured (at the bucket it pads to, where it pads)."""
+    name, rows = parse(plan.paths[i])
+    return plan.ms.get(name, [None] * len(BUCKETS))[bucket(rows) if rows else i]
+
+
 def summary(plans: dict[str, Plan]) -> list[dict]:
-    """The plans as rows for a report: shape, dtype, threads, then per bucket the path and its ms."""
-    rows = []
-    for name, plan in sorted(plans.items()):
-        row = {"entry": name, "buckets": list(BUCKETS), "paths": list(plan.paths),
-               "ms": [plan.ms.get(p, [None] * len(BUCKETS))[i] for i, p in enumerate(plan.paths)]}
-        rows.append(row)
-    return rows
+    """The plans as rows for a report: the entry (shape, dtype, threads), then per bucket the chosen
+    path and its ms."""
+    return [{"entry": name, "buckets": list(BUCKETS), "paths": list(plan.paths),
+             "ms": [ms_of(plan, i) for i in range(len(BUCKETS))]} for name, plan in sorted(plans.items())]

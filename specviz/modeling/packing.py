@@ -60,7 +60,7 @@ class Kernel:
     def __init__(self, modules: tuple = (), weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                  copies: int = 2):
         self.modules, self.copies_allowed = modules, copies
-        self.plans: dict[int, tuple[str, ...]] = {}  # by torch thread count
+        self.plans: dict[int, tuple[tuple[str, int], ...]] = {}  # by torch thread count: (path, pad to) a bucket
         self.copies: dict[str, torch.Tensor] = {}
         self.group: list[Kernel] = [self]  # the kernels measured together (a model's), this one among them
         if modules:
@@ -85,22 +85,23 @@ class Kernel:
         self.stamps = self._stamps()
         self.copies = {}
         for plan in self.plans.values():
-            self._copy(plan)
+            self._copy([name for name, _ in plan])
 
     def _copy(self, plan) -> None:
         with torch.no_grad():
-            for name in set(plan) & set(kernels.COPY):
+            for name in {kernels.parse(e)[0] for e in plan} & set(kernels.COPY):
                 if name not in self.copies:
                     self.copies[name] = kernels.PATHS[name].prepare(self.weight)
 
     def adopt(self, threads: int, paths: tuple[str, ...]) -> None:
-        self.plans[threads] = paths
+        self.plans[threads] = tuple(kernels.parse(e) for e in paths)
         self._copy(paths)
 
-    def path(self, rows: int) -> str:
+    def path(self, rows: int) -> tuple[str, int]:
+        """(path name, rows to pad to) for a multiply of `rows` rows."""
         name = kernels.forced()
         if name is not None:
-            return name
+            return name, 0
         threads = torch.get_num_threads()
         plan = self.plans.get(threads)
         if plan is None:
@@ -111,14 +112,18 @@ class Kernel:
         """x times the whole (concatenated) weight: the group's outputs side by side."""
         if self.modules and self._stamps() != self.stamps:  # a weight was replaced or changed in place
             self._make()
-        name = self.path(x.numel() // x.shape[-1])
+        rows = x.numel() // x.shape[-1]
+        name, pad = self.path(rows)
         path = kernels.PATHS[name]
-        if path.rows is not None and x.numel() != x.shape[-1] * path.rows:
+        if path.rows is not None and rows != path.rows:
             path = kernels.PATHS["packed" if "packed" in self.copies else "linear"]  # (a forced one-row path)
         copy = self.copies.get(path.name)
         if path.prepare is not None and copy is None:
             self._copy((path.name,))
             copy = self.copies[path.name]
+        if pad > rows:  # the rows a faster kernel wants, padded with zeros and cut off again
+            flat = F.pad(x.reshape(rows, -1), (0, 0, 0, pad - rows))
+            return path.run(flat, copy, self.weight, self.bias)[:rows].reshape(*x.shape[:-1], -1)
         return path.run(x, copy, self.weight, self.bias)
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -126,7 +131,7 @@ class Kernel:
         return list(out.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [out]
 
 
-def _measure(group: list[Kernel], threads: int) -> tuple[str, ...]:
+def _measure(group: list[Kernel], threads: int) -> tuple[tuple[str, int], ...]:
     """Give every kernel of `group` (a model's, in its forward's order) its plan at `threads`, timed
     where the table has none (a few seconds, once per machine); group[0]'s plan."""
     with _guard:
