@@ -393,8 +393,16 @@ def test_main_runs_a_user_suite_and_writes_every_output(target, tmp_path, monkey
     assert doc["config"]["ks"] == [2, 3]
     cost = doc["verify_cost"]  # the target's verify-cost curve, measured after the runs
     assert cost["sizes"] == [1, 2, 4, 8, 16, 32] and cost["relative"][0] == 1.0 and cost["weight_bytes"] > 0
-    assert "Why checking is cheap" in capsys.readouterr().out
+    assert 0 < cost["wall_fraction"] and cost["memory_bandwidth_bytes_per_s"] > 1e8
+    out = capsys.readouterr().out
+    assert "Why checking is cheap" in out and "this machine reads memory at" in out
+    assert doc["environment"]["kernels"] == [], "a tiny model's weights all keep F.linear"
     assert (tmp_path / "out.csv").exists() and (tmp_path / "out.html").exists()
+    doc["environment"]["kernels"] = [{"entry": "960x576 float32 2t", "buckets": [1, 2], "paths": ["packed@2", "mkl"],
+                                      "ms": [0.123, None]}]
+    report.print_report(doc)
+    out = capsys.readouterr().out
+    assert "Kernels chosen on this CPU" in out and "960x576 float32 2t" in out and "packed@2 0.12" in out
 
 
 def test_bad_options_are_clear_errors(target, monkeypatch):

@@ -13,6 +13,7 @@ from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, TREE_NODES_PER_K_MAX, VERIFICATIONS
 from ..modeling.forward import context_length
+from ..modeling import kernels, packing
 from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
 from ..run.settings import BOUNDS, in_words
@@ -198,6 +199,8 @@ def main(args: argparse.Namespace) -> int:
     from ..engine.verify_cost import curve
 
     verify = curve(target.model).to_dict()  # after the runs, never inside one (cached per model)
+    env["kernels"] = packing.chosen(target.model)  # which kernel multiplied each shape at each row count
+    verify |= wall(verify["bandwidth_bytes_per_s"]) if target.device.type == "cpu" else {}
     try:
         doc = report.document(result, summarise(result), config, env) | {"verify_cost": verify}
     except Exception:
@@ -215,6 +218,13 @@ def main(args: argparse.Namespace) -> int:
     for path in filter(None, (args.json, args.csv, args.html)):
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def wall(pass_bytes_per_s: float) -> dict:
+    """This machine's memory read bandwidth (measured now, after the runs) and the fraction of it a
+    one-token pass reads its weights at: how near plain decoding runs to the memory wall."""
+    read = kernels.bandwidth()
+    return {"memory_bandwidth_bytes_per_s": read, "wall_fraction": pass_bytes_per_s / read if read else None}
 
 
 def fitting(encoded: list, limit: int | None) -> list:

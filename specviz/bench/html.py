@@ -103,7 +103,7 @@ def figures(doc: dict) -> list[go.Figure]:
 def write_html(doc: dict, path: str) -> None:
     c = doc["config"]
     charts = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figures(doc))]
-    env = ", ".join(f"{k} {v}" for k, v in doc["environment"].items())
+    env = ", ".join(f"{k} {v}" for k, v in doc["environment"].items() if not isinstance(v, (list, dict)))
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>specviz bench</title>",
         f"<style>{CSS}</style></head><body>",

@@ -17,7 +17,11 @@ JSON schema "specviz.bench/1":
     runs[]      every run: prompt_id, category, arm, repeat, tokens, seconds, prefill, steps, ...
     prompt_costs{}  per prompt: forward_ms{n: ms of one target forward over n new tokens}
     verify_cost{}   the target's verify-cost curve (verify_cost.VerifyCurve.to_dict): sizes, seconds,
-                 relative (T(m) / T(1)), weight_bytes, bandwidth_bytes_per_s, device, dtype
+                 relative (T(m) / T(1)), weight_bytes, bandwidth_bytes_per_s, device, dtype; on a CPU
+                 memory_bandwidth_bytes_per_s (kernels.bandwidth) and wall_fraction (the one-token pass's
+                 bandwidth over it)
+    environment.kernels[]  the kernels chosen for each weight shape (kernels.summary): entry, buckets,
+                 paths, ms
 """
 from __future__ import annotations
 
@@ -150,6 +154,14 @@ def verify_table(cost: dict) -> str:
     return table(["tokens in one pass", "ms", "vs one token", "if each cost a step"], rows)
 
 
+def kernel_table(rows: list[dict]) -> str:
+    """kernels.summary's rows: one line per weight shape, a column per row bucket."""
+    buckets = rows[0]["buckets"]
+    cells = [[r["entry"]] + [f"{p} {_num(ms, 2)}" if ms is not None else p for p, ms in zip(r["paths"], r["ms"])]
+             for r in rows]
+    return table(["weight (dtype, threads)"] + [f"{b} rows" for b in buckets], cells)
+
+
 def print_report(doc: dict, out=None) -> None:
     out = out or sys.stdout
     c = doc["config"]
@@ -167,8 +179,15 @@ def print_report(doc: dict, out=None) -> None:
         cost = doc["verify_cost"]
         print("\nWhy checking is cheap: one target forward over m tokens (fixed short context; ideal: flat)\n"
               + verify_table(cost), file=out)
+        wall = ""
+        if cost.get("wall_fraction"):
+            wall = (f", {cost['wall_fraction']:.0%} of the {cost['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s "
+                    "this machine reads memory at")
         print(f"each pass reads {cost['weight_bytes'] / 1e6:.0f} MB of weights; a one-token pass reading them "
-              f"once runs at {cost['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s", file=out)
+              f"once runs at {cost['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s{wall}", file=out)
+    if doc["environment"].get("kernels"):
+        print("\nKernels chosen on this CPU by timing them (path and ms of one multiply, by rows; @n: padded to n rows)\n"
+              + kernel_table(doc["environment"]["kernels"]), file=out)
     d = doc["drift"]
     if d["median"] is not None:
         print(f"\nbaseline's in-run target step / measured one-token forward: median {d['median']:.2f} "

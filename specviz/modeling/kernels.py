@@ -389,7 +389,7 @@ def reset() -> None:
         _table = None
 
 
-def bandwidth(seconds: float = 0.5, size: int = 1 << 30) -> float:
+def bandwidth(seconds: float = 0.5, size: int = 512 << 20) -> float:
     """Bytes per second this machine reads memory at with torch's threads: a sum over `size` bytes,
     the best of a few passes (the wall a one-token pass, which reads every weight once, runs into)."""
     x = torch.ones(size // 4)

@@ -281,3 +281,13 @@ def linears(modules: tuple, x: torch.Tensor, table: dict | None) -> list[torch.T
     if entry is not None:
         return entry(x)
     return [dense(x, m.weight, m.bias) for m in modules]
+
+
+def chosen(model=None) -> list[dict]:
+    """The plans this process's linears (`model`'s and the drafters' layers met so far) use at torch's
+    thread count now: kernels.summary's rows, for the bench's report."""
+    threads = torch.get_num_threads()
+    found = [*(pack(model).values() if model is not None else ()), *_loose.values()]
+    keys = {kernels.entry_key(kernels.shape_of(k.weight), threads, k.copies_allowed) for k in found}
+    table = kernels.table()
+    return kernels.summary({k: table.plans[k] for k in keys if k in table.plans})
