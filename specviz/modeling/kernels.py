@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -389,20 +390,19 @@ def reset() -> None:
         _table = None
 
 
-def bandwidth(seconds: float = 0.5, size: int = 512 << 20) -> float:
-    """Bytes per second this machine reads memory at with torch's threads: a sum over `size` bytes,
-    the best of a few passes (the wall a one-token pass, which reads every weight once, runs into)."""
+def bandwidth(passes: int = 9, size: int = 1 << 30) -> float:
+    """Bytes per second this machine reads memory at with torch's threads: a sum over `size` bytes, the
+    median of `passes` (the wall a one-token pass, which reads every weight once, runs into). The
+    median, not the best: on a shared virtual machine single passes ran up to 1.7x the rest."""
     x = torch.ones(size // 4)
-    best, start = float("inf"), time.perf_counter()
+    seconds = []
     with torch.inference_mode():
         x.sum()
-        for _ in range(8):
+        for _ in range(passes):
             t0 = time.perf_counter()
             x.sum()
-            best = min(best, time.perf_counter() - t0)
-            if time.perf_counter() - start > seconds:
-                break
-    return size / best
+            seconds.append(time.perf_counter() - t0)
+    return size / statistics.median(seconds)
 
 
 def ms_of(plan: Plan, i: int) -> float | None:

@@ -34,6 +34,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _packed: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
 _loose: dict[int, "Kernel"] = {}  # kernels of weights met outside a packed model (drafter layers), by id
 _guard = threading.RLock()
+_noted: set[int] = set()  # thread counts a lone weight's timing was said for
 
 
 def _memory() -> int:
@@ -143,7 +144,8 @@ def _measure(group: list[Kernel], threads: int) -> tuple[tuple[str, int], ...]:
         for copies, ks in by_copies.items():
             shapes = {kernels.shape_of(k.weight) for k in ks}
             missing = [s for s in shapes if kernels.entry_key(s, threads, copies) not in table.plans]
-            if missing:
+            if missing and (len(group) > 1 or threads not in _noted):  # drafters' layers: one line a thread count
+                _noted.add(threads)
                 kernels.note(f"timing this CPU's kernels for {len(missing)} weight shape{'s' * (len(missing) > 1)} "
                              f"at {threads} thread{'s' * (threads > 1)}, once per machine (the table: {table.path})")
             plans = table.plans_for(ks, threads, copies)
