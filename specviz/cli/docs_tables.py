@@ -191,11 +191,30 @@ def bench_verify(doc: dict) -> str:
     return _md(["category", "1 token (ms)", *(f"v({n})" for n in sizes)], rows)
 
 
+def bench_kernels(doc: dict) -> str:
+    """The kernel each weight shape took at each row count (environment.kernels), ms a multiply, then how
+    near the one-token pass ran to this machine's memory wall (verify_cost)."""
+    rows = doc["environment"].get("kernels") or []
+    if not rows:
+        return "No kernel table in this file (every weight kept F.linear, or it predates the table)."
+    buckets = rows[0]["buckets"]
+    body = _md(["weight, dtype, threads", *(f"{b} row{'s' * (b > 1)}" for b in buckets)],
+               [[r["entry"], *(f"{p} {_f(ms, 3)}" for p, ms in zip(r["paths"], r["ms"]))] for r in rows])
+    cost = doc.get("verify_cost") or {}
+    if cost.get("wall_fraction"):
+        body += (f"\n\nA one-token pass read its {cost['weight_bytes'] / 1e6:.0f} MB of weights at "
+                 f"{cost['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s: {cost['wall_fraction']:.0%} of the "
+                 f"{cost['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s this machine read memory at; verifying "
+                 + ", ".join(f"{m} tokens cost {v:.2f}x" for m, v in zip(cost["sizes"], cost["relative"]) if m in (2, 4, 8, 16))
+                 + " one.")
+    return body
+
+
 def bench_caption(doc: dict, path: str) -> str:
     env, cfg = doc["environment"], doc["config"]
     load = env.get("load_average_before")
     where = ", ".join(filter(None, [
-        f"{env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else ""),
+        f"{env.get('cpu') or env['processor']}, {env['cpus']} CPUs" + (f" (load {load:.1f} before)" if load is not None else ""),
         f"{env['device']}, {env['dtype']}", f"{env['threads']} torch thread{'s' if env['threads'] != 1 else ''}",
         f"Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}"]))
     how = f"`{cfg['command']}`" if cfg.get("command") else "the command is not recorded"
@@ -363,6 +382,7 @@ KINDS = {
     "bench-rule-means": (bench_rule_means, bench_caption),
     "bench-tree-drafting": (bench_tree_drafting, bench_caption),
     "bench-verify": (bench_verify, bench_caption),
+    "bench-kernels": (bench_kernels, bench_caption),
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),
     "matrix": (matrix_table, matrix_caption),
