@@ -276,3 +276,51 @@ def test_compile_is_refused_on_a_cpu_with_the_reason_before_anything_loads():
 
     with pytest.raises(SpecvizError, match="--compile is for GPUs: on a CPU.*kernels timed fastest"):
         models.load("/no/such/folder", device="cpu", compile=True)
+
+
+def test_the_page_offers_bf16_as_slower_where_this_cpu_measured_it_slower(monkeypatch):
+    from specviz.ui import layout
+
+    monkeypatch.setattr(packing, "native_bf16", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    labels = dict((v, label) for label, v in layout.precision_choices())
+    assert "slower here" in labels["bfloat16"] and "float16" not in labels
+    monkeypatch.setattr(packing, "native_bf16", lambda: True)
+    assert dict((v, label) for label, v in layout.precision_choices())["bfloat16"] == "bf16"
+
+
+def test_a_precision_reaches_the_target_load_and_a_wrong_one_is_one_sentence():
+    from specviz import SpecvizError
+    from specviz.run.prepare import prepare, run_here
+    from specviz.run.settings import Settings
+    from specviz.run.spec import parse
+
+    asked = {}
+
+    class Models:
+        @staticmethod
+        def load(name, progress=None, **kw):
+            asked.update(kw)
+            raise SpecvizError("stop here")
+    with pytest.raises(SpecvizError, match="stop here"):
+        run_here(prepare(Settings.from_controls(prompt="x", dtype=" BF16 "), parse("none"), Models))
+    assert asked["dtype"] == "bf16"
+    with pytest.raises(SpecvizError, match=r"^precision \(dtype\) must be one of auto, float32, .*got 'int8'$"):
+        Settings.from_controls(prompt="x", dtype="int8")
+
+
+def test_pass_costs_price_a_model_from_the_table_before_it_is_loaded():
+    """What the page's precision menu says: each dtype's one- and nine-token pass over the model's shapes,
+    from plans timed earlier; a dtype the table lacks a shape of is not priced."""
+    from conftest import tiny_llama
+    from specviz.modeling import llama_fast
+
+    shapes = llama_fast.pass_shapes(tiny_llama().config)
+    assert shapes[:4] == ["128x64", "64x64", "256x64", "64x128"] and shapes[-1] == "96x64" and len(shapes) == 9
+    table = kernels.table()
+    threads = torch.get_num_threads()
+    for shape in set(shapes):
+        ms = {"packed": [1.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
+        table.plans[kernels.entry_key(f"{shape} float32", threads, 2)] = kernels.Plan(("packed",) * 8, ms)
+    table.plans[kernels.entry_key("96x64 bfloat16", threads, 2)] = kernels.Plan(("packed",) * 8, {"packed": [1.0] * 8})
+    assert packing.pass_costs(shapes) == {"float32": (9.0, 18.0)}

@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=d.sampling.top_p, help="1 = off")
     p.add_argument("--seed", type=int, default=d.sampling.seed)
     p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (default: auto)")
-    p.add_argument("--dtype", default=None, help="auto, fp32, bf16, fp16 (default: auto)")
+    p.add_argument("--dtype", default="auto", help="auto, fp32, bf16, fp16 (default: auto: fp32 on a CPU, bf16 on CUDA)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the target's decoder stack for every specviz arm on a GPU (peers stay eager; refused on a CPU)")
     p.add_argument("--trust-remote-code", action="store_true")

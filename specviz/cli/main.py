@@ -48,7 +48,7 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the prompt in the chat template (default: when the model has one)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA)")
+    p.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (auto: fp32 on a CPU, bf16 on CUDA)")
     p.add_argument("--device-map", default=None, help="'auto' spreads a large model over devices (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true", help="run model code from the Hub (off by default)")
     p.add_argument("--compile", action="store_true",

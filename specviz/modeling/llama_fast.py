@@ -47,6 +47,17 @@ def supports(model) -> bool:
             and all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")))
 
 
+def pass_shapes(cfg) -> list[str]:
+    """The weight shapes ("960x576") a forward of a model with this config multiplies, in order: what
+    packing.pass_costs prices before the model is loaded."""
+    hidden, heads = cfg.hidden_size, cfg.num_attention_heads
+    kv = cfg.num_key_value_heads or heads
+    d = getattr(cfg, "head_dim", None) or hidden // heads
+    layer = [f"{(heads + 2 * kv) * d}x{hidden}", f"{hidden}x{heads * d}", f"{2 * cfg.intermediate_size}x{hidden}",
+             f"{hidden}x{cfg.intermediate_size}"]
+    return layer * cfg.num_hidden_layers + [f"{cfg.vocab_size}x{hidden}"]
+
+
 def new_cache(model) -> KVCache:
     """An empty cache shaped for `model`'s layers, on its device and in its dtype."""
     cfg = model.config

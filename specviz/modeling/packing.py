@@ -293,3 +293,29 @@ def chosen(model=None) -> list[dict]:
     keys = {kernels.entry_key(kernels.shape_of(k.weight), threads, k.copies_allowed) for k in found}
     table = kernels.table()
     return kernels.summary({k: table.plans[k] for k in keys if k in table.plans})
+
+
+def pass_costs(shapes: list[str], dtypes=("float32", "bfloat16")) -> dict[str, tuple[float, float]]:
+    """{dtype: (ms of a one-token pass's multiplies, ms of a nine-token pass's)} read from this machine's kernel
+    table for a pass over `shapes` ("960x576", one per linear of a forward), for each dtype whose every shape the
+    table holds (at torch's thread count now, else at another it has): what each precision costs here, before
+    a model is loaded in it. Never measures."""
+    plans = kernels.table().plans
+    counts = sorted({int(name.split()[2][:-1]) for name in plans if len(name.split()) > 2},
+                    key=lambda t: (t != torch.get_num_threads(), t))
+    out = {}
+    for dtype in dtypes:
+        for threads in counts:
+            found = []
+            for shape in shapes:
+                plan = next((plans[k] for c in (2, 1, 0)
+                             if (k := kernels.entry_key(f"{shape} {dtype}", threads, c)) in plans), None)
+                if plan is None:
+                    break
+                found.append(plan)
+            else:
+                one, nine = kernels.bucket(1), kernels.bucket(9)
+                cost = [sum(kernels.ms_of(p, i) or 0.0 for p in found) for i in (one, nine)]
+                out[dtype] = (cost[0], cost[1])
+                break
+    return out

@@ -53,7 +53,8 @@ def prepare(s: Settings, spec: DrafterSpec, models, *, chat: bool | None = None,
     trust_remote_code). A value the engine would refuse is refused before any model loads."""
     cfg = spec.config(s.config())
     target = yield Step(f"target {model_name(s.target)}",
-                        lambda progress: models.load(s.target, progress=progress, **(placed or {}), **load), True)
+                        lambda progress: models.load(s.target, progress=progress, **({"dtype": s.dtype} | (placed or {})),
+                                                     **load), True)
     ids = models.encode_prompt(target, s.prompt, chat)
     if check_prompt is not None:
         check_prompt(len(ids))

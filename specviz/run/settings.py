@@ -16,6 +16,7 @@ from ..core.sampling import Sampling
 from ..engine.generate import K_MAX, GenerationConfig
 from .spec import NONE
 
+PRECISIONS = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")  # models.load's dtype names
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 
 
@@ -133,6 +134,7 @@ class Settings:
     chat: bool = True
     verification: str = _ENGINE.verification  # how a sampled chain draft is judged (GenerationConfig.verification)
     draft_confidence: float = _ENGINE.draft_confidence  # with dynamic k (generate's flag; the page keeps the default)
+    dtype: str = "auto"  # the target's precision: auto (fp32 on a CPU, bf16 on CUDA), fp32, bf16, fp16
 
     @classmethod
     def from_controls(cls, mode: str | None = None, **values) -> "Settings":
@@ -148,7 +150,10 @@ class Settings:
         s = cls(**{name: _CONVERT[types[name]](v, in_words(name)) for name, v in values.items()})
         for name, bounds in BOUNDS.items():
             bounds.check(getattr(s, name), in_words(name))
-        s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NONE)
+        s = replace(s, target=s.target.strip(), drafter=s.drafter.strip() or NONE, dtype=s.dtype.strip().lower() or "auto")
+        if s.dtype not in PRECISIONS:
+            shown = s.dtype if len(s.dtype) <= 20 else s.dtype[:17] + "..."
+            raise SpecvizError(f"precision (dtype) must be one of {', '.join(PRECISIONS)}, got {shown!r}")
         # One rule in every mode: a value the engine would refuse is refused, even where greedy
         # decoding would not use it (a script's temperature -1 is a mistake worth telling).
         s.sampling.validate()

@@ -104,6 +104,40 @@ def _slider(name: str, low: float | None = None, high: float | None = None, **op
     return gr.Slider(b.low if low is None else low, b.high if high is None else high, step=b.step, **options)
 
 
+def precision_choices() -> list[tuple[str, str]]:
+    """The precisions offered, bf16 said slower where this CPU's bf16 multiply measured slower than fp32."""
+    import torch
+
+    from ..modeling.packing import native_bf16
+
+    gpu = torch.cuda.is_available()
+    half = "bf16" if gpu or native_bf16() else "bf16 (slower here: this CPU multiplies bf16 in software)"
+    return [("auto (bf16 on a GPU, else fp32)", "auto"), ("fp32 (every token as plain decoding)", "float32"),
+            (half, "bfloat16")] + ([("fp16", "float16")] if gpu else [])
+
+
+def precision_info(target: str) -> str:
+    """What each precision costs on this machine, as its kernel table measured it for `target` (the embedded
+    model, once converted), or where the figures will come from."""
+    from ..modeling import llama_fast, packing
+    from ..modeling.embedded import MARKER, MODEL_DIR, cache_dir
+
+    base = "fp32 keeps speculative text identical to plain decoding; bf16 reads half the bytes and may part from its own plain run at a near-tie"
+    folder = cache_dir() / MODEL_DIR
+    if target != "default" or not (folder / MARKER).is_file():
+        return base + "; what each costs here is timed at its first run"
+    try:
+        from transformers import AutoConfig
+
+        costs = packing.pass_costs(llama_fast.pass_shapes(AutoConfig.from_pretrained(folder)))
+    except (OSError, ValueError, AttributeError):
+        return base
+    said = [f"{name} {one:.0f} ms a token, 9 verified for {nine / one:.2f}x" for name, (one, nine) in
+            (("fp32", costs.get("float32", (0, 0))), ("bf16", costs.get("bfloat16", (0, 0)))) if one]
+    return base + (f"; measured on this CPU (the multiplies of one pass): {', '.join(said)}" if said else
+                   "; what each costs here is timed at its first run")
+
+
 def _settings(policy: Policy) -> dict:
     """The target and the decoding settings (the left column), keyed by the Settings field (and
     API parameter) each fills; the ones most often changed come first, above the fold."""
@@ -114,6 +148,8 @@ def _settings(policy: Policy) -> dict:
         info += f"; {left_out} needs more memory than this machine has"
     target = gr.Dropdown(list(policy.targets), value=policy.default_target, label="Target model",
                          allow_custom_value=not policy.hosted, elem_id="sv-target", info=info)
+    dtype = gr.Dropdown(precision_choices(), value=d.dtype, label="Precision", elem_id="sv-dtype",
+                        info=precision_info(policy.default_target))
     with gr.Accordion("Decoding settings", open=True):
         k = _slider("k", value=d.k, label="k: draft tokens per step", elem_id="sv-k")
         mode = gr.Radio([GREEDY, SAMPLING], value=GREEDY if d.greedy else SAMPLING, label="Decoding")
@@ -142,7 +178,7 @@ def _settings(policy: Policy) -> dict:
                 api_visibility="private")
     return dict(target=target, k=k, dynamic_k=dynamic_k, mode=mode, temperature=temperature,
                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, seed=seed,
-                max_new_tokens=max_new_tokens, chat=chat, verification=verification)
+                max_new_tokens=max_new_tokens, chat=chat, verification=verification, dtype=dtype)
 
 
 def _prompt(examples: list[Example]):
