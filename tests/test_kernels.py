@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, GenerationConfig, collect
 from specviz import baseline_generate, speculative_generate
-from specviz.modeling import kernels, packing
+from specviz.modeling import kernel_table, kernels, packing
 from specviz.modeling.forward import forward, new_cache
 
 ON_X86 = kernels.candidates(torch.float32, 2) != ["linear"]
@@ -27,9 +27,9 @@ def own_table(tmp_path, monkeypatch):
     monkeypatch.delenv("SPECVIZ_PACK", raising=False)
     monkeypatch.setattr(kernels, "FLUSH_BYTES", 1 << 16)
     monkeypatch.setattr(kernels, "REPEATS", 1)
-    kernels.reset()
+    kernel_table.reset()
     yield
-    kernels.reset()
+    kernel_table.reset()
 
 
 @x86
@@ -90,8 +90,8 @@ def test_each_row_bucket_takes_the_path_its_plan_chose_padded_where_it_says(monk
             name, p.dtypes, (lambda n, run: lambda x, *a: used.append((n, x.shape[0])) or run(x, *a))(name, p.run),
             p.prepare, p.rows))
     plan = ("mkl", "packed@5", "onednn", "packed", "packed", "linear", "onednn@64", "packed")
-    key = kernels.entry_key(kernels.shape_of(w), torch.get_num_threads(), 2)
-    kernels.table().plans[key] = kernels.Plan(plan, {})
+    key = kernel_table.entry_key(kernels.shape_of(w), torch.get_num_threads(), 2)
+    kernel_table.table().plans[key] = kernels.Plan(plan, {})
     with torch.no_grad():
         for rows in (1, 2, 3, 4, 5, 9, 17, 33, 64, 500):
             used.clear()
@@ -204,9 +204,9 @@ def test_a_plan_is_timed_once_then_read_from_disk(monkeypatch, capsys):
     with torch.no_grad():
         packing.dense(torch.randn(3, 1024), w)
     assert measured == [1] and "timing this CPU's kernels for 1 weight shape" in capsys.readouterr().err
-    doc = json.loads(kernels.table_path().read_text())
-    assert doc["machine"] == kernels.machine() and len(doc["plans"]) == 1
-    kernels.reset()
+    doc = json.loads(kernel_table.table_path().read_text())
+    assert doc["machine"] == kernel_table.machine() and len(doc["plans"]) == 1
+    kernel_table.reset()
     with torch.no_grad():
         packing.dense(torch.randn(3, 1024), torch.randn(256, 1024))
     assert measured == [1], "the second process reads the table"
@@ -221,19 +221,19 @@ def test_a_plan_is_timed_once_then_read_from_disk(monkeypatch, capsys):
     (lambda text: "[]", "not a kernel table"),
 ])
 def test_a_corrupt_foreign_or_stale_table_is_ignored_with_a_note_and_remade(capsys, damage, why):
-    table = kernels.table()
+    table = kernel_table.table()
     table.plans["8x8 float32 1t"] = kernels.Plan(("linear",) * len(kernels.BUCKETS), {"linear": [1.0] * 8})
     table.save()
-    path = kernels.table_path()
+    path = kernel_table.table_path()
     path.write_text(damage(path.read_text()))
-    kernels.reset()
-    again = kernels.table()
+    kernel_table.reset()
+    again = kernel_table.table()
     err = capsys.readouterr().err
     assert why in err and "timing the kernels again" in err and err.count("\n") == 1
     assert again.plans == {}
     w = torch.randn(8, 8)
     again.plans_for([packing._Probe(w)], 1, 0)
-    assert json.loads(path.read_text())["machine"] == kernels.machine(), "remade whole"
+    assert json.loads(path.read_text())["machine"] == kernel_table.machine(), "remade whole"
 
 
 def test_a_cpu_without_fast_bf16_is_never_offered_bf16(monkeypatch):
@@ -262,8 +262,8 @@ def test_bf16_that_measures_slower_than_fp32_is_not_fast(monkeypatch):
     try:
         assert not packing.native_bf16()
         monkeypatch.setattr(kernels, "measure", timing(0.5))
-        kernels.table_path().unlink()  # what the first measurement saved
-        kernels.reset()
+        kernel_table.table_path().unlink()  # what the first measurement saved
+        kernel_table.reset()
         packing._bf16_measured.cache_clear()
         assert packing.native_bf16()
     finally:
@@ -317,10 +317,10 @@ def test_pass_costs_price_a_model_from_the_table_before_it_is_loaded():
 
     shapes = llama_fast.pass_shapes(tiny_llama().config)
     assert shapes[:4] == ["128x64", "64x64", "256x64", "64x128"] and shapes[-1] == "96x64" and len(shapes) == 9
-    table = kernels.table()
+    table = kernel_table.table()
     threads = torch.get_num_threads()
     for shape in set(shapes):
         ms = {"packed": [1.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0, 5.0]}
-        table.plans[kernels.entry_key(f"{shape} float32", threads, 2)] = kernels.Plan(("packed",) * 8, ms)
-    table.plans[kernels.entry_key("96x64 bfloat16", threads, 2)] = kernels.Plan(("packed",) * 8, {"packed": [1.0] * 8})
+        table.plans[kernel_table.entry_key(f"{shape} float32", threads, 2)] = kernels.Plan(("packed",) * 8, ms)
+    table.plans[kernel_table.entry_key("96x64 bfloat16", threads, 2)] = kernels.Plan(("packed",) * 8, {"packed": [1.0] * 8})
     assert packing.pass_costs(shapes) == {"float32": (9.0, 18.0)}

@@ -2,7 +2,7 @@
 
 Every linear of a megabyte or more (fp32, bf16 or fp16, CPU, no gradient wanted, no autocast) is a
 `Kernel`: its weight, the copies its chosen paths multiply by, and a plan per torch thread count
-saying which path (kernels.PATHS) takes each row bucket. The plans come from kernels.Table, which
+saying which path (kernels.PATHS) takes each row bucket. The plans come from kernel_table.Table, which
 times the paths on this machine the first time a shape is met and keeps the result on disk. Weights
 under MIN_WEIGHT keep F.linear: a few microseconds of work, where any other call costs more.
 
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import kernels
+from . import kernel_table, kernels
 
 COPY_BUDGET = 2 << 30  # bytes of concatenated groups and kernel copies at most, per model
 MIN_WEIGHT = 1 << 18  # elements; smaller weights keep F.linear
@@ -136,17 +136,18 @@ def _measure(group: list[Kernel], threads: int) -> tuple[tuple[str, int], ...]:
     """Give every kernel of `group` (a model's, in its forward's order) its plan at `threads`, timed
     where the table has none (a few seconds, once per machine); group[0]'s plan."""
     with _guard:
-        table = kernels.table()
+        table = kernel_table.table()
         todo = [k for k in group if threads not in k.plans]
         by_copies: dict[int, list[Kernel]] = {}
         for k in todo:
             by_copies.setdefault(k.copies_allowed, []).append(k)
         for copies, ks in by_copies.items():
             shapes = {kernels.shape_of(k.weight) for k in ks}
-            missing = [s for s in shapes if kernels.entry_key(s, threads, copies) not in table.plans]
+            missing = [s for s in shapes if kernel_table.entry_key(s, threads, copies) not in table.plans]
             if missing and (len(group) > 1 or threads not in _noted):  # drafters' layers: one line a thread count
                 _noted.add(threads)
-                kernels.note(f"timing this CPU's kernels for {len(missing)} weight shape{'s' * (len(missing) > 1)} "
+                shapes_said = f"{len(missing)} weight shape{'s' * (len(missing) > 1)}"
+                kernel_table.note(f"timing this CPU's kernels for {shapes_said} "
                              f"at {threads} thread{'s' * (threads > 1)}, once per machine (the table: {table.path})")
             plans = table.plans_for(ks, threads, copies)
             for k in ks:
@@ -174,7 +175,7 @@ def _bf16_measured(threads: int) -> bool:
         return False
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4096, 1024, generator=g) / 32
-    table = kernels.table()
+    table = kernel_table.table()
     try:
         fp32, = table.plans_for([_Probe(w)], threads, 1).values()
         bf16, = table.plans_for([_Probe(w.bfloat16())], threads, 1).values()
@@ -290,8 +291,8 @@ def chosen(model=None) -> list[dict]:
     thread count now: kernels.summary's rows, for the bench's report."""
     threads = torch.get_num_threads()
     found = [*(pack(model).values() if model is not None else ()), *_loose.values()]
-    keys = {kernels.entry_key(kernels.shape_of(k.weight), threads, k.copies_allowed) for k in found}
-    table = kernels.table()
+    keys = {kernel_table.entry_key(kernels.shape_of(k.weight), threads, k.copies_allowed) for k in found}
+    table = kernel_table.table()
     return kernels.summary({k: table.plans[k] for k in keys if k in table.plans})
 
 
@@ -300,7 +301,7 @@ def pass_costs(shapes: list[str], dtypes=("float32", "bfloat16")) -> dict[str, t
     table for a pass over `shapes` ("960x576", one per linear of a forward), for each dtype whose every shape the
     table holds (at torch's thread count now, else at another it has): what each precision costs here, before
     a model is loaded in it. Never measures."""
-    plans = kernels.table().plans
+    plans = kernel_table.table().plans
     counts = sorted({int(name.split()[2][:-1]) for name in plans if len(name.split()) > 2},
                     key=lambda t: (t != torch.get_num_threads(), t))
     out = {}
@@ -309,7 +310,7 @@ def pass_costs(shapes: list[str], dtypes=("float32", "bfloat16")) -> dict[str, t
             found = []
             for shape in shapes:
                 plan = next((plans[k] for c in (2, 1, 0)
-                             if (k := kernels.entry_key(f"{shape} {dtype}", threads, c)) in plans), None)
+                             if (k := kernel_table.entry_key(f"{shape} {dtype}", threads, c)) in plans), None)
                 if plan is None:
                     break
                 found.append(plan)

@@ -103,7 +103,7 @@ def environment(device, dtype, load_before: float | None = None) -> dict:
     import torch
     import transformers
 
-    from .kernels import machine as cpu
+    from .kernel_table import machine as cpu
 
     return {**machine(load_before), "cpu": cpu()["cpu"], "torch": torch.__version__, "transformers": transformers.__version__,
             "threads": torch.get_num_threads(), "device": str(device), "dtype": str(dtype).replace("torch.", "")}
