@@ -123,6 +123,6 @@ def test_the_bench_and_the_load_sweep_describe_the_machine_alike():
 
     shared = {"python", "platform", "processor", "cpus", "load_average_before", "load_average_after"}
     assert set(threads.machine(1.5)) == shared and threads.machine(1.5)["load_average_before"] == 1.5
-    assert set(threads.environment("cpu", torch.float32)) == shared | {"torch", "transformers", "threads", "device",
-                                                                      "dtype"}
+    assert set(threads.environment("cpu", torch.float32)) == shared | {"cpu", "torch", "transformers", "threads",
+                                                                      "device", "dtype"}
     assert load_report.machine is threads.machine  # the load sweep writes exactly the shared keys

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import KVCache, causal_mask, rms_norm, rope, rope_rolled, signed_sin, write
+from .layers import KVCache, causal_mask, rms_norm, rope_rolled, signed_sin, write
 from .packing import joined, linears, pack
 
 MODEL_TYPES = ("llama", "qwen2")  # same decoder layout; qwen2 only adds q/k/v biases (inside the Linear)
@@ -193,16 +193,16 @@ def decode_rows(model, tokens: torch.Tensor, ks: Sequence[torch.Tensor], vs: Seq
     groups = model.config.num_attention_heads // kv_heads
     x = base.embed_tokens(tokens)  # (B, hidden)
     cos, sin = base.rotary_emb(x[:, None], positions[:, None])  # (B, 1, d)
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # (B, 1, 1, d): over heads
+    cos, sin = cos[:, None].to(x.dtype), signed_sin(sin[:, None].to(x.dtype))  # (B, 1, 1, d): over heads
     mask = visible[:, None, None, :]  # (B, 1, 1, col + 1): over heads and folded query rows
     table = pack(model)
     for layer, k_cache, v_cache in zip(base.layers, ks, vs):
         attn = layer.self_attn
         q, k, v = linears((attn.q_proj, attn.k_proj, attn.v_proj), _norm(layer.input_layernorm, x), table)
-        k_cache[:, :, col] = rope(k.view(b, kv_heads, 1, d), cos, sin)[:, :, 0]
+        k_cache[:, :, col] = rope_rolled(k.view(b, kv_heads, 1, d), cos, sin)[:, :, 0]
         v_cache[:, :, col] = v.view(b, kv_heads, d)
         # grouped-query attention as in _attention: a key/value head's query heads are its query rows
-        q = rope(q.view(b, kv_heads * groups, 1, d), cos, sin).view(b, kv_heads, groups, d)
+        q = rope_rolled(q.view(b, kv_heads * groups, 1, d), cos, sin).view(b, kv_heads, groups, d)
         out = F.scaled_dot_product_attention(q, k_cache[:, :, :col + 1], v_cache[:, :, :col + 1], attn_mask=mask,
                                              scale=attn.scaling)
         x = x + linears((attn.o_proj,), out.reshape(b, -1), table)[0]
