@@ -171,3 +171,16 @@ def test_half_precision_rms_norm_survives_a_residual_streams_largest_values():
         got = rms_norm(x.to(dtype), weight.to(dtype), 1e-5)
         assert got.dtype == dtype and torch.isfinite(got).all()
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_rolled_rotation_is_rope_bit_for_bit(dtype):
+    """The fast path rotates q and k with the sign folded into sin and a roll for the pair swap: the
+    very bits of rope's (transformers') result, so a teacher-forced pass and a batched writer agree."""
+    from specviz.modeling.layers import rope, rope_rolled, signed_sin
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 12, 64, generator=g).to(dtype)
+    angles = torch.randn(5, 1, 64, generator=g)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    assert torch.equal(rope_rolled(x, cos, signed_sin(sin)), rope(x, cos, sin))

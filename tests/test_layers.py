@@ -185,15 +185,3 @@ def test_the_may_import_reading():
         name for name in RANK if RANK[name] < RANK["ui"]}
     assert may_import("May import: nothing else of specviz (torch and the standard library).", "core") == set()
 
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_the_rolled_rotation_is_rope_bit_for_bit(dtype):
-    """The fast path rotates q and k with the sign folded into sin and a roll for the pair swap: the
-    very bits of rope's (transformers') result, so a teacher-forced pass and a batched writer agree."""
-    from specviz.modeling.layers import rope, rope_rolled, signed_sin
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 12, 64, generator=g).to(dtype)
-    angles = torch.randn(5, 1, 64, generator=g)
-    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
-    assert torch.equal(rope_rolled(x, cos, signed_sin(sin)), rope(x, cos, sin))
