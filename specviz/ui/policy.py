@@ -62,8 +62,8 @@ DRAFTERS = tuple((f"{parse(value).label} ({what})", value) for value, what in (
 # offers each once more as NAME@token, the old rule beside the default (a hosted page cannot type it).
 RULED = ("layerskip", "eagle", "medusa", "draft")
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
-RESIDENT_PER_WEIGHT_BYTE = 2.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
-# copies (packing.py, ~0.55x), libraries, activations and KV caches
+RESIDENT_PER_WEIGHT_BYTE = 3.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
+# copies and the kernels' packed copies (packing.py), libraries, activations and KV caches
 CHARS_PER_TOKEN = 16  # more characters than this per allowed token is refused before tokenizing
 TRUE = ("1", "true", "yes")
 MAX_TRACE_BYTES = 32 * MB  # the largest trace file any deployment replays (and Gradio's upload limit)
