@@ -284,7 +284,7 @@ def test_the_page_offers_bf16_as_slower_where_this_cpu_measured_it_slower(monkey
     monkeypatch.setattr(packing, "native_bf16", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     labels = dict((v, label) for label, v in layout.precision_choices())
-    assert "slower here" in labels["bfloat16"] and "float16" not in labels
+    assert "slower" in labels["bfloat16"] and "float16" not in labels
     monkeypatch.setattr(packing, "native_bf16", lambda: True)
     assert dict((v, label) for label, v in layout.precision_choices())["bfloat16"] == "bf16"
 

@@ -111,8 +111,8 @@ def precision_choices() -> list[tuple[str, str]]:
     from ..modeling.packing import native_bf16
 
     gpu = torch.cuda.is_available()
-    half = "bf16" if gpu or native_bf16() else "bf16 (slower here: this CPU multiplies bf16 in software)"
-    return [("auto (bf16 on a GPU, else fp32)", "auto"), ("fp32 (every token as plain decoding)", "float32"),
+    half = "bf16" if gpu or native_bf16() else "bf16 (slower: no bf16 in this CPU)"
+    return [("auto (bf16)" if gpu else "auto (fp32)", "auto"), ("fp32", "float32"),
             (half, "bfloat16")] + ([("fp16", "float16")] if gpu else [])
 
 
@@ -122,20 +122,21 @@ def precision_info(target: str) -> str:
     from ..modeling import llama_fast, packing
     from ..modeling.embedded import MARKER, MODEL_DIR, cache_dir
 
-    base = "fp32 keeps speculative text identical to plain decoding; bf16 reads half the bytes and may part from its own plain run at a near-tie"
+    base = "fp32: text identical to plain decoding; bf16: half the bytes, may part from its plain run at a near-tie"
+    later = base + "; each one's cost here is timed at its first run"
     folder = cache_dir() / MODEL_DIR
     if target != "default" or not (folder / MARKER).is_file():
-        return base + "; what each costs here is timed at its first run"
+        return later
     try:
         from transformers import AutoConfig
 
         costs = packing.pass_costs(llama_fast.pass_shapes(AutoConfig.from_pretrained(folder)))
     except (OSError, ValueError, AttributeError):
-        return base
-    said = [f"{name} {one:.0f} ms a token, 9 verified for {nine / one:.2f}x" for name, (one, nine) in
+        return later
+    said = [f"{name} {one:.0f} ms a token, 9 checked for {nine / one:.2f}x" for name, (one, nine) in
             (("fp32", costs.get("float32", (0, 0))), ("bf16", costs.get("bfloat16", (0, 0)))) if one]
-    return base + (f"; measured on this CPU (the multiplies of one pass): {', '.join(said)}" if said else
-                   "; what each costs here is timed at its first run")
+    return base + (f". Measured here (a pass's multiplies): {'; '.join(said)}" if said else
+                   "; each one's cost here is timed at its first run")
 
 
 def _settings(policy: Policy) -> dict:
