@@ -210,6 +210,37 @@ def test_a_long_prefill_says_how_much_of_the_prompt_is_read(app_models, monkeypa
     assert frames[-1][0].startswith("Done") and frames[-1][1] is None
 
 
+def test_a_stop_ends_every_run_of_the_visitor_and_no_runs_end_clears_another():
+    """One visitor's runs shared one stop flag, which each run's end cleared: a Generate ending beside
+    an exactness check left the check's Stop ignored (busy was already false) or undone. A Stop pressed
+    with nothing running stops nothing later either."""
+    from specviz.ui import handlers as page
+    from specviz.ui.limits import Line
+
+    handlers, session, line, checks = page.Handlers(Policy(), real_models), Session(), Line(slots=2), {}
+
+    def start(name):
+        def body(_, should_stop):
+            checks[name] = should_stop
+            yield name
+        handlers.arm(session)
+        run = line.run(session, None, lambda *said, **_: said, lambda: None, body)
+        assert next(run) == name
+        return run
+
+    handlers.stop(session)  # nothing is running
+    check = start("check")
+    assert not checks["check"]()
+    generate = start("generate")
+    assert list(generate) == [] and session.busy  # the Generate ends; the check goes on
+    handlers.stop(session)
+    assert checks["check"]()  # its Stop still reaches it
+    assert list(check) == [] and not session.busy
+    again = start("again")
+    assert not checks["again"]()  # the next run starts unstopped
+    list(again)
+
+
 def test_every_update_after_stop_says_stopping_not_the_runs_count(monkeypatch):
     """Stop pressed while a prefill is read: the status went on counting its pieces ("prefill: 1,536
     of 3,082 tokens read"), and a teacher pressed Stop again. From the press (the page's script says
