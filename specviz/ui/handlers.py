@@ -27,6 +27,7 @@ UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state
 # What the status says from the press of Stop to the run's end (the page's script says it at the
 # press, layout.STOPPING_JS; each update says it again, where the run's count would overwrite it).
 STOPPING = "Stopping…"
+EMPTY_DRAFTER = "The drafter box was empty, so this ran as plain decoding (drafter 'none')."
 
 
 class Session:
@@ -142,12 +143,16 @@ class Handlers:
         def status(message, state, ahead=None):
             return {**values(notice(message, state, ahead)), "session": session}
 
+        blank = "drafter" in controls and not str(controls["drafter"] or "").strip()
+
         def frames(settings: Settings, should_stop):
             if remember:
                 session.settings = settings
             for frame in runner.throttle(self._frames(run, settings, should_stop), UPDATE_EVERY):
                 if should_stop() and frame.state in ("loading", "running"):
                     frame.message = STOPPING
+                if blank and frame.final and EMPTY_DRAFTER not in frame.message:  # it ran as 'none': say so
+                    frame.message = f"{frame.message} {EMPTY_DRAFTER}"
                 if remember:
                     session.last = session.run = frame
                 yield {**values(frame), "session": session}
