@@ -145,6 +145,18 @@ def test_a_value_the_engine_refuses_is_refused_in_greedy_mode_too(mode, bad, wor
         Settings.from_controls(**dict(CONTROLS, mode=mode, **bad))
 
 
+@pytest.mark.parametrize("bad, said", [
+    (dict(k=10 ** 308), "k must be from 1 to 64, got 1.00e308 (309 digits)"),  # was its 309 digits
+    (dict(k="1" + "0" * 308), "k must be from 1 to 64, got 1.00e308 (309 digits)"),
+    (dict(top_p=1.0000001), "top-p must be from 0.05 to 1, got 1.0000001"),  # was "got 1"
+    (dict(max_new_tokens="x" * 500), "max new tokens must be a whole number, got 'xxxx"),
+])
+def test_a_refusal_names_the_field_the_value_shortened_and_never_rounded_onto_a_bound_and_the_range(bad, said):
+    with pytest.raises(SpecvizError) as refused:
+        Settings.from_controls(**dict(CONTROLS, **bad))
+    assert str(refused.value).startswith(said) and len(str(refused.value)) < 100, str(refused.value)
+
+
 def test_the_page_starts_from_the_engines_defaults():
     cfg, sampling = GenerationConfig(), Sampling()
     s = Settings(prompt="hi")
@@ -210,6 +222,37 @@ def test_a_long_prefill_says_how_much_of_the_prompt_is_read(app_models, monkeypa
     assert frames[-1][0].startswith("Done") and frames[-1][1] is None
 
 
+def test_a_stop_ends_every_run_of_the_visitor_and_no_runs_end_clears_another():
+    """One visitor's runs shared one stop flag, which each run's end cleared: a Generate ending beside
+    an exactness check left the check's Stop ignored (busy was already false) or undone. A Stop pressed
+    with nothing running stops nothing later either."""
+    from specviz.ui import handlers as page
+    from specviz.ui.limits import Line
+
+    handlers, session, line, checks = page.Handlers(Policy(), real_models), Session(), Line(slots=2), {}
+
+    def start(name):
+        def body(_, should_stop):
+            checks[name] = should_stop
+            yield name
+        handlers.arm(session)
+        run = line.run(session, None, lambda *said, **_: said, lambda: None, body)
+        assert next(run) == name
+        return run
+
+    handlers.stop(session)  # nothing is running
+    check = start("check")
+    assert not checks["check"]()
+    generate = start("generate")
+    assert list(generate) == [] and session.busy  # the Generate ends; the check goes on
+    handlers.stop(session)
+    assert checks["check"]()  # its Stop still reaches it
+    assert list(check) == [] and not session.busy
+    again = start("again")
+    assert not checks["again"]()  # the next run starts unstopped
+    list(again)
+
+
 def test_every_update_after_stop_says_stopping_not_the_runs_count(monkeypatch):
     """Stop pressed while a prefill is read: the status went on counting its pieces ("prefill: 1,536
     of 3,082 tokens read"), and a teacher pressed Stop again. From the press (the page's script says
@@ -233,6 +276,21 @@ def test_every_update_after_stop_says_stopping_not_the_runs_count(monkeypatch):
     said += [update["status"] for update in updates]
     assert said == ["reading the prompt (prefill: 4 of 16 tokens read)", "Stopping…", "Stopping…", "Stopping…",
                     "Stopped after 0 tokens."]
+
+
+def test_an_empty_drafter_runs_as_plain_decoding_and_says_so():
+    from specviz.ui import handlers as page
+
+    handlers, asked = page.Handlers(Policy(), real_models), []
+
+    def run(settings, policy, models, should_stop):
+        asked.append(settings.drafter)
+        yield Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")], state="done",
+                    message="Done: 3 tokens each.", final=True)
+
+    said = [u["status"] for u in handlers._stream(Session(), None, dict(prompt="hi", drafter="  "), run,
+                                                     lambda f: {"status": f.message}, False)]
+    assert asked == ["none"] and said == [f"Done: 3 tokens each. {page.EMPTY_DRAFTER}"]
 
 
 def test_slow_work_is_counted_in_seconds_while_it_runs():

@@ -363,6 +363,42 @@ def test_prompt_lookup_never_proposes_the_chat_templates_special_tokens(app_mode
     assert any(start in plain.propose(ids[:tail], 8).tokens.tolist() for tail in range(2, len(ids) + 1))
 
 
+def test_suffix_decoding_never_drafts_the_chat_templates_special_tokens(app_models):  # noqa: F811
+    """Suffix decoding proposed <|im_start|> after a line break (the template writes one into every
+    prompt and every remembered answer); alone or paired with a model drafter it now never does."""
+    from specviz.drafters.suffix import Suffix
+    from specviz.drafters.suffix_memory import SuffixMemory
+    from specviz.modeling import models
+    from specviz.run.spec import make_drafter
+
+    target = models.load(app_models["target"])
+    start = target.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    ids = models.encode_prompt(target, "Say hi.\nThen bye.\nSay hi.")
+
+    def proposed(drafter) -> list[list[int]]:
+        drafter.begin(ids, None, None, "cpu", trees=True)
+        drafter.finish(ids[-5:])  # an answer remembered, template tokens and all
+        drafter.begin(ids, None, None, "cpu", trees=True)
+        return [drafter.propose(ids[:tail], 8).tokens.tolist() for tail in range(2, len(ids) + 1)]
+
+    assert any(start in d for d in proposed(Suffix(SuffixMemory())))  # what the filter removes
+    assert not any(start in d for d in proposed(make_drafter("suffix", target, memory=SuffixMemory())))
+    pair = make_drafter(f"suffix+{app_models['draft']}", target, memory=SuffixMemory())
+    assert start in pair.copier.special
+
+
+def test_dropping_special_tokens_keeps_a_trees_other_branches_and_a_sampled_chains_q_a_distribution():
+    from specviz.drafters.base import Draft, without_special
+
+    # 9 is special: the tree loses it and its child; the chain stops before it
+    tree = without_special(Draft(torch.tensor([1, 9, 2, 3, 4]), None, (-1, -1, 0, 1, 2)), frozenset({9}))
+    assert tree.tokens.tolist() == [1, 2, 4] and tree.parents is None  # what is left is one branch
+    q = torch.tensor([[0.5, 0.25, 0.25], [0.2, 0.2, 0.6], [0.1, 0.1, 0.8]])
+    chain = without_special(Draft(torch.tensor([0, 1, 2]), q), frozenset({2}))
+    assert chain.tokens.tolist() == [0, 1]
+    assert torch.allclose(chain.q, torch.tensor([[2 / 3, 1 / 3, 0], [0.5, 0.5, 0]]))
+
+
 def test_prompt_lookup_is_asked_for_the_length_its_kind_of_match_has_earned():
     """With dynamic k, prompt lookup names the n-gram length it matches before drafting
     (plan), and the engine asks for the length that kind of match has earned: the random

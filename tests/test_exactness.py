@@ -51,7 +51,7 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
 
     ran = []
 
-    def run():
+    def run(should_stop):
         ran.append(True)
         yield "drawn", None, "result"
 

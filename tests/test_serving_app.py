@@ -164,11 +164,11 @@ def test_a_failed_request_is_a_sentence_and_a_raising_client_too():
 
 def test_stop_ends_the_request_at_the_next_chunk_and_keeps_what_arrived():
     session = Session()
-    stopping = fake_engines({SPEC: spec_run(), PLAIN: plain_run()}, between=lambda i: setattr(session, "stop", i == 2))
+    stopping = fake_engines({SPEC: spec_run(), PLAIN: plain_run()}, between=lambda i: i == 2 and session.press_stop())
     *_, last = run_all(serving(engines=stopping), session)
     assert last["summary"]["state"] == "stopped" and "Stopped after 6 tokens" in last["status"]
     assert last["spec"].count('data-kind="step"') == 2 and last["summary"]["baseline"] is None
-    assert not session.busy and not session.stop
+    assert not session.busy
 
 
 def test_each_server_gets_its_share_of_the_time_limit():
@@ -194,7 +194,7 @@ def test_runs_wait_in_the_line_and_stop_while_waiting():
                        max_new_tokens=8, chat=True)
     first = next(updates)
     assert first["summary"]["state"] == "waiting" and first["summary"]["ahead"] == 1
-    session.stop = True
+    session.press_stop()
     assert next(updates)["summary"]["state"] == "stopped"
     assert list(updates) == []  # ended: its ticket is out of the line
     runs.line.leave(other)

@@ -7,6 +7,7 @@ import re
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
 from test_app_browser import HANG, OUT, browser, generate_again  # noqa: F401 (browser is a fixture)
+from test_page_browser import held_target  # noqa: F401 (a fixture)
 
 # slow: drives a real browser. One worker takes the whole module, in order: its tests share one page.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("views-browser")]
@@ -73,13 +74,12 @@ def test_the_exactness_check_draws_first_tokens_both_ways_and_gives_a_p_value(pa
     page.locator("#sv-exact-box").screenshot(path=str(OUT / "exactness.png"))
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug: in two full clean-clone runs of 2026-12-05 (quiet and loaded) the Stop did not take and the check "
-    "drew all 500 ('Done: 500 first tokens each way.'); it passed in every run of this file alone, in a clean "
-    "clone, beside busy loops and beside other test files. The next session must find why (is session.busy "
-    "False at the Stop, or is the stored Session another object?) and remove this mark"))
-def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
-    """It held the app's one line with no way to end it (60 draws kept a Generate waiting 105 s)."""
+def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page, held_target):
+    """It held the app's one line with no way to end it (60 draws kept a Generate waiting 105 s).
+
+    The draws are held part-way until the server has answered the Stop: the tiny models draw all
+    500 first tokens in about 6 s, and a loaded machine's Stop once reached the server after
+    that, when there was no run left to stop (the check said "Done: 500", and the test failed)."""
     page.locator("#sv-exact-box").scroll_into_view_if_needed()
     n = page.locator("#sv-exact-n input[type=number]")
     if not n.is_visible():  # the accordion starts closed; an earlier test on this page may have opened it
@@ -89,9 +89,16 @@ def test_the_exactness_check_stops_and_frees_the_line_for_a_run(page):
     n.press("Enter")
     page.wait_for_function("document.querySelector('#sv-exact-n input[type=range]').value === '500'",
                            timeout=HANG)  # typed and taken (a CI run once drew the earlier 100)
+    held_target.hold_after(60)  # a few draws each way, then the target waits
     page.locator("#sv-exact-run").click()
     page.wait_for_selector('#sv-exact-status [data-state="running"]:has-text("of 500")', timeout=HANG)
-    page.locator("#sv-exact-stop").click()
+    stop = page.evaluate("gradio_config.dependencies.find(d => d.api_name === 'exactness_stop').id")
+    with page.expect_response(lambda r: r.url.endswith("/run/predict") and
+                              (r.request.post_data_json or {}).get("fn_index") == stop, timeout=HANG):
+        page.locator("#sv-exact-stop").click()
+    # said at the press, as every Stop on the page does, while the draws are still held
+    assert page.locator("#sv-exact-status .sv-status-text").inner_text() == "Stopping…"
+    held_target.release()
     # any end ends the wait (a run that ended by itself failed here only at the 10-minute guard)
     page.wait_for_selector('#sv-exact-status [data-state="stopped"], #sv-exact-status [data-state="done"], '
                            '#sv-exact-status [data-state="error"]', timeout=HANG)

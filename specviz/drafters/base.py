@@ -167,3 +167,53 @@ def features_read(drafter: Drafter | None) -> bool | tuple[int, ...]:
 
 def empty_draft(device) -> Draft:
     return Draft(torch.empty(0, dtype=torch.long, device=device), None)
+
+
+def special_ids(tokenizer) -> frozenset[int]:
+    """The tokenizer's special tokens (chat-template markers, end of text): never drafted by a
+    drafter that copies ids from the text (`without_special`)."""
+    return frozenset(int(t) for t in (getattr(tokenizer, "all_special_ids", None) or ()))
+
+
+def without_special(draft: Draft, special: frozenset[int]) -> Draft:
+    """`draft` less its special tokens, the one filter of the drafters that copy ids from the text
+    (prompt lookup, suffix decoding): the chat template writes `<|im_start|>` into every prompt and
+    every remembered answer, so a copy would otherwise propose it where the answer never holds it,
+    and the page would show it struck through. A chain stops before its first special token; a
+    tree loses each special node and the nodes under it.
+
+    A sampled chain's kept rows are q restricted to the other tokens and renormalised: row i's
+    token was drawn from q_i and kept only if it was not special, so given that it was kept it
+    was drawn from that restriction, which is the q the verifier must judge it by; with the rest
+    of q_i's mass the chain ends there and the target draws position i from p itself, so the
+    output at i is still p exactly (the target writes a special token itself where it belongs)."""
+    if not special or not draft.tokens.numel():
+        return draft
+    ids = draft.tokens.tolist()
+    if draft.parents is None:
+        cut = next((i for i, t in enumerate(ids) if t in special), len(ids))
+        if cut == len(ids):
+            return draft
+        if not cut:
+            return empty_draft(draft.tokens.device)
+        q = None
+        if draft.q is not None:
+            q = draft.q[:cut].clone()
+            q[:, sorted(t for t in special if t < q.shape[1])] = 0
+            q /= q.sum(dim=1, keepdim=True)
+        return Draft(draft.tokens[:cut], q)
+    if draft.q is not None:
+        raise ValueError("a drawn tree's special tokens cannot be dropped after the draw")
+    keep, new = [], {}  # new[i]: node i's index in the kept tree
+    for i, (t, parent) in enumerate(zip(ids, draft.parents)):
+        if t not in special and (parent < 0 or parent in new):
+            new[i] = len(keep)
+            keep.append(i)
+    if len(keep) == len(ids):
+        return draft
+    if not keep:
+        return empty_draft(draft.tokens.device)
+    parents = tuple(-1 if draft.parents[i] < 0 else new[draft.parents[i]] for i in keep)
+    tokens = draft.tokens[torch.tensor(keep, device=draft.tokens.device)]
+    chain = parents == tuple(range(-1, len(parents) - 1))
+    return Draft(tokens, None, None if chain else parents)

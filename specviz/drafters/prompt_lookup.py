@@ -10,11 +10,10 @@ A match of a single token is weak evidence: on the embedded model's own greedy a
 draft does (+13% per step in that simulation). So a 1-gram match proposes at most
 `weak_match_tokens` tokens; longer matches propose up to k.
 
-Special tokens are never proposed: the chat template writes `<|im_start|>` and `<|im_end|>`
-into every prompt, so a lookup after a line break would otherwise open nearly every run by
-proposing `<|im_start|>`, a token the answer never holds, which the page must then show
-struck through. A draft stops before its first special token (the target still writes one
-itself where it belongs: exactness never depends on the draft).
+Special tokens are never proposed (base.without_special, shared with suffix decoding): the
+chat template writes `<|im_start|>` and `<|im_end|>` into every prompt, so a lookup after a
+line break would otherwise open nearly every run by proposing `<|im_start|>`, a token the
+answer never holds.
 
 `plan` says which n matches before anything is drafted: with dynamic k the engine keeps
 an acceptance rate per n and drafts long only after the matches that earn it (in code
@@ -26,7 +25,7 @@ from typing import Iterable
 
 import torch
 
-from .base import Draft, Drafter, empty_draft
+from .base import Draft, Drafter, empty_draft, special_ids, without_special  # noqa: F401 (special_ids: re-exported)
 
 
 class PromptLookup(Drafter):
@@ -84,13 +83,5 @@ class PromptLookup(Drafter):
         n, start = found
         if n == 1 and self.weak_match_tokens:
             k = min(k, self.weak_match_tokens)
-        tokens = ids[start:start + k]
-        cut = next((i for i, t in enumerate(tokens) if t in self.special), len(tokens))
-        if not cut:
-            return empty_draft(self.device)
-        return Draft(torch.tensor(tokens[:cut], dtype=torch.long, device=self.device), None)
-
-
-def special_ids(tokenizer) -> frozenset[int]:
-    """The tokenizer's special tokens (chat-template markers, end of text): never drafted."""
-    return frozenset(getattr(tokenizer, "all_special_ids", None) or ())
+        draft = Draft(torch.tensor(ids[start:start + k], dtype=torch.long, device=self.device), None)
+        return without_special(draft, self.special)

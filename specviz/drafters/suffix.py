@@ -30,11 +30,13 @@ probability, the score, max_spec_factor and min_token_prob) without its code.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
 
 from ..core.errors import SpecvizError
 from ..core.sampling import sample
-from .base import Draft, Drafter, empty_draft
+from .base import Draft, Drafter, empty_draft, without_special
 from .suffix_index import Continuation, SuffixIndex, followers, best_match
 from .suffix_memory import SuffixMemory
 
@@ -47,13 +49,15 @@ class Suffix(Drafter):
     tree_width = 4  # followers expanded per node in a tree draft; 0 or 1: chains only
 
     def __init__(self, memory: SuffixMemory | None = None, max_depth: int = 24, factor: float = 1.0,
-                 min_prob: float = 0.1, sure_score: float = 2.0):
+                 min_prob: float = 0.1, sure_score: float = 2.0, special: Iterable[int] = ()):
         """memory: earlier answers, shared by the runs that should share it (default: this
         drafter's own). max_depth: the longest tail matched (the paper's tree depth).
         factor: draft at most factor * match length tokens (max_spec_factor). min_prob: no
         node less likely than this (min_token_prob). sure_score: in `suffix+NAME`, the
         expected accepted tokens at which suffix decoding drafts instead of the model
-        (Arctic Inference uses its speculator's draft length)."""
+        (Arctic Inference uses its speculator's draft length). special: token ids never drafted
+        (base.special_ids: the chat template's markers, which every prompt and answer holds)."""
+        self.special = frozenset(int(t) for t in special)
         self.memory = memory if memory is not None else SuffixMemory()
         self.max_depth, self.factor, self.min_prob, self.sure_score = max_depth, factor, min_prob, sure_score
         self.last: tuple[int, Continuation] | None = None  # the latest plan: (source, its draft)
@@ -130,10 +134,11 @@ class Suffix(Drafter):
         if not self.greedy:
             index = self.memory.index if source == EARLIER else self.request
             found = [(o.seq, o.pos) for o in index.occurrences(ids, self.max_depth) if o.length >= d.match]
-            return self._sampled(index.seqs, found, min(k, int(d.match * self.factor + 1e-6)), min_prob)
+            draft = self._sampled(index.seqs, found, min(k, int(d.match * self.factor + 1e-6)), min_prob)
+            return without_special(draft, self.special)
         tokens = torch.tensor(d.tokens, dtype=torch.long, device=self.device)
         chain = d.parents == tuple(range(-1, len(d.parents) - 1))  # one branch: verified as a chain
-        return Draft(tokens, None, None if chain else d.parents)
+        return without_special(Draft(tokens, None, None if chain else d.parents), self.special)
 
     def _sampled(self, seqs, found, budget: int, min_prob: float) -> Draft:
         """A chain drawn from the frequencies of what followed, q handed to the verifier."""

@@ -120,8 +120,12 @@ def _read(path: pathlib.Path) -> tuple[dict, dict]:
         with safe_open(str(path), framework="pt") as f:
             meta = dict(f.metadata() or {})
         state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise SpecvizError(f"{path} is not a readable safetensors drafter file: {e}") from None
+    except OSError as e:
+        raise SpecvizError(f"drafter file {path} cannot be read ({(e.strerror or 'an error').lower()})") from None
+    except (SafetensorError, ValueError):
+        # The library's own words ("header too large") describe its parser, not the visitor's mistake.
+        raise SpecvizError(f"{path} is not a drafter file: specviz reads the safetensors files "
+                           "`python -m specviz train` writes, and this is not one") from None
     if meta.get("format") != "specviz-drafter" or "kind" not in meta:
         raise SpecvizError(f"{path} is a safetensors file but not a specviz drafter (no drafter metadata)")
     try:

@@ -20,10 +20,24 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16") 
 GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding radio: sugar for temperature 0 or not
 
 
+def shown(value) -> str:
+    """A value as a refusal quotes it: short (1e308 sent as a whole number is not echoed as its 309
+    digits) and never rounded onto an allowed one (top-p 1.0000001 is not "1", the bound it exceeds)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = str(abs(value))
+        if len(digits) <= 12:
+            return str(value)
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1} ({len(digits)} digits)"
+    if isinstance(value, float):
+        return next(t for t in (f"{value:.{p}g}" for p in range(6, 18)) if float(t) == value or len(t) > 20)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _number(value, name: str, whole: bool):
     """A control's value as a finite number; scripts may send strings, NaN or 1e30."""
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        raise SpecvizError(f"{name} must be a number, got {value!r}")
+        raise SpecvizError(f"{name} must be a number, got {shown(value)}")
     if whole and isinstance(value, int):
         return value
     text = value.strip() if isinstance(value, str) else value
@@ -35,11 +49,11 @@ def _number(value, name: str, whole: bool):
     try:
         f = float(text)
     except (TypeError, ValueError):
-        raise SpecvizError(f"{name} must be a {'whole number' if whole else 'number'}, got {value!r}") from None
+        raise SpecvizError(f"{name} must be a {'whole number' if whole else 'number'}, got {shown(value)}") from None
     if not math.isfinite(f):
-        raise SpecvizError(f"{name} must be a finite number, got {value!r}")
+        raise SpecvizError(f"{name} must be a finite number, got {shown(value)}")
     if whole and f != int(f):
-        raise SpecvizError(f"{name} must be a whole number, got {value!r}")
+        raise SpecvizError(f"{name} must be a whole number, got {shown(value)}")
     return int(f) if whole else f
 
 
@@ -90,8 +104,7 @@ class Bounds:
 
     def check(self, value, name: str) -> None:
         if value < self.low or (self.high is not None and value > self.high):
-            got = f"{value:g}" if isinstance(value, float) else value
-            raise SpecvizError(f"{name} must be {self.said}, got {got}")
+            raise SpecvizError(f"{name} must be {self.said}, got {shown(value)}")
 
 
 def _bounded(default, low: float, high: float | None = None, step: float = 1):

@@ -193,7 +193,7 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         from ..drafters.hybrid import Hybrid
 
         memory = options.get("memory")
-        drafter = Hybrid(drafter, suffix(memory) if spec.copier == "suffix" else lookup(target, sure_match=2))
+        drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2))
     if spec.chain or spec.drafting:
         model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
         if getattr(model, "tree_width", 0) < 2:
@@ -214,12 +214,13 @@ def lookup(target=None, **options) -> PromptLookup:
     return PromptLookup(special=special_ids(getattr(target, "tokenizer", None)), **options)
 
 
-def suffix(memory=None) -> Drafter:
-    """Suffix decoding over `memory` (None: this process's)."""
+def suffix(memory=None, target=None) -> Drafter:
+    """Suffix decoding over `memory` (None: this process's) for `target`: its special tokens are never drafted."""
     from ..drafters.suffix import Suffix
     from ..drafters.suffix_memory import process_memory
 
-    return Suffix(memory if memory is not None else process_memory())
+    return Suffix(memory if memory is not None else process_memory(),
+                  special=special_ids(getattr(target, "tokenizer", None)))
 
 
 def model_name(name: str) -> str:
@@ -273,7 +274,7 @@ KINDS: Mapping[str, Kind] = {k.name: k for k in (
          says="plain decoding in steps"),
     Kind("pld", "prompt lookup", lambda spec, target, **_: lookup(target),
          aliases=("prompt-lookup", "prompt lookup", "ngram"), pairs=False),
-    Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory), pairs=False,
+    Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory, target), pairs=False,
          says="suffix decoding: this prompt and earlier answers"),
     Kind("layerskip", "layer skip", _layer_skip, "LAYERS", shows=lambda layers: f"layers {layers}",
          says="the target with only LAYERS of its layers, e.g. layerskip:0-9,20-29"),

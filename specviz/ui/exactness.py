@@ -28,6 +28,7 @@ from ..render.status import status_html
 from ..render.trace import Trace
 from ..run.spec import parse
 from . import runner
+from .handlers import STOPPING
 from .limits import Line
 from .page import Page
 from .policy import Policy
@@ -209,7 +210,8 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
             if now - shown > 1.0 or seed == n - 1:
                 shown = now
                 names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
-                yield (status_html(f"Drawn {seed + 1} of {n} first tokens each way…", "running", (seed + 1) / n),
+                said = STOPPING if should_stop() else f"Drawn {seed + 1} of {n} first tokens each way…"
+                yield (status_html(said, "running", (seed + 1) / n),
                        figure(spec, base, names), gr.skip())
     except runner.Stopped:
         yield status_html("Stopped before the first draw.", "stopped"), gr.skip(), ""
@@ -232,26 +234,26 @@ def _name(models, target, outcome) -> str:
 
 
 def queued(line: Line, session, run):
-    """`run`'s updates once it is this run's turn in the app's one Line of runs (limits.py):
+    """`run(should_stop)`'s updates once it is this run's turn in the app's one Line of runs (limits.py):
     the draws are model work like any run, so a visitor cannot start them beside a run of the
     playground and double the load a hosted app allows; Stop ends the wait too."""
     def status(message, state, ahead=None):
         return status_html(message, state), gr.skip(), gr.skip()
 
-    yield from line.run(session, None, status, lambda: None, lambda _: run())
+    yield from line.run(session, None, status, lambda: None, lambda _, should_stop: run(should_stop))
 
 
 def wire(c: Controls, page: Page) -> None:
     """The button runs `draw` with the playground's drafter and the settings on the left, in
-    its turn in the handlers' Line and the visitor's Session, whose stop flag this
-    block's Stop and the page's other Stop buttons set (the draws held the one line with no
+    its turn in the handlers' Line and the visitor's Session, which this block's Stop and the
+    page's other Stop buttons stop (the draws held the one line with no
     way to end them: a Generate waited behind 60 draws for 105 s)."""
     policy, handlers, session, controls = page.policy, page.handlers, page.session, page.settings
 
     def run(session, n, engine, d, *values):
         settings = dict(zip(controls, values))
-        yield from queued(handlers.line, session, lambda: draw(policy, page.models, n, d, engine=engine,
-                                                               should_stop=session.should_stop, **settings))
+        yield from queued(handlers.line, session, lambda should_stop: draw(policy, page.models, n, d, engine=engine,
+                                                                            should_stop=should_stop, **settings))
 
     instant = dict(queue=False, api_visibility="private")
     c.run.click(handlers.arm, session, session, **instant).then(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Callable
 
 import gradio as gr
 
@@ -26,14 +27,21 @@ UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state
 # What the status says from the press of Stop to the run's end (the page's script says it at the
 # press, layout.STOPPING_JS; each update says it again, where the run's count would overwrite it).
 STOPPING = "Stopping…"
+EMPTY_DRAFTER = "The drafter box was empty, so this ran as plain decoding (drafter 'none')."
 
 
 class Session:
-    """One visitor's state. Plain attributes only: gr.State deep-copies it per visitor."""
+    """One visitor's state. Plain attributes only: gr.State deep-copies it per visitor.
+
+    Stop belongs to the runs going when it is pressed: each run counts the presses from the click
+    that asked for it (`begin`), so one run's end cannot clear a Stop meant for another of the same
+    visitor (a Generate waiting in the Line behind an exactness check), and a Stop pressed while
+    nothing ran cannot stop the next run."""
 
     def __init__(self, memory_tokens: int = DEFAULT_TOKENS):
-        self.busy = False  # a run is queued or going
-        self.stop = False  # Stop was pressed during that run
+        self.stops = 0  # Stop presses so far
+        self.armed = None  # the presses counted when a run button was clicked, until that run begins
+        self.running = 0  # this visitor's runs in the Line (waiting or going)
         self.last = None  # the playground Frame on screen (a run's or a replay's): the step inspector reads it
         self.run = None  # the last playground run's Frame, kept while a replay is on screen
         self.settings = None  # what that run was asked for (a downloaded trace records it)
@@ -48,8 +56,27 @@ class Session:
         # What the Playground's charts draw now (views.playground_values): an unchanged one is not sent again.
         self.charts = {}
 
-    def should_stop(self) -> bool:
-        return self.stop
+    @property
+    def busy(self) -> bool:
+        """A run was asked for and has not ended (queued in Gradio, in the Line, or going)."""
+        return self.armed is not None or self.running > 0
+
+    def arm(self) -> None:
+        """At a run button's click: a Stop from now on ends the run it asks for, even before it begins."""
+        self.armed = self.stops
+
+    def press_stop(self) -> None:
+        self.stops += 1
+
+    def begin(self) -> Callable[[], bool]:
+        """A run begins: its stop check, true once Stop is pressed after its click (or, for a script's
+        call with no click, after now). Pair with end()."""
+        since = self.stops if self.armed is None else min(self.armed, self.stops)
+        self.armed, self.running = None, self.running + 1
+        return lambda: self.stops > since
+
+    def end(self) -> None:
+        self.running = max(0, self.running - 1)
 
 
 def notice(message: str, state: str, ahead: int | None = None) -> Frame:
@@ -87,12 +114,12 @@ class Handlers:
 
     def arm(self, session: Session) -> Session:
         """Runs at the click, before the queue: a Stop from now on belongs to this run."""
-        session.busy, session.stop, session.pinned = True, False, None
+        session.arm()
+        session.pinned = None
         return session
 
     def stop(self, session: Session) -> Session:
-        if session.busy:
-            session.stop = True
+        session.press_stop()
         return session
 
     def generate(self, session: Session, request: gr.Request = None, **controls):
@@ -116,12 +143,16 @@ class Handlers:
         def status(message, state, ahead=None):
             return {**values(notice(message, state, ahead)), "session": session}
 
-        def frames(settings: Settings):
+        blank = "drafter" in controls and not str(controls["drafter"] or "").strip()
+
+        def frames(settings: Settings, should_stop):
             if remember:
                 session.settings = settings
-            for frame in runner.throttle(self._frames(run, settings, session.should_stop), UPDATE_EVERY):
-                if session.stop and frame.state in ("loading", "running"):
+            for frame in runner.throttle(self._frames(run, settings, should_stop), UPDATE_EVERY):
+                if should_stop() and frame.state in ("loading", "running"):
                     frame.message = STOPPING
+                if blank and frame.final and EMPTY_DRAFTER not in frame.message:  # it ran as 'none': say so
+                    frame.message = f"{frame.message} {EMPTY_DRAFTER}"
                 if remember:
                     session.last = session.run = frame
                 yield {**values(frame), "session": session}

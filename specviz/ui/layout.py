@@ -371,7 +371,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         cancels = dict(cancels=[page.generate, comparing]) if zero_gpu() else {}
         stop.click(handlers.stop, session, session, api_name="stop", queue=False, **cancels)
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
-        for button in (stop, cmp_stop):  # said at the press, before the server hears it
+        # said at the press, before the server hears it: every Stop ends all of the visitor's runs
+        for button in (stop, cmp_stop, exact_controls.stop, server_controls.stop):
             button.click(None, js=STOPPING_JS, queue=False, api_visibility="private")
         # always_last: a drag sends many values; the one it ends on must arrive, and last
         page.step.input(handlers.inspect, [session, page.step], shown["inspector"], trigger_mode="always_last",

@@ -68,11 +68,12 @@ class Line:
         return Turn(self, self.join(visitor))
 
     def run(self, session, request, status: Callable, prepare: Callable, body: Callable):
-        """One visitor's run through the line, as a generator of updates. Marks `session` busy,
-        checks the request (`prepare()`: a SpecvizError, Busy included, becomes one status
-        update), waits for a turn (status updates; the visitor's Stop ends the wait), then
-        yields from body(what prepare returned). The session is free again however it ends."""
-        session.busy = True
+        """One visitor's run through the line, as a generator of updates. Begins a run of `session`
+        (its stop check: session.begin()), checks the request (`prepare()`: a SpecvizError, Busy
+        included, becomes one status update), waits for a turn (status updates; the visitor's Stop
+        ends the wait), then yields from body(what prepare returned, the stop check). The run ends
+        in the session however it ends."""
+        should_stop = session.begin()
         try:
             try:
                 prepared = prepare()
@@ -81,10 +82,10 @@ class Line:
                 yield status(str(e), "busy" if isinstance(e, Busy) else "error")
                 return
             with turn:
-                if (yield from turn.wait(status, should_stop=session.should_stop)):
-                    yield from body(prepared)
+                if (yield from turn.wait(status, should_stop=should_stop)):
+                    yield from body(prepared, should_stop)
         finally:
-            session.busy = session.stop = False
+            session.end()
 
     def __len__(self) -> int:
         return len(self._tickets)

@@ -168,8 +168,8 @@ class ServingRuns:
         def status(message, state, ahead=None):
             return {**values(message, state, ahead=ahead), "session": session}
 
-        def updates(checked):
-            for update in self._requests(*checked, session.should_stop):
+        def updates(checked, should_stop):
+            for update in self._requests(*checked, should_stop):
                 yield {**update, "session": session}
 
         yield from self.line.run(session, request, status, lambda: self._check(server, baseline, model, controls),
