@@ -38,7 +38,7 @@ def make_app_models(root: pathlib.Path) -> dict[str, str]:
         for f in target.iterdir():  # the same tokenizer files
             if f.is_file() and not f.name.endswith((".safetensors", "config.json")):
                 shutil.copy(f, draft / f.name)
-    heads = {kind: root / f"tiny-{kind}.safetensors" for kind in ("medusa", "eagle")}
+    heads = {kind: root / f"tiny-{kind}.safetensors" for kind in ("medusa", "eagle", "block")}
     for kind, path in heads.items():
         if not path.is_file():
             _save_random_head(kind, target, path)
@@ -46,7 +46,7 @@ def make_app_models(root: pathlib.Path) -> dict[str, str]:
 
 
 def _save_random_head(kind: str, target_dir: pathlib.Path, path: pathlib.Path) -> None:
-    """Medusa heads or an EAGLE head with random weights for the tiny target: they draft trees."""
+    """Medusa heads, an EAGLE head or a block drafter with random weights for the tiny target: they draft trees."""
     import torch
 
     from specviz.drafters.eagle import EagleHead, eagle_config
@@ -60,6 +60,12 @@ def _save_random_head(kind: str, target_dir: pathlib.Path, path: pathlib.Path) -
         if kind == "eagle":
             config = eagle_config(target.model)
             save_drafter(path, "eagle", EagleHead(config, None), config, target)
+            return
+        if kind == "block":
+            from specviz.drafters.block import BlockHead, block_config
+
+            config = block_config(target.model, 8)
+            save_drafter(path, "block", BlockHead(config, None), config, target)
             return
         heads = MedusaHeads(target.model.config.hidden_size, 3, None)
         for block in heads.blocks:

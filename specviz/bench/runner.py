@@ -34,6 +34,7 @@ from ..engine.timing import ForwardClock, forward_costs
 from ..render.rules import comparable, expected, kept
 from . import peers
 from .drafters import BenchDrafter
+from ..run.spec import check_length
 from ..run.suites import BenchPrompt
 
 BASELINE = "baseline"
@@ -150,6 +151,8 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
             continue
         # A rule in the drafter's name (NAME@token) holds whatever --verification says, as in generate and the app.
         rules = ("token",) if config.sampling.greedy else (d.spec.rule,) if d.spec and d.spec.rule else config.verifications
+        for k in config.ks:
+            check_length(d.drafter, k)  # a block drafter's file names the longest block it drafts
         arms += [Arm(f"{d.name} k={k}{_rule(rule)}", "specviz", d.name, k, verification=rule)
                  for k in config.ks for rule in rules]
         if config.dynamic_k:  # dynamic arms under the first rule asked for

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_generate_arguments(sub.add_parser("generate", help="run one prompt, speculative vs baseline"))
     bench.add_arguments(sub.add_parser("bench", help="benchmark drafters against the baseline and peers"))
-    train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle) for a target"))
+    train_command.add_arguments(sub.add_parser("train", help="train a drafter (draft, medusa, eagle, block) for a target"))
     trace_command.add_arguments(sub.add_parser("replay", help="replay a saved trace (--trace FILE) with no model"))
     load_command.add_arguments(sub.add_parser("load", help="sweep concurrency on two servers, speculation on and off"))
     matrix_command.add_arguments(sub.add_parser("matrix", help="every model family x precision x drafter on tiny "

@@ -56,6 +56,9 @@ class StepEvent:
     # a step shows what each rule keeps (None when greedy, for trees and in older traces).
     verification: str = "token"
     block: "BlockCheck | None" = None
+    # Drafted in one pass by a block drafter (drafters/block.py): each position's q_top is that position's
+    # candidates, none of them depending on the drafts before it (a tree's too: q_top follows its chain view).
+    parallel: bool = False
 
     @property
     def rejected(self) -> tuple[int, ...]:

@@ -64,6 +64,24 @@ def position_acceptance(reached: list[int], kept: list[int]) -> list[float | Non
     return [kp / r if r else None for r, kp in zip(reached, kept)]
 
 
+def expected_from_positions(rates: list[float]) -> float:
+    """E[tokens per step] from the acceptance at each position given the earlier ones were kept,
+    alpha_1..alpha_k: 1 + alpha_1 + alpha_1 alpha_2 + ... (drafts need not be accepted alike)."""
+    total, reach = 1.0, 1.0
+    for a in rates:
+        reach *= a
+        total += reach
+    return total
+
+
+def predicted_by_block(rates: list[float], draft_cost: float, verify_cost) -> list[float]:
+    """For a block drafter, whose one pass drafts any block up to its size for about one price: the
+    speedup a block of 1, 2, ..., len(rates) tokens predicts, from the acceptance at each position
+    (`rates`), the drafting cost of a step (in target steps) and verify_cost(n), the cost of one
+    verify pass over n tokens: E[tokens per step] / (draft_cost + v(k + 1))."""
+    return [expected_from_positions(rates[:k]) / (draft_cost + verify_cost(k + 1)) for k in range(1, len(rates) + 1)]
+
+
 def predicted_cost(draft_lengths: Mapping[int, int], c: float, verify_ratio: Mapping[int, float]) -> float:
     """Cost of the observed steps in target forwards: sum over steps of c * n + v(n + 1).
 

@@ -30,6 +30,11 @@ class Draft:
     # pending token (see core/tree.py). None: a chain. Trees only when `begin` allowed them; a
     # drawn tree's q row i is the q node i was drawn from (its parent's), a chosen tree's q is None.
     parents: tuple[int, ...] | None = None
+    # A block drafter's (drafters/block.py): every position came from one forward, and position j's q
+    # does not depend on the tokens drafted before it. The step inspector then shows each position's
+    # candidates; for a chosen tree, position_q (depth, vocab) holds those positions' processed q.
+    parallel: bool = False
+    position_q: torch.Tensor | None = None
 
 
 class Drafter:

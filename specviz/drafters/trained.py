@@ -149,18 +149,20 @@ def load_drafter(path, target_loaded, kind: str | None = None):
         from .medusa import drafter_from
     elif found == "eagle":
         from .eagle import drafter_from
+    elif found == "block":
+        from .block import drafter_from
     else:
-        raise SpecvizError(f"{path}: unknown drafter kind {found!r} (expected draft, medusa or eagle)")
+        raise SpecvizError(f"{path}: unknown drafter kind {found!r} (expected draft, medusa, eagle or block)")
     return drafter_from(meta["config"], state, target_loaded)
 
 
 def trained_drafter(kind: str, path: str, target) -> object:
-    """A trained drafter of `kind` (draft, medusa, eagle): shipped for the embedded target (`path` ""),
+    """A trained drafter of `kind` (draft, medusa, eagle, block): shipped for the embedded target (`path` ""),
     from a file ("medusa:PATH"), or a released head from a folder or the Hub
     ("eagle:yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", published.py)."""
     if path:
         file = pathlib.Path(path).expanduser()
-        if kind == "draft" or file.is_file() or file.suffix == ".safetensors":
+        if kind in ("draft", "block") or file.is_file() or file.suffix == ".safetensors":
             return load_drafter(file, target, kind=kind)
         from .published import load_published
 

@@ -283,7 +283,7 @@ def speculative_generate(
         steps += 1
         yield v.event(step=steps - 1, position=position, emitted=tuple(emitted), draft_time=t1 - t0,
                       verify_time=t2 - t1, elapsed=run.elapsed, greedy=greedy,
-                      source=drafter.describe(kind) if drafter is not None else "")
+                      source=drafter.describe(kind) if drafter is not None else "", parallel=draft.parallel)
         reason = run.stop_reason()
     if drafter is not None and remember:
         drafter.finish(run.ids[run.prompt_len:])

@@ -180,10 +180,17 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), parent_rows.new_zeros(m + 1, 0))
     walk = a = u = left = qx = ()
     drawn = draft.q is not None and not greedy
+    # A block drafter's chosen tree: each depth's q, the same for every node there, for the chain view's rows.
+    depth_q = draft.position_q if draft.position_q is not None and width else None
+    if depth_q is not None:
+        q_v, q_i = torch.topk(depth_q, min(width, depth_q.shape[-1]))
+    else:
+        q_v = q_i = node_p.new_zeros(0, 0)
     if greedy:
         best, g = p.max(-1)
         # the one host transfer of the step
-        argmax, best_p, tokens, node_p, top_v, top_i = to_host(g, best, draft.tokens, node_p, top_v, top_i)
+        argmax, best_p, tokens, node_p, top_v, top_i, q_v, q_i = to_host(g, best, draft.tokens, node_p, top_v,
+                                                                         top_i, q_v, q_i)
         path, token = greedy_walk([int(x) for x in tokens], parents, [int(x) for x in argmax])
         token_p = best_p[path[-1] + 1 if path else 0]
     else:
@@ -191,9 +198,9 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
         s = sample_drawn_tree(draft.tokens, parents, p, draft.q, draws) if drawn else \
             sample_tree(draft.tokens, parents, p, draws)
         token = sample(s.dist, generator)
-        (token, token_p, tokens, node_p, top_v, top_i, on_path, tried, a, left, u, *qx) = to_host(
-            token, p[s.row, token], draft.tokens, node_p, top_v, top_i, s.on_path, s.tried, s.accept_prob,
-            s.residual_mass, draws, *([s.q_x] if drawn else []))
+        (token, token_p, tokens, node_p, top_v, top_i, q_v, q_i, on_path, tried, a, left, u, *qx) = to_host(
+            token, p[s.row, token], draft.tokens, node_p, top_v, top_i, q_v, q_i, s.on_path, s.tried,
+            s.accept_prob, s.residual_mass, draws, *([s.q_x] if drawn else []))
         path, walk = walk_order(parents, on_path, tried)
         token, token_p = int(token[0]), token_p[0]
     tokens = [int(x) for x in tokens]
@@ -206,6 +213,7 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     shown = [*path, *([missed] if missed is not None else [])]
     n = len(path)
     rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
+    q_rows = _rows(q_v, q_i, len(q_i) // len(depth_q)) if depth_q is not None else ()
     walked = TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
                        accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
                        residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else (),
@@ -216,4 +224,5 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
         draws=None if greedy else tuple(u[i] for i in shown), accepted=n, token=token,
         token_p=token_p, top=rows[row] if width else (), tree=walked, hidden=h[keep].float() if hidden else None,
         p_top=tuple(rows[r] for r in [0, *(i + 1 for i in shown)]) if width else (),
+        q_top=tuple(q_rows[d] for d in range(len(shown))) if q_rows else (),
     )

@@ -191,13 +191,29 @@ def position_rates(spec: Trace) -> list[tuple[int, int]]:
     return [(r, a) for r, a in out]
 
 
+def block_run(spec: Trace) -> bool:
+    """Did a block drafter (one pass per block, drafters/block.py) make every draft of this run?"""
+    drafted = [e for e in spec.steps if e.draft]
+    return bool(drafted) and all(e.parallel for e in drafted)
+
+
 def position_figure(spec: Trace) -> go.Figure:
-    """Acceptance rate by draft position, given the verifier got that far."""
-    fig = styled(figure(), "Acceptance by draft position", "draft position", "accepted / reached")
+    """Acceptance rate by draft position, given the verifier got that far; for a block drafter's run,
+    by position within the block, with the share of steps that kept every position up to each one."""
+    block = block_run(spec)
+    fig = styled(figure(), "Acceptance by position within the block" if block else "Acceptance by draft position",
+                 "position in the block" if block else "draft position", "accepted / reached")
     rates = position_rates(spec)
     if not rates:
         return waiting_for(fig, "nothing drafted yet")
-    return position_bars(fig, rates, "accepted")
+    position_bars(fig, rates, "accepted")
+    if block:  # how deep blocks get: the steps that kept positions 1..j, of all that drafted
+        steps = rates[0][0]
+        fig.add_scatter(x=list(range(1, len(rates) + 1)), y=[a / steps for _, a in rates], mode="lines+markers",
+                        name="kept through here (share of steps)", line={"color": COLORS["accepted"]},
+                        hovertemplate="%{y:.0%} of steps kept positions 1-%{x}<extra></extra>")
+        fig.update_layout(legend={"orientation": "h", "y": -0.3})
+    return fig
 
 
 def position_bars(fig: go.Figure, counts: list[tuple[int, int]], verb: str) -> go.Figure:
@@ -232,7 +248,7 @@ def playground_chart_data(spec: Trace, base: Trace) -> dict:
             "throughput": (bool(spec.events or base.events), *map(tuple, _throughput_points(spec)),
                            *map(tuple, _throughput_points(base))),
             "lengths": _length_counts(spec),
-            "positions": tuple(position_rates(spec))}
+            "positions": (block_run(spec), *position_rates(spec))}
 
 
 def run_colors(names: list[str]) -> tuple[list[str], list[str]]:

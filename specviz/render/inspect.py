@@ -7,7 +7,8 @@ position where that choice was made. A sampled tree step has its own rule, the s
 (core/tree_sampling.py): its table is every child the walk tried, in order, with p′(x) when
 its turn came, u, the verdict and the mass a refusal left (render/tree.py). A sampled chain
 step also shows what token-wise and block verification keep from its draft and its draws, side
-by side, with block verification's weights and backward pass written out (render/rules.py).
+by side, with block verification's weights and backward pass written out (render/rules.py). A block
+drafter's step also shows each position's candidates and where acceptance stopped (render/block.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from html import escape
 from ..core.events import StepEvent
 from .html import RESIDUAL, RESIDUAL_GLOSS, WALK_RESIDUAL, WALK_RULE, visible
 from .kinds import ended_at
+from .block import block_html
 from .rules import rules_html
 from .status import count, step_label
 from .trace import Trace
@@ -166,6 +168,6 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
         f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
         f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
         f'{_shape(trace)}'
-        f"{table}{rules_html(e, labels)}{chosen}"
+        f"{table}{block_html(e, labels)}{rules_html(e, labels)}{chosen}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

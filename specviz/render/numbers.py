@@ -50,6 +50,11 @@ class Headline:
     # How much this machine's speed moved within these runs, as a fraction: the baseline's time per
     # token between its two halves, and the two runs' reading of the same prompt (None: too little to tell).
     noise: float | None = None
+    # A block drafter's chains (drafters/block.py): the acceptance at each position of the block, given the
+    # positions before it were kept, and the speedup a block of 1, 2, ... tokens predicts from them and the
+    # verify curve (its one pass costs about the same whatever the block's size). Empty for other runs.
+    positions: tuple[float, ...] = ()
+    by_block: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -81,8 +86,17 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     varied = trees or len(set(sizes)) > 1  # one k no longer describes the run: predicted step by step
     prefill = b.prefill_time / base_step if base_step > 0 else 0.0  # target steps both runs spend on the prompt
     predicted = unmodelled = None
+    positions, by_block = block_positions(steps) if not trees else (), ()
     if c is not None and timing == "measured":
-        if varied:
+        if positions:
+            # One pass drafts the whole block: tokens a step from the acceptance at each position.
+            costs = [1.0 if curve is None else curve.cost(n) for n in sizes]
+            verify = sum(costs) / len(costs)
+            predicted = metrics.expected_from_positions(list(positions)) / (c * k + verify)
+            by_block = tuple(metrics.with_prefill(x, s.tokens, prefill) if s.tokens else x for x in
+                             metrics.predicted_by_block(list(positions), c * k, (lambda n: 1.0) if curve is None
+                                                        else curve.cost))
+        elif varied:
             costs = [1.0 if curve is None else curve.cost(n) for n in sizes]
             verify = sum(costs) / len(costs)  # target steps a verify pass, on average
             predicted = metrics.predicted_from_steps([e.accepted for e in steps], c * k, costs)
@@ -106,7 +120,19 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
         calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
         v=v, verified=verified, varied=varied, unmodelled=unmodelled, prefill=prefill,
         gap_time=gap_time, gap_prefill=gap_prefill, gap_steps=gap_steps, noise=noise(spec, base),
+        positions=positions, by_block=by_block,
     )
+
+
+def block_positions(steps) -> tuple[float, ...]:
+    """A block drafter's chain run: the acceptance at each position reached, given the ones before it were
+    kept (() when any step came from another drafter, or none drafted)."""
+    drafted = [e for e in steps if e.draft]
+    if not drafted or not all(e.parallel for e in drafted):
+        return ()
+    reached, kept = metrics.position_counts([(len(e.draft), e.accepted) for e in drafted],
+                                            max(len(e.draft) for e in drafted))
+    return tuple(kp / r for r, kp in zip(reached, kept) if r)
 
 
 NOISE_PREFILL = 0.05  # seconds each prompt read must take before comparing the two says anything
@@ -186,6 +212,19 @@ def headline_html(h: Headline) -> str:
                    + ("verifying assumed to cost one step (no verify-cost curve measured)" if h.v is None else
                       f"verifying {h.verified:.1f} tokens a pass on average at this machine's measured costs"
                       f"{verify}")
+                   + prefill + wait)
+    if h.positions:
+        best = max(range(len(h.by_block)), key=lambda i: h.by_block[i]) if h.by_block else None
+        formula = (f"a block drafter drafts its whole block in one pass, so the prediction reads the acceptance at "
+                   f"each position of the block, given the ones before it were kept (α by position "
+                   f"{' / '.join(f'{a:.2f}' for a in h.positions)}): tokens a step 1 + α₁ + α₁α₂ + … = "
+                   f"{metrics.expected_from_positions(list(h.positions)):.2f}, over drafting "
+                   f"{'—' if h.c is None else f'{h.c * h.k:.2f}'} target steps a step plus "
+                   + ("one target step of verifying (no verify-cost curve measured)" if h.v is None else
+                      f"verifying {h.verified:.1f} tokens at this machine's measured cost{verify}")
+                   + (f". From the same α and costs a block of {best + 1} would give {h.by_block[best]:.2f}× "
+                      f"(blocks of 1-{len(h.by_block)}: {', '.join(f'{x:.2f}×' for x in h.by_block)}; its one pass "
+                      "costs about the same whatever the block's size)" if best is not None else "")
                    + prefill + wait)
     cards = [
         _card("measured speedup", _x(h.speedup, h),

@@ -18,7 +18,7 @@ from ..drafters.base import Drafter
 from ..engine import verify_cost
 from ..engine.generate import GenerationConfig, warm_up
 from .settings import Settings
-from .spec import DrafterSpec, build, model_name, placed_as
+from .spec import DrafterSpec, build, check_length, model_name, placed_as
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, float], None]  # (what is happening, fraction done): a load's progress
@@ -59,6 +59,7 @@ def prepare(s: Settings, spec: DrafterSpec, models, *, chat: bool | None = None,
     if check_prompt is not None:
         check_prompt(len(ids))
     drafter = yield from drafter_steps(spec, target, models, memory, **load)
+    check_length(drafter, cfg.k)
     return Prepared(target, ids, replace(cfg, eos_token_ids=target.eos_token_ids), drafter)
 
 

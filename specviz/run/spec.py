@@ -4,7 +4,7 @@ DrafterSpec, and `build`, which makes the drafter it names.
 The language: a kind of KINDS by its name ('none', 'pld', 'suffix', 'layerskip[:LAYERS]', 'eagle[:PATH]', ...)
 or a draft model's Hub id or folder; 'NAME+pld' pairs a model drafter with prompt lookup and 'suffix+NAME' with
 suffix decoding (drafters/hybrid.py); 'NAME@token' or 'NAME@block' verifies its drafts by that rule whatever the
-settings say, 'NAME@chain' makes a tree drafter (EAGLE, Medusa) draft chains, and 'NAME@drawn' or 'NAME@chosen'
+settings say, 'NAME@chain' makes a tree drafter (EAGLE, Medusa, block) draft chains, and 'NAME@drawn' or 'NAME@chosen'
 finds a sampled tree's children that way (GenerationConfig.tree_drafting). An application with kinds of
 its own (the bench's tiny-random and draft-hf, the matrix's draft-model and its heads trained in place) parses
 against KINDS plus those (`with_kinds`): run/ never imports it, and no entry point's names depend on which
@@ -105,7 +105,7 @@ class DrafterSpec:
 FORMS = (("NAME+pld", "prompt lookup where the text repeats itself, the model drafter NAME elsewhere"),
          ("suffix+NAME", "suffix decoding where it is sure, NAME elsewhere"),
          ("NAME@token", "NAME's sampled chain drafts judged token by token, whatever the settings say"),
-         ("NAME@block", "judged as a block"), ("NAME@chain", "EAGLE or Medusa drafting chains, not trees"),
+         ("NAME@block", "judged as a block"), ("NAME@chain", "EAGLE, Medusa or block drafting chains, not trees"),
          ("NAME@drawn", "a sampled tree's children drawn from q"), ("NAME@chosen", "the likeliest children"))
 
 
@@ -140,7 +140,7 @@ def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
     if copier and (not kind.pairs or _unpaired(inner)[1]):
         how = f"'{inner}+pld': '+pld' pairs prompt lookup" if copier == "pld" else \
             f"'suffix+{inner}': 'suffix+NAME' pairs suffix decoding"
-        raise SpecvizError(f"{how} with a model drafter (eagle, medusa, draft, layerskip or a draft model), "
+        raise SpecvizError(f"{how} with a model drafter (eagle, medusa, block, draft, layerskip or a draft model), "
                            "not with a copying drafter, a pair or none")
     return DrafterSpec(s, kind, argument, copier, rule, chain, drafting)
 
@@ -198,10 +198,21 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
         if getattr(model, "tree_width", 0) < 2:
             raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN if spec.chain else spec.drafting}' "
-                               "applies to tree drafters (medusa, eagle)")
+                               "applies to tree drafters (medusa, eagle, block)")
         if spec.chain:
             model.tree_width = 0
     return drafter
+
+
+def check_length(drafter: Drafter | None, k: int) -> None:
+    """Refuse, in a sentence, a draft length `k` longer than the drafter can draft (a block drafter's file
+    names its block size); dynamic k, which only asks for up to what it may, is capped by the drafter."""
+    model = getattr(drafter, "model", None) or drafter  # a pair's model drafter
+    most = getattr(model, "max_draft", None)
+    if most is not None and k > most:
+        raise SpecvizError(f"{model.name} was trained for blocks of up to {most} tokens and k = {k} asks for a "
+                           f"block of {k}: use k <= {most}, or train one with `python -m specviz train block "
+                           f"--block {k}`")
 
 
 def make_drafter(text: str, target, kinds: Mapping[str, Kind] | None = None, **options) -> Drafter | None:
@@ -284,6 +295,9 @@ KINDS: Mapping[str, Kind] = {k.name: k for k in (
          says="EAGLE, trained for the embedded target; PATH: your own trained file, or a released head's folder "
               "or Hub id"),
     Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name, says="Medusa, as eagle"),
+    Kind("block", "block drafter", _trained, "PATH", shows=_file_name,
+         says="a block (DFlash-style) drafter trained for the embedded target: up to 16 drafts in one pass; PATH: "
+              "your own trained file"),
     Kind("draft", "distilled draft model", _trained, "PATH", shows=_file_name,
          says="a distilled draft model trained for the embedded target; PATH: your own trained file"),
     MODEL,

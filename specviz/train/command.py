@@ -1,10 +1,11 @@
-"""`python -m specviz train {draft,medusa,eagle}`: build the data if needed, train, evaluate, save.
+"""`python -m specviz train {draft,medusa,eagle,block}`: build the data if needed, train, evaluate, save.
 
     python -m specviz train draft                       # embedded target, CPU, ~30 min data + training
     python -m specviz train medusa --target Qwen/Qwen2.5-0.5B-Instruct --device cuda --out my-medusa
     python -m specviz train eagle --resume --out my-eagle   # continue after a kill
     python -m specviz train eagle --init assets/drafters/smollm2-135m-instruct/eagle.safetensors  # fine-tune
     python -m specviz train eagle --data-only --data-tokens 3000000   # self-distillation data at scale
+    python -m specviz train block --taps 2,15 --minutes 10 --resume   # a block drafter, in resumable chunks
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ from collections import Counter
 from ..core.errors import SpecvizError
 
 KINDS = {"draft": ("specviz.train.draft", "DRAFT"), "medusa": ("specviz.train.medusa", "MEDUSA"),
-         "eagle": ("specviz.train.eagle", "EAGLE")}
-DEFAULT_STEPS = {"draft": 1500, "medusa": 1500, "eagle": 1500}
+         "eagle": ("specviz.train.eagle", "EAGLE"), "block": ("specviz.train.block", "BLOCK_RECIPE")}
+DEFAULT_STEPS = {"draft": 1500, "medusa": 1500, "eagle": 1500, "block": 1500}
 DEFAULT_SOURCES = "written,self:500,code:4000,docs:6000"
 # Flags that set a field of the kind's recipe, for the kinds whose recipe has it (EAGLE's): flag -> field.
-RECIPE_FIELDS = {"unroll": "unroll", "feature_loss": "reg", "mlp_width": "width", "head_layers": "depth"}
+RECIPE_FIELDS = {"unroll": "unroll", "feature_loss": "reg", "mlp_width": "width", "head_layers": "depth",
+                 "block": "block"}
 
 
 def _number(kind, test, says: str):
@@ -85,7 +87,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-layers", type=_number(int, lambda n: 1 <= n <= 16, "must be a number of layers from 1 to 16"),
                    default=None, metavar="N",
                    help="eagle: decoder layers in the head (default 1, the paper's). Deepening an --init head "
-                        "adds layers that start silent, so it starts as that head")
+                        "adds layers that start silent, so it starts as that head; block: its layers (default 2)")
+    p.add_argument("--block", type=_number(int, lambda n: 1 <= n <= 64, "must be a block size from 1 to 64"),
+                   default=None, metavar="K",
+                   help="block: the longest block it drafts in one pass (default 16, DFlash's); a run asking "
+                        "for a longer draft is refused")
     p.add_argument("--average-init", type=_number(float, lambda w: 0 <= w < 1, "must be the init's share in [0, 1), "
                                                                                  "e.g. 0.5"), default=0.0, metavar="SHARE",
                    help="with --init: save SHARE x the --init weights + (1 - SHARE) x the trained ones, e.g. 0.5 "
@@ -105,8 +111,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time cap for training: evaluate and save what there is then (--resume finishes)")
     p.add_argument("--threads", type=positive, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--autocast", choices=("auto", "on", "off"), default="auto",
-                   help="bf16 autocast for training's forward passes (auto: on for eagle and draft on CUDA, and on "
-                        "a CPU with native bf16, where it measured 1.93x / 1.08x; medusa stays fp32)")
+                   help="bf16 autocast for training's forward passes (auto: on for eagle, draft and block on CUDA, and "
+                        "on a CPU with native bf16, where it measured 1.93x / 1.08x / 2.0x; medusa stays fp32)")
     data = p.add_argument_group("data (self-distillation from the target)")
     data.add_argument("--data", default=None, help="data folder (default: $SPECVIZ_CACHE/train/<target fingerprint>)")
     data.add_argument("--prompts", default=None, help="a JSONL prompt file to answer instead of the --sources pool")
@@ -151,7 +157,7 @@ def use_autocast(choice: str, kind: str, device) -> bool:
         return choice == "on"
     from ..modeling.packing import native_bf16
 
-    return kind in ("eagle", "draft") and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
+    return kind in ("eagle", "draft", "block") and (device.type == "cuda" or (device.type == "cpu" and native_bf16()))
 
 
 def _slug(name: str) -> str:
@@ -210,7 +216,8 @@ def with_flags(recipe, args):
     given = {field: getattr(args, flag) for flag, field in RECIPE_FIELDS.items() if getattr(args, flag) is not None}
     for flag, field in RECIPE_FIELDS.items():
         if field in given and not hasattr(recipe, field):
-            raise SpecvizError(f"--{flag.replace('_', '-')} is for eagle, not {args.kind}")
+            owner = "block" if flag == "block" else "eagle"
+            raise SpecvizError(f"--{flag.replace('_', '-')} is for {owner}, not {args.kind}")
     return dataclasses.replace(recipe, **given)
 
 
@@ -222,7 +229,7 @@ def starting_taps(args, out: pathlib.Path) -> tuple[int, ...]:
 
     taps = args.taps or ()
     if taps and not hasattr(recipe_for(args.kind), "taps"):
-        raise SpecvizError(f"--taps is for eagle, not {args.kind}")
+        raise SpecvizError(f"--taps is for eagle and block, not {args.kind}")
     if args.average_init and args.init is None:
         raise SpecvizError("--average-init averages with the weights a run started from: give them with --init FILE")
     if args.init is not None:  # a readable drafter file (train checks its kind and target)
@@ -269,7 +276,8 @@ def command_line(args, steps: int, taps: tuple[int, ...]) -> str:
                ("--unroll", args.unroll),
                ("--feature-loss", None if args.feature_loss is None else f"{args.feature_loss:g}"),
                ("--taps", taps_text(taps, ",") if taps else None),
-               ("--mlp-width", args.mlp_width), ("--head-layers", args.head_layers), ("--init", args.init),
+               ("--mlp-width", args.mlp_width), ("--head-layers", args.head_layers), ("--block", args.block),
+               ("--init", args.init),
                ("--average-init", f"{args.average_init:g}" if args.average_init else None),
                ("--batch", args.batch), ("--lr", args.lr), ("--seed", args.seed)]
     words = ["python", "-m", "specviz", "train", args.kind, "--target", args.target]

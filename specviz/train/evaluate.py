@@ -64,6 +64,11 @@ def evaluate(recipe, module, target_loaded, held: Corpus, cfg, say) -> dict:
     if getattr(recipe.drafter(module, target_loaded), "tree_width", 0) > 1 and _trees_here(target_loaded):
         out[f"tau (greedy, tree of {k} nodes)"] = round(
             through_engine(recipe, module, target_loaded, seqs, k, tokens, tree=True)["tau"], 3)
+    for n in getattr(recipe, "eval_blocks", ()):  # a block drafter: longer blocks cost it no more to draft
+        if n != k and n <= getattr(module, "size", n):
+            longer = through_engine(recipe, module, target_loaded, seqs, n, tokens)
+            out[f"acceptance in the engine, greedy chain (depth 1-{n})"] = [round(x, 4) for x in longer["depths"]]
+            out[f"alpha (greedy, k={n})"], out[f"tau (greedy, k={n})"] = round(longer["alpha"], 4), round(longer["tau"], 3)
     out.update({"seconds": round(time.perf_counter() - t0, 1),
                 "measured with": "specviz.engine.generate.speculative_generate"})
     return {"held-out": out}

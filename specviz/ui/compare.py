@@ -26,7 +26,7 @@ from ..render.numbers import MIN_TOKENS
 from ..render.status import count
 from ..run.prepare import warm
 from ..run.race import race
-from ..run.spec import NONE, parse
+from ..run.spec import NONE, check_length, parse
 from .limits import Deadline
 from .policy import Policy
 from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, stepping, waiting
@@ -71,6 +71,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                 break
             try:
                 drafter = yield from make_drafter(models, spec, target, frame, should_stop, policy.model_bytes, memory)
+                check_length(drafter, cfgs[i].k)
             except Stopped:
                 raise
             except Exception as e:  # one bad drafter must not sink the others

@@ -60,7 +60,9 @@ DRAFTERS = tuple((f"{parse(value).label} ({what})", value) for value, what in (
 )) + ((parse("default").label, "default"),)
 # The offered drafters that give q, whose drafts the two verification rules judge differently: Compare
 # offers each once more as NAME@token, the old rule beside the default (a hosted page cannot type it).
-RULED = ("layerskip", "eagle", "medusa", "draft")
+# "block" joins DRAFTERS and compare_drafters once its trained file ships in assets/ (issue 63): without
+# it the name is refused in a sentence, as any trained kind with no shipped file.
+RULED = ("layerskip", "eagle", "medusa", "block", "draft")
 MODEL_SHARE = 0.5  # of the machine's memory for models; the rest is Python, Gradio and the OS
 RESIDENT_PER_WEIGHT_BYTE = 3.5  # peak RSS / weights, measured on the embedded model with EAGLE: weights, q/k/v and gate/up
 # copies and the kernels' packed copies (packing.py), libraries, activations and KV caches
