@@ -93,15 +93,19 @@ class StopRule(float):
     otherwise than specviz (engine/controllers.py). As a float it is the threshold, so a drafter that
     only compares (prompt lookup, suffix decoding, trees) reads it as before. `first`: the first token
     is judged too, so a draft may be empty (llama.cpp's --draft-p-min); `after`: the token just drafted
-    is judged by its own q and kept, and drafting stops after it (transformers' confidence threshold).
-    Neither judges a token by its own draw before keeping it, so sampling stays exact."""
+    is judged by its own q and kept, and drafting stops after it (transformers' confidence threshold);
+    `judge(i, q_max)`: asked before each position i (0 first) with the largest q there, True stops the draft
+    (specviz's dynamic k weighing a token's expected gain against its cost). None judges a token by its own
+    draw before keeping it, so sampling stays exact."""
 
     first: bool
     after: bool
+    judge: Callable[[int, float], bool] | None
 
-    def __new__(cls, threshold: float, first: bool = False, after: bool = False) -> "StopRule":
+    def __new__(cls, threshold: float, first: bool = False, after: bool = False,
+                judge: Callable[[int, float], bool] | None = None) -> "StopRule":
         rule = super().__new__(cls, threshold)
-        rule.first, rule.after = first, after
+        rule.first, rule.after, rule.judge = first, after, judge
         return rule
 
 
@@ -130,6 +134,9 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
         # kept tokens from q restricted to {q >= c} while they are judged against q.
         # Greedy drafts the argmax, whose q is max(q): the same stop as judging the token.
         first, after = getattr(min_confidence, "first", False), getattr(min_confidence, "after", False)
+        judge = getattr(min_confidence, "judge", None)
+        if judge is not None and judge(i, q.max().item()):
+            break  # not worth its cost
         if min_confidence > 0 and not after and (i > 0 or first) and q.max().item() < min_confidence:
             break  # not sure enough: stop drafting this step
         t = q.argmax() if processor.s.greedy else sample(q, generator)

@@ -190,19 +190,77 @@ def min_cost_threshold(probs: Sequence[float], matches: Sequence[int], fn_weight
     return best
 
 
+BINS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)  # upper edges of the q bins calibrated
+CALIBRATION_PRIOR = 2.0  # pseudo-judgements per bin at q itself: a drafter's q is its own first guess
+EXTEND = False  # a model draft (one with q) is asked for the longest length; its q stop ends it
+JUDGE_FIRST = True
+EARNED_MEMORY = 0.9
+SCALE = 1.0
+
+
 class Specviz(Controller):
     """specviz's own dynamic k (draft_length.py): each step the length with the most expected tokens per
-    second, from acceptance learned by depth and kind of draft. Given `prices` (a replay, or a live run
-    checked against one) it prices steps from them; without, from its own timings, as `--dynamic-k` does."""
+    pass, from acceptance learned by depth and kind of draft. Given `prices` (a replay, or a live run checked
+    against one) it prices steps from them, and a draft with q is cut where its next token, its q calibrated
+    on the tokens judged so far, would earn less than its own cost at the plan's rate; without prices it
+    learns costs from its own timings, as `--dynamic-k` does."""
 
     def __init__(self, start: int = 4, prices: Prices | None = None):
         self.length = DraftLength(start, K_RECORD, True, prices=prices)
+        self.prices = prices
+        self.bins = [[0.0, 0.0] for _ in BINS]  # per q bin: drafted tokens kept, judged
+        self.with_q: dict = {}  # kind -> its drafts carry a drafter's q
+        self.stop = StopRule(0.0, judge=self._judge) if prices is not None else None
+        self.c, self.reach = 0.0, 1.0
+        self.tokens = self.spent = 0.0  # discounted: tokens emitted and one-token passes spent, as priced
 
     def next(self, kind=None) -> int:
-        return self.length.next(kind)
+        j = self.length.next(kind)
+        if self.prices is not None:
+            self.c = self.prices.c(kind)
+            if EXTEND and j and self.with_q.get(kind):
+                j = K_RECORD
+        return j
+
+    def calibrated(self, q: float) -> float:
+        """P(a drafted token is kept | its q), from the tokens judged so far, leaning on q itself."""
+        kept, judged = self.bins[next(b for b, edge in enumerate(BINS) if q < edge or edge == BINS[-1])]
+        return (kept + CALIBRATION_PRIOR * q) / (judged + CALIBRATION_PRIOR)
+
+    def _judge(self, i: int, q: float) -> bool:
+        if q >= 1.0:  # a copy, or a drafter sure of itself: nothing to weigh
+            return False
+        if i == 0:
+            self.reach = 1.0
+        a = self.calibrated(q)
+        v = self.prices.ratios(i + 2)
+        if (i or JUDGE_FIRST) and self.earned and self.reach * a < SCALE * self.earned * (v[i + 2] - v[i + 1] + self.c):
+            return True
+        self.reach *= a
+        return False
+
+    @property
+    def earned(self) -> float:
+        """Tokens per one-token pass this run has made lately: what a drafted token must earn for its cost."""
+        return self.tokens / self.spent if self.spent else 0.0
 
     def observe(self, drafted, accepted, q=None, kind=None) -> None:
         self.length.record(drafted, accepted, 0.0, 0.0, kind)
+        if self.prices is not None:
+            v = self.prices.ratios(drafted + 1)[drafted + 1]
+            self.tokens = EARNED_MEMORY * self.tokens + accepted + 1
+            self.spent = EARNED_MEMORY * self.spent + v + self.prices.c(kind) * drafted
+        q = [1.0] * drafted if q is None else q
+        if drafted:
+            self.with_q[kind] = any(x < 1.0 for x in q[:drafted])
+        for l in range(min(drafted, accepted + 1)):
+            if q[l] < 1.0:
+                b = self.bins[next(b for b, edge in enumerate(BINS) if q[l] < edge or edge == BINS[-1])]
+                b[0] += l < accepted
+                b[1] += 1
 
     def record(self, drafted, accepted, draft_time, verify_time, kind=None, q=None) -> None:
-        self.length.record(drafted, accepted, draft_time, verify_time, kind)
+        if self.prices is not None:
+            self.observe(drafted, accepted, q, kind)
+        else:
+            self.length.record(drafted, accepted, draft_time, verify_time, kind)

@@ -72,9 +72,12 @@ def drafted_under(stop, draft: Sequence[int], q: Sequence[float], size: int) -> 
     """(tokens drafted, drafter forwards) of a draft of `size` from the maximal `draft`, under a confidence
     stop (drafters/base.StopRule; None: none): the draft ends where the rule stops it or the drafter has no more."""
     n = min(size, len(draft))
-    if stop is None or not stop:
+    judge = getattr(stop, "judge", None)
+    if stop is None or (not stop and judge is None):
         return n, n
     for i in range(n):
+        if judge is not None and judge(i, q[i]):
+            return i, i + 1
         if getattr(stop, "after", False):
             if q[i] < stop:
                 return i + 1, i + 1
