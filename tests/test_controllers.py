@@ -223,3 +223,30 @@ def test_names_are_canonical_and_all_spells_out_every_rule():
     assert controller_names.canonical("sglang-adaptive:ema=0.3") == "sglang-adaptive:ema=0.3"
     every = controller_names.expand(["all", "fixed:4"])
     assert every[0] == "specviz" and len(every) == 6 + K_RECORD and every.count("fixed:4") == 1
+
+
+def test_bench_adds_replayed_and_live_controller_arms_to_its_table_and_json(tmp_path, capsys):
+    import json
+
+    from specviz.cli.main import main
+    from tiny_folder import make_tiny_model_dir
+
+    folder = make_tiny_model_dir(tmp_path / "target", seed=0)
+    suite, out = tmp_path / "one.jsonl", tmp_path / "bench.json"
+    suite.write_text(json.dumps({"id": "one", "category": "c", "prompt": "the cat sat on the mat"}) + "\n")
+    assert main(["bench", "--target", str(folder), "--drafters", "pld", "--max-new-tokens", "16",
+                 "--suite", str(suite), "--json", str(out), "--no-progress", "--temperature", "0",
+                 "--controllers", "sglang-adaptive,fixed:2,llama-pmin", "--controllers-live"]) == 0
+    printed = capsys.readouterr().out
+    assert "draft-length controllers (greedy: replayed exactly)" in printed and "hindsight best" in printed
+    doc = json.loads(out.read_text())
+    assert doc["config"]["controllers"] == ["sglang-adaptive", "fixed:2", "llama-pmin"]
+    got = doc["controllers"]
+    assert {r["controller"] for r in got["rows"]} == {"sglang-adaptive", "fixed:2", "llama-pmin", "hindsight best"}
+    for r in got["rows"]:
+        assert r["exact"] and r["of_best"] <= 1.0 + 1e-9
+        if r["controller"] != "hindsight best":
+            assert r["live"]["agrees"] and r["live"]["identical_output"]
+            assert r["live"]["tokens_per_pass"] == r["tokens_per_pass"]
+    assert main(["bench", "--target", str(folder), "--suite", str(suite), "--controllers", "nope"]) == 2
+    assert "unknown controller 'nope'" in capsys.readouterr().err
