@@ -56,6 +56,20 @@ def test_json_has_what_scripts_read(capsys, folders, drafter):
     assert cost["weight_bytes"] > 0 and all(t > 0 for t in cost["seconds"])
 
 
+@pytest.mark.parametrize("controller", ["llama-pmin:p=0.3", "sglang-adaptive"])
+def test_a_controller_sizes_the_drafts_and_greedy_text_stays_the_baselines(capsys, folders, controller):
+    r = run_json(capsys, "--prompt", "the cat sat on the mat", "--target", str(folders["target"]),
+                 "--drafter", str(folders["draft"]), "--controller", controller, "--max-new-tokens", "24",
+                 "--no-baseline")
+    assert r["config"]["controller"] == controller and r["label"].endswith(controller)
+    drafts = [len(s["draft"]) for s in r["steps"]]
+    if controller == "sglang-adaptive":
+        assert max(drafts) == 3  # its start tier through warm-up (a drafter may stop sooner: at an end token)
+    r2 = run_json(capsys, "--prompt", "the cat sat on the mat", "--target", str(folders["target"]),
+                  "--drafter", str(folders["draft"]), "--max-new-tokens", "24", "--no-baseline")
+    assert r["token_ids"] == r2["token_ids"]
+
+
 def test_suffix_memory_file_carries_answers_across_commands(capsys, folders, tmp_path):
     """`--suffix-memory FILE`: the first command's answer is saved, the second drafts from it."""
     memory = tmp_path / "memory.json"
@@ -163,6 +177,9 @@ def test_text_ends_before_the_eos_token_but_token_ids_keep_it(capsys, folders, m
         (["--prompt", "the cat " * 400], "context"),
         (["--device", "cuda:7"], "cuda"),
         (["--dtype", "float7"], "float7"),
+        (["--controller", "sglang-adaptiv"], "unknown controller 'sglang-adaptiv' (did you mean 'sglang-adaptive'?)"),
+        (["--controller", "llama-pmin:p=2"], "llama-pmin's p must be from 0 to 1, got 2"),
+        (["--controller", "fixed:4", "--dynamic-k"], "leave out --dynamic-k"),
     ],
 )
 def test_bad_input_is_a_clear_error(capsys, folders, args, message):

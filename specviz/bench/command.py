@@ -18,6 +18,7 @@ from ..modeling.threads import environment, for_run, load_average
 from ..run import suites
 from ..run.settings import BOUNDS, in_words
 from ..run.spec import described
+from . import controllers as bench_controllers
 from .drafters import KINDS, make_drafters
 from .peers import PEERS
 from .runner import BenchConfig, run_benchmark
@@ -47,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-confidence", default="", metavar="C[,C...]",
                    help="with --dynamic-k: also a dynamic arm per threshold (chains stop below it, trees keep the "
                    "nodes whose path probability reaches it), e.g. 0.1,0.3")
+    p.add_argument("--controllers", default="", metavar="NAME[,NAME...]",
+                   help="also an arm per draft-length controller for each drafter (specviz, sglang-adaptive, "
+                   "sglang-auto, llama-pmin, hf-heuristic, hf-confidence, fixed:K; 'all'), replayed on one draft record "
+                   "per prompt, with the hindsight best")
+    p.add_argument("--controllers-live", action="store_true",
+                   help="with --controllers: also run each controller live, beside its replay")
     p.add_argument("--peers", default="", help=f"comma-separated transformers peers: {', '.join(PEERS)}")
     p.add_argument("--suite", default="default", help="built-in suite name or a JSONL path (default: %(default)s)")
     p.add_argument("--category", action="append", help="only this category (repeat or comma-separate)")
@@ -164,6 +171,7 @@ def main(args: argparse.Namespace) -> int:
     if not drafter_names and not peer_names:
         raise SpecvizError("nothing to compare: give --drafters and/or --peers")
     cfg = bench_config(args)  # options are checked before minutes of loading
+    wanted = bench_controllers.check(args.controllers, args.controllers_live)
     prompts = suites.select(suites.load_suite(args.suite), split(args.category), args.limit)
 
     # With --compile the warm-up runs compile before anything is timed.
@@ -181,6 +189,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_benchmark(target.model, drafters, encoded, cfg, peer_names,
                                progress=bar.step, total=bar.start, before_prompt=threads_again(bar.say))
+        if wanted:
+            bar.say(f"bench: recording drafts for {len(wanted)} controllers")
+            from ..engine.verify_cost import curve as measured
+
+            controlled = bench_controllers.run(target, drafters, encoded, cfg, wanted, args.controllers_live,
+                                               measured(target.model))
     finally:
         bar.close()
 
@@ -190,7 +204,7 @@ def main(args: argparse.Namespace) -> int:
         "command": command_line(),
         "target": args.target, "suite": args.suite, "categories": split(args.category) or None,
         "limit": args.limit, "drafters": drafter_names, "peers": peer_names, "ks": list(cfg.ks),
-        "dynamic_k": cfg.dynamic_k, "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
+        "dynamic_k": cfg.dynamic_k, "controllers": wanted, "controllers_live": bool(args.controllers_live), "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to, "verifications": list(cfg.verifications), "confidences": list(cfg.confidences), "max_new_tokens": cfg.max_new_tokens, "repeats": cfg.repeats,
         "sampling": dataclasses.asdict(cfg.sampling), "greedy": cfg.greedy, "eos_token_ids": list(cfg.eos_token_ids),
         "prompt_tokens": result.prompt_tokens,
         "left_out": [p.id for p in prompts if p.id not in result.prompt_tokens],  # longer than the context
@@ -208,7 +222,11 @@ def main(args: argparse.Namespace) -> int:
             report.write_json(report.raw_document(result, config, env), args.json)
             print(f"wrote the raw runs to {args.json}", file=sys.stderr)
         raise
+    if wanted:
+        doc["controllers"] = controlled
     report.print_report(doc)
+    if wanted:
+        print("\n" + bench_controllers.table(controlled))
     if args.json:
         report.write_json(doc, args.json)
     if args.csv:

@@ -5,7 +5,7 @@ import argparse
 import json
 import pathlib
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from .. import bench
 from ..audit import command as audit_command
@@ -31,6 +31,10 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=d.k, help=f"draft length, {BOUNDS['k'].said} (the starting length with "
                    "--dynamic-k; default %(default)s)")
     p.add_argument("--dynamic-k", action="store_true", help="choose each step's draft length (0..4k) from measured costs and acceptance")
+    p.add_argument("--controller", metavar="NAME", default="",
+                   help="size every draft by an engine's rule instead of --k / --dynamic-k: specviz, sglang-adaptive, "
+                   "sglang-auto, llama-pmin, hf-heuristic, hf-confidence or fixed:K, with parameters as "
+                   "'llama-pmin:p=0.8' (docs/cli.md, \"Draft-length controllers\")")
     p.add_argument("--draft-confidence", type=float, default=d.draft_confidence,
                    help="with --dynamic-k: stop a chain draft when the drafter's probability falls below this; a tree "
                    "drafter (greedy) keeps the nodes whose path probability reaches it, up to 4k")
@@ -113,11 +117,14 @@ def generate(args) -> int:
     # The run's settings as the page's are read (run/settings.py), checked before any model loads. The chat
     # flag is not among them: None (the template where the model has one) is the page's True.
     s = Settings.from_controls(**{f.name: getattr(args, f.name) for f in fields(Settings) if f.name != "chat"})
+    controller = _controller(args)
     spec, sampling, memory = parse(s.drafter), s.sampling, _suffix_memory(args.suffix_memory)
     # The steps the app takes too (run/prepare.py), run here, a load's progress on stderr.
     placed = dict(device=args.device, dtype=args.dtype, device_map=args.device_map, compile=args.compile)
     p = run_here(prepare(s, spec, models, chat=args.chat, memory=memory, placed=placed,
                          trust_remote_code=args.trust_remote_code), on_stderr())
+    if controller:
+        p = replace(p, cfg=replace(p.cfg, controller=controller))
     target, prompt, cfg, drafter = p.target, p.ids, p.cfg, p.drafter
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
@@ -128,7 +135,7 @@ def generate(args) -> int:
     if not args.no_baseline:
         runs["base"] = baseline_generate(target.model, prompt, cfg)
     # Labelled as the app labels it ("prompt lookup" for pld): the summary, the JSON and a saved trace alike.
-    traces = {"spec": Trace(spec.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
+    traces = {"spec": Trace(f"{spec.label}, {cfg.controller}" if cfg.controller else spec.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
     for which, ev, labels in race(models, target, prompt, runs):  # labels: each token's text, as the app shows it
         traces[which].add(ev, labels)
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
@@ -144,7 +151,7 @@ def generate(args) -> int:
         "token_ids": list(end.token_ids),
         "prompt_tokens": len(prompt),
         "target": args.target,
-        "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
+        "config": {"k": cfg.k, "dynamic_k": cfg.dynamic_k, "controller": cfg.controller, "max_new_tokens": cfg.max_new_tokens, "verification": cfg.verification,
                    "tree_nodes_per_k": cfg.tree_nodes_per_k, "sampled_trees_up_to": cfg.sampled_trees_up_to,
                    "tree_drafting": cfg.tree_drafting, **sampling.__dict__},
         **trace_command.summary(rec),  # drafter (as asked for), label, stats, the speedup: what replay prints
@@ -165,6 +172,19 @@ def generate(args) -> int:
         print_coloured(target, steps, sys.stdout, traces["spec"].labels)
         print_summary(result, sys.stdout)
     return 0
+
+
+def _controller(args) -> str:
+    """--controller as the reports spell it, checked before any model loads."""
+    from ..engine import controller_names
+
+    if not args.controller:
+        return ""
+    if args.dynamic_k:
+        raise SpecvizError("--controller sizes every draft itself: leave out --dynamic-k (or use --controller specviz)")
+    if args.drafter.strip().lower() == "none":
+        raise SpecvizError("--controller sizes drafts, and drafter 'none' drafts nothing: choose a drafter")
+    return controller_names.canonical(args.controller)
 
 
 def _suffix_memory(path: str | None):

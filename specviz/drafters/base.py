@@ -93,12 +93,35 @@ class Drafter:
         (suffix decoding's memory) remembers them; warm-up runs are not reported."""
 
 
+class StopRule(float):
+    """A chain draft's confidence stop that says which token it judges, for the engines' rules that stop
+    otherwise than specviz (engine/controllers.py). As a float it is the threshold, so a drafter that
+    only compares (prompt lookup, suffix decoding, trees) reads it as before. `first`: the first token
+    is judged too, so a draft may be empty (llama.cpp's --draft-p-min); `after`: the token just drafted
+    is judged by its own q and kept, and drafting stops after it (transformers' confidence threshold);
+    `judge(i, q_max)`: asked before each position i (0 first) with the largest q there, True stops the draft
+    (specviz's dynamic k weighing a token's expected gain against its cost). None judges a token by its own
+    draw before keeping it, so sampling stays exact."""
+
+    first: bool
+    after: bool
+    judge: Callable[[int, float], bool] | None
+
+    def __new__(cls, threshold: float, first: bool = False, after: bool = False,
+                judge: Callable[[int, float], bool] | None = None) -> "StopRule":
+        rule = super().__new__(cls, threshold)
+        rule.first, rule.after, rule.judge = first, after, judge
+        return rule
+
+
 def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min_confidence: float,
                          advance: Callable[[torch.Tensor], torch.Tensor]) -> Draft:
     """Draft up to k tokens one at a time, with q processed exactly like the target's rows.
 
     `logits` (1, vocab) are the drafter's for the next token; `advance(token)` feeds a
-    drafted token to the drafter and returns its logits for the token after it.
+    drafted token to the drafter and returns its logits for the token after it. A StopRule
+    as `min_confidence` says which token its threshold judges (by default: each one after the
+    first, before it is drawn).
     """
     from ..core.sampling import sample
 
@@ -115,13 +138,21 @@ def autoregressive_draft(processor, generator, logits: torch.Tensor, k: int, min
         # token drawn at i: drawing t and discarding it when q(t) is small would draw the
         # kept tokens from q restricted to {q >= c} while they are judged against q.
         # Greedy drafts the argmax, whose q is max(q): the same stop as judging the token.
-        if min_confidence > 0 and i > 0 and q.max().item() < min_confidence:
+        first, after = getattr(min_confidence, "first", False), getattr(min_confidence, "after", False)
+        judge = getattr(min_confidence, "judge", None)
+        if judge is not None and judge(i, q.max().item()):
+            break  # not worth its cost
+        if min_confidence > 0 and not after and (i > 0 or first) and q.max().item() < min_confidence:
             break  # not sure enough: stop drafting this step
         t = q.argmax() if processor.s.greedy else sample(q, generator)
         tokens.append(t.view(()))
         rows.append(q)
+        if after and q[t].item() < min_confidence:
+            break  # the token just drafted was unsure: keep it, draft no further (a rule on drafts before i + 1)
         if i + 1 < k:
             logits = advance(t.view(1))
+    if not tokens:
+        return Draft(logits.new_zeros(0, dtype=torch.long), None)
     return Draft(torch.stack(tokens), torch.stack(rows))
 
 

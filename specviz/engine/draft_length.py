@@ -31,6 +31,8 @@ Every choice is a function of the timings and outcomes seen: no randomness.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from .verify_estimate import VerifyCost
 
@@ -42,6 +44,25 @@ STALE = 16  # steps after which a plain step's time is stale
 SLOW_DRAFT = 3.0  # a drafting time over this many times the estimate counts as this many
 
 
+@dataclass(frozen=True)
+class Prices:
+    """What a step costs, known before the run: v(m), a target pass over m tokens in one-token passes (the
+    measured verify curve, verify_cost.py), and c, a drafted token's cost in the same unit (by kind of
+    draft where kinds differ). Dynamic k given prices decides from acceptance alone, so the same steps
+    replay the same decisions (draft_replay.py); without, it learns the costs from its own timings."""
+
+    verify: Callable[[float], float]
+    draft: float = 0.0
+    draft_by_kind: Mapping[object, float] = field(default_factory=dict)
+
+    def c(self, kind=None) -> float:
+        return self.draft_by_kind.get(kind, self.draft)
+
+    def ratios(self, top: int) -> list[float]:
+        """v(m) for m = 0..top, never below 1 (index 0 unused)."""
+        return [1.0] + [max(1.0, self.verify(m)) for m in range(1, top + 1)]
+
+
 class DraftLength:
     """The draft-length policy: how much each step drafts (`plan`), from what earlier steps did (`record`).
 
@@ -49,8 +70,11 @@ class DraftLength:
     confidence: with dynamic k, the drafter's own stop (chains stop below it; a tree is given the
     largest budget, 4k, and keeps the nodes whose path probability reaches it)."""
 
-    def __init__(self, k: int, k_max: int, dynamic: bool, tree_nodes: int = 0, confidence: float = 0.0):
+    def __init__(self, k: int, k_max: int, dynamic: bool, tree_nodes: int = 0, confidence: float = 0.0,
+                 prices: Prices | None = None):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
+        self.prices = prices
+        self.steps = 0
         self.tree_nodes = tree_nodes
         self.confidence = confidence if dynamic else 0.0
         self.accepted = self.rejected = 0.0
@@ -117,26 +141,32 @@ class DraftLength:
         """The draft length for the coming step (for a draft of this kind, when known)."""
         if not self.dynamic:
             return self.k
-        if self.cost.t1 is None:
-            return self.k  # nothing measured yet: start where the user said
-        alpha, c = self.alpha_of(kind), self.draft_cost(kind)
-        v = self.cost.ratios(self.k_max + 1)
-        gains = self.expected(alpha, kind)
+        if not self.steps:
+            return self.k  # nothing seen yet: start where the user said
+        if self.prices is not None:
+            c, v = self.prices.c(kind), self.prices.ratios(self.k_max + 1)
+        else:
+            c, v = self.draft_cost(kind), self.cost.ratios(self.k_max + 1)
+        gains = self.expected(self.alpha_of(kind), kind)
         rates = [gains[j] / (v[j + 1] + c * j) for j in range(self.k_max + 1)]
         best = max(range(self.k_max + 1), key=lambda j: (rates[j], -j))  # ties: the shorter
         if best == 0 and self.idle.get(kind, 0) >= PROBE_GAP:
             return 1  # the cheapest look at whether this kind of draft has started to work
         # Drafting is judged against a plain step, whose time is learned only by taking one:
         # when the ratio is unsure enough that a plain step might be as good, time one.
-        if self.cost.age(1) >= STALE and rates[0] >= rates[best] * math.exp(-self.cost.spread(best + 1)):
+        if self.prices is None and self.cost.age(1) >= STALE and \
+                rates[0] >= rates[best] * math.exp(-self.cost.spread(best + 1)):
             return 0
         return best
 
-    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float, kind=None) -> None:
-        """What one step did: feeds the estimates behind `next`."""
-        self.cost.observe(drafted + 1, verify_time)
+    def record(self, drafted: int, accepted: int, draft_time: float, verify_time: float, kind=None,
+               q=None) -> None:
+        """What one step did: feeds the estimates behind `next` (given prices, its times are not read)."""
+        self.steps += 1
+        if self.prices is None:
+            self.cost.observe(drafted + 1, verify_time)
         self.idle[kind] = 0 if drafted else self.idle.get(kind, 0) + 1
-        if drafted:
+        if drafted and self.prices is None:
             per = draft_time / drafted / self.cost.t1
             self.draft_ratio = _mean(self.draft_ratio, per)
             if kind is not None:

@@ -20,6 +20,8 @@ from ..modeling import probe
 from ..modeling.forward import (RollbackCache, context_length, forward, model_device, new_cache, output_vocab_size,
                                 synchronize, to_host)
 from . import prefill
+from . import controller_names
+from .controllers import Controller
 from .draft_length import DraftLength
 from .verify_step import trees_verifiable, verify_chain, verify_tree
 
@@ -72,6 +74,9 @@ class GenerationConfig:
     # keeps no more (level or fewer at 0.7), and at 1.0, where drawn trees keep the most, chains were still
     # faster on a CPU (docs/performance.md, "Drawn trees against chosen trees and chains").
     tree_drafting: str = "chosen"
+    # A draft-length controller by name (engine/controller_names.py: "sglang-adaptive", "llama-pmin:p=0.8",
+    # "fixed:4", ...): it sizes every step's chain draft in place of k and dynamic k; "" = k / dynamic k.
+    controller: str = ""
 
     def validate(self) -> "GenerationConfig":
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= K_MAX:
@@ -95,6 +100,8 @@ class GenerationConfig:
         if self.tree_drafting not in TREE_DRAFTINGS:
             raise SpecvizError(f"tree drafting must be one of {', '.join(TREE_DRAFTINGS)} (how a sampled tree's "
                                f"children are found), got {self.tree_drafting!r}")
+        if self.controller:
+            controller_names.parse(self.controller)
         return self
 
     @property
@@ -215,22 +222,26 @@ class _Run:
 def speculative_generate(
     target, drafter: Drafter | None, prompt_ids, config: GenerationConfig = GenerationConfig(),
     should_stop: Callable[[], bool] | None = None, remember: bool = True,
-    on_prefill: Callable[[int, int], None] | None = None,
+    on_prefill: Callable[[int, int], None] | None = None, controller: Controller | None = None,
 ) -> Iterator[StepEvent | RunEnd]:
     """Speculative decoding: yields a StepEvent per draft-and-verify step, then a RunEnd.
 
     remember: tell the drafter the output at the end (`Drafter.finish`), so a drafter with a
     memory across requests keeps it; off for warm-ups and for runs that must not teach it.
     on_prefill(read, total): called as the prompt is read, chunk by chunk (a long prompt's
-    prefill can take minutes on a CPU)."""
+    prefill can take minutes on a CPU).
+    controller: a fresh draft-length controller for this run (engine/controllers.py), in place of the one
+    cfg.controller names; with either, every draft is a chain it sizes."""
     run = _Run(target, prompt_ids, config, should_stop, on_prefill)
     cfg, dev, greedy = run.cfg, run.device, config.sampling.greedy
 
     start = time.perf_counter()
     features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
-    trees = cfg.trees and trees_verifiable(run.cache)  # may the drafter propose trees?
-    length = DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k, tree_nodes=cfg.tree_nodes if trees else 0,
-                         confidence=cfg.draft_confidence)
+    if controller is None and cfg.controller:
+        controller = controller_names.build(cfg.controller)
+    trees = cfg.trees and trees_verifiable(run.cache) and controller is None  # may the drafter propose trees?
+    length = controller or DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k,
+                                       tree_nodes=cfg.tree_nodes if trees else 0, confidence=cfg.draft_confidence)
     with torch.inference_mode():
         h = run.prefill(hidden=features)
         if drafter is not None and not run.cut_short:
@@ -273,7 +284,7 @@ def speculative_generate(
             run.processor.update(emitted)
             run.pending = torch.tensor([token], device=dev)
         t2 = time.perf_counter()
-        length.record(n_draft, n, t1 - t0, t2 - t1, kind)
+        length.record(n_draft, n, t1 - t0, t2 - t1, kind, q=v.q)
         run.elapsed += t2 - t0
         draft_time += t1 - t0
         verify_time += t2 - t1
