@@ -29,8 +29,21 @@ HINDSIGHT = "hindsight best"
 ROLLOUTS = 200  # a sampled record's rollouts per controller
 
 
+class Rates:
+    """Tokens per target pass and per second of a run with .tokens, .passes and .seconds (a replay's or
+    a live run's)."""
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
-class Replayed:
+class Replayed(Rates):
     """One controller on one record: its steps (a sampled record's: one rollout's) and its totals."""
 
     controller: str
@@ -43,13 +56,6 @@ class Replayed:
     seconds: float  # prefill included
     exact: bool  # False: in expectation (a sampled record)
 
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.tokens / self.passes if self.passes else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def prices(record: DraftRecord) -> Prices:

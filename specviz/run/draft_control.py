@@ -12,7 +12,7 @@ from ..core.events import RunEnd, StepEvent
 from ..drafters.trained import fingerprint
 from ..engine import controller_names
 from ..engine.draft_record import DraftRecord, Identity, make_record
-from ..engine.draft_replay import Replayed, hindsight, prices, replay
+from ..engine.draft_replay import Rates, Replayed, hindsight, prices, replay
 from ..engine.generate import GenerationConfig, speculative_generate
 
 _PRINTS: "weakref.WeakKeyDictionary[object, tuple[str, str]]" = weakref.WeakKeyDictionary()
@@ -42,7 +42,7 @@ def replay_all(rec: DraftRecord, names: list[str]) -> list[Replayed]:
 
 
 @dataclass(frozen=True)
-class Live:
+class Live(Rates):
     """One controller run live on the record's prompt: what it did, to set beside its replay."""
 
     controller: str
@@ -51,14 +51,6 @@ class Live:
     tokens: int
     passes: int
     seconds: float
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.tokens / self.passes if self.passes else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def live(target, drafter, ids, cfg: GenerationConfig, rec: DraftRecord, name: str, drafter_name: str,

@@ -29,6 +29,8 @@ def shown(value) -> str:
             return str(value)
         return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1} ({len(digits)} digits)"
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
         return next(t for t in (f"{value:.{p}g}" for p in range(6, 18)) if float(t) == value or len(t) > 20)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
