@@ -241,8 +241,8 @@ def test_transformers_generate_reports_what_prompt_lookup_drafted_and_kept(small
 
 def test_specviz_draws_count_the_drafts_behind_the_tokens_under_either_rule(small):
     for rule in ("token", "block"):
-        e = Local(small, DraftModel(noisy_copy(small, 0.1, seed=11)), PROMPT, Sampling(temperature=1.0), tokens=3, k=3,
-                  verification=rule)
+        e = Local.of(small, DraftModel(noisy_copy(small, 0.1, seed=11)), PROMPT, Sampling(temperature=1.0), tokens=3, k=3,
+                     verification=rule)
         d = e.draw(0)
         assert len(d.tokens) == 3 and d.drafted >= 1 and e.settings()["verification"] == rule
     assert main(["audit", "--engine", "transformers", "--verification", "block"]) == 2  # specviz's own rule only
@@ -255,10 +255,10 @@ def test_q_taken_before_the_warpers_is_caught_and_the_exact_rule_passes_at_300_d
     drafter verified against its real q passes."""
     draft = noisy_copy(small, 0.1, seed=11)
     s = Sampling(temperature=0.5)
-    plain = [Local(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(300)]
+    plain = [Local.of(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(300)]
 
     def audit(drafter):
-        e = Local(small, drafter, PROMPT, s, 3, k=3)
+        e = Local.of(small, drafter, PROMPT, s, 3, k=3)
         draws = [e.draw(i) for i in range(300)]
         assert sum(d.drafted for d in draws) > sum(d.accepted for d in draws) > 0  # drafts kept and refused
         return compare([d.tokens for d in draws], plain, 3)
@@ -283,7 +283,7 @@ def test_medusas_typical_acceptance_is_caught_where_the_same_loop_refusing_every
     writes it (p ~ 7e-33). The same loop with a threshold nothing passes samples every token from
     p, and passes: the acceptance rule is what fails, not the loop around it."""
     s = Sampling(temperature=1.0)
-    plain = [Local(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(100)]
+    plain = [Local.of(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(100)]
 
     def audit(**threshold):
         draws = [Typical(small, PromptLookup(), PROMPT, s, 3, k=3, **threshold).draw(i) for i in range(100)]

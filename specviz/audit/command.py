@@ -29,7 +29,7 @@ from ..core.errors import SpecvizError
 from ..core.sampling import Sampling
 from ..engine.generate import VERIFICATIONS, GenerationConfig
 from . import report
-from .engines import PLAIN_SEEDS, Generate, Local, Server, outcomes
+from .engines import PLAIN_SEEDS, Generate, Local, Server, draws, outcomes
 from .stats import ALPHA, compare
 
 RULE = GenerationConfig.verification  # the engine's default rule, as generate's and the app's
@@ -156,7 +156,7 @@ def engines(args):
     if drafter is None:
         raise SpecvizError("the drafter 'none' drafts nothing: there would be no speculation to audit")
     def plain(s):
-        return Local(target.model, None, ids, s, args.tokens, args.k, eos)
+        return Local.of(target.model, None, ids, s, args.tokens, args.k, eos)
 
     if args.lossy == "typical":
         from .controls import Typical
@@ -167,26 +167,25 @@ def engines(args):
         from .controls import RawQ
 
         drafter = RawQ(drafter)
-    return ((lambda s: (Local(target.model, drafter, ids, s, args.tokens, args.k, eos,
-                              verification=args.verification or RULE), plain(s))), show, what)
+    return ((lambda s: (Local.of(target.model, drafter, ids, s, args.tokens, args.k, eos,
+                                 verification=args.verification or RULE), plain(s))), show, what)
 
 
-def draw_both(spec, plain, draws: int, first_seed: int, deadline: float | None, label: str, every: float = 5.0):
-    """Alternate speculative and plain draws (a busy machine slows both alike), telling progress on
-    stderr; stop at the deadline. Returns the two lists of draws."""
+def draw_both(spec, plain, n: int, first_seed: int, deadline: float | None, label: str, every: float = 5.0):
+    """Both sides' draws (engines.draws), telling progress on stderr; stop at the deadline.
+    Returns the two lists of draws."""
     a, b, shown, start = [], [], time.monotonic(), time.monotonic()
-    for i in range(draws):
-        if deadline is not None and time.monotonic() > deadline:
-            print(f"audit: {label}: the time cap stopped the draws at {i} each way", file=sys.stderr, flush=True)
-            break
-        a.append(spec.draw(first_seed + i))
-        b.append(plain.draw(first_seed + PLAIN_SEEDS + i))
+    for x, y in draws((spec, plain), n, first_seed, lambda: deadline is not None and time.monotonic() > deadline):
+        a.append(x)
+        b.append(y)
         now = time.monotonic()
-        if now - shown > every and i + 1 < draws:
+        if now - shown > every and len(a) < n:
             shown = now
-            left = (now - start) / (i + 1) * (draws - i - 1)
-            print(f"audit: {label}: {i + 1} of {draws} draws each way, ~{left / 60:.1f} min left",
+            left = (now - start) / len(a) * (n - len(a))
+            print(f"audit: {label}: {len(a)} of {n} draws each way, ~{left / 60:.1f} min left",
                   file=sys.stderr, flush=True)
+    if len(a) < n:
+        print(f"audit: {label}: the time cap stopped the draws at {len(a)} each way", file=sys.stderr, flush=True)
     return a, b
 
 

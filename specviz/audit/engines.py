@@ -32,33 +32,40 @@ class Draw:
 
 
 class Local:
-    """specviz's engine on a loaded model: `drafter` None draws plainly (baseline_generate)."""
+    """specviz's engine on a loaded model: `drafter` None draws plainly (baseline_generate). `cfg` is the
+    run's configuration but for the seed: a speculative draw runs to cfg.max_new_tokens (room past
+    `tokens` for a whole draft, so the first steps are not cut short), a plain one to `tokens`.
+    `watch`, if given, sees every step of a speculative draw."""
 
-    def __init__(self, model, drafter, prompt_ids: list[int], sampling: Sampling, tokens: int, k: int = 4,
-                 eos: tuple[int, ...] = (), label: str = "specviz", verification: str = "token"):
-        self.model, self.drafter, self.prompt = model, drafter, list(prompt_ids)
-        self.sampling, self.tokens, self.k, self.eos, self.label = sampling, tokens, k, eos, label
-        self.verification = verification
+    def __init__(self, model, drafter, prompt_ids: list[int], cfg: GenerationConfig, tokens: int,
+                 label: str = "specviz", watch=None):
+        self.model, self.drafter, self.prompt, self.cfg = model, drafter, list(prompt_ids), cfg
+        self.tokens, self.label, self.watch = tokens, label, watch or (lambda step: None)
+
+    @classmethod
+    def of(cls, model, drafter, prompt_ids, sampling: Sampling, tokens: int, k: int = 4, eos: tuple[int, ...] = (),
+           verification: str = "token"):
+        """The audit's own configuration: room for one draft of k past `tokens`, nothing recorded for views."""
+        cfg = GenerationConfig(max_new_tokens=tokens + k, k=k, sampling=sampling, eos_token_ids=eos, top=0,
+                               raw_top=0, verification=verification)
+        return cls(model, drafter, prompt_ids, cfg, tokens)
 
     def settings(self) -> dict:
-        shown = {k: v for k, v in self.sampling.__dict__.items() if k != "seed"}  # each draw has its own
-        return {"engine": "specviz", **shown, "k": self.k, "verification": self.verification,
+        shown = {k: v for k, v in self.cfg.sampling.__dict__.items() if k != "seed"}  # each draw has its own
+        return {"engine": "specviz", **shown, "k": self.cfg.k, "verification": self.cfg.verification,
                 "mapping": "the settings as given (the engine's own sampler)"}
 
     def draw(self, seed: int) -> Draw:
-        s = replace(self.sampling, seed=seed)
+        cfg = replace(self.cfg, sampling=replace(self.cfg.sampling, seed=seed))
         if self.drafter is None:
-            cfg = GenerationConfig(max_new_tokens=self.tokens, sampling=s, eos_token_ids=self.eos, top=0, raw_top=0)
-            *_, end = baseline_generate(self.model, self.prompt, cfg)
+            *_, end = baseline_generate(self.model, self.prompt, replace(cfg, max_new_tokens=self.tokens))
             return Draw(tuple(end.token_ids))
-        # Room for a whole draft past the last token wanted, so the first steps are not cut short.
-        cfg = GenerationConfig(max_new_tokens=self.tokens + self.k, k=self.k, sampling=s, eos_token_ids=self.eos,
-                               top=0, raw_top=0, verification=self.verification)
         out, drafted, accepted = [], 0, 0
         events = speculative_generate(self.model, self.drafter, self.prompt, cfg, remember=False)
         for ev in events:
             if isinstance(ev, RunEnd):
                 break  # the run stopped (end of turn) before `tokens`
+            self.watch(ev)
             out += ev.emitted
             drafted += len(ev.draft)
             accepted += ev.accepted
@@ -66,6 +73,16 @@ class Local:
                 events.close()
                 break
         return Draw(tuple(out[:self.tokens]), drafted=drafted, accepted=accepted)
+
+
+def draws(engines, n: int, first_seed: int = 0, stop=lambda: False):
+    """The one way every exactness check draws: seed by seed, one draw from each engine in turn (a
+    busy machine slows them alike), engine j's seeds PLAIN_SEEDS * j past the first's; yields each
+    round's draws as a tuple, n rounds or until stop() says so before one."""
+    for i in range(n):
+        if stop():
+            return
+        yield tuple(e.draw(first_seed + j * PLAIN_SEEDS + i) for j, e in enumerate(engines))
 
 
 class _Counting:
