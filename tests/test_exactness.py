@@ -72,12 +72,13 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
 def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  # noqa: F811
     """'Is sampling exact?' held the app's one line with no way to end it: its Stop (or the
     page's) now ends the draws after the current one."""
+    from specviz.audit import engines
     from specviz.modeling import models
     from specviz.ui import Policy, exactness
 
     runs = []
-    real = exactness.speculative_generate
-    monkeypatch.setattr(exactness, "speculative_generate", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    real = engines.speculative_generate
+    monkeypatch.setattr(engines, "speculative_generate", lambda *a, **kw: runs.append(1) or real(*a, **kw))
     controls = dict(prompt=PROMPT, target=app_models["target"], mode="sampling", temperature=1.0, k=2,
                     max_new_tokens=8)
     updates = list(exactness.draw(Policy(), models, 100, "prompt lookup", should_stop=lambda: len(runs) >= 3,

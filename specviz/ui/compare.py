@@ -29,7 +29,7 @@ from ..run.race import race
 from ..run.spec import NONE, check_length, parse
 from .limits import Deadline
 from .policy import Policy
-from .runner import Frame, Stopped, Worker, _end, _finish, _prepare, make_drafter, readable, stepping, waiting
+from .runner import Frame, Stopped, Worker, _end, _finish, make_drafter, preparing, readable, stepping, waiting
 from ..run.settings import Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
@@ -62,7 +62,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
         policy.check(replace(s, drafter=NONE))
         for spec in specs.values():
             policy.check_drafter(spec.name)
-        p = yield from _prepare(s, policy, models, frame, should_stop)  # the target: each arm's drafter follows
+        p = yield from preparing(s, policy, models, frame, should_stop)  # the target: each arm's drafter follows
         target, ids, cfg = p.target, p.ids, p.cfg
         arms = {}  # index in frame.runs -> drafter (None: plain decoding in steps)
         cfgs = {i: spec.config(cfg) for i, spec in specs.items()}  # NAME@block, NAME@drawn: the arm's own rule

@@ -1,8 +1,8 @@
 """The "Is sampling exact?" block: the first token drawn N times speculatively and N times
 plainly (same settings, seeds 0..N-1 and another N), both histograms, and a chi-square p-value.
 The engine that speculates is specviz's, transformers' `generate` (prompt lookup, or the drafter's
-model as its assistant) or the operator's serving engine (specviz/audit/engines.py draws from the
-last two, as `python -m specviz audit` does).
+model as its assistant) or the operator's serving engine, each drawn through specviz/audit/engines.py
+as `python -m specviz audit` draws.
 
 Cheap: each speculative draw is one prefill, one draft and one verify step; each plain draw
 one prefill and one token. The greedy check above compares whole texts token for token;
@@ -17,11 +17,9 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import plotly.graph_objects as go
 
-from ..audit.engines import PLAIN_SEEDS, Generate, Server
+from ..audit.engines import Generate, Local, Server, draws
 from ..core.errors import SpecvizError
-from ..core.events import StepEvent, TokenEvent
 from ..core.exactness import chi_square
-from ..engine.generate import baseline_generate, speculative_generate
 from ..render.charts import COLORS, FONT, distinct, figure as new_figure
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
@@ -127,19 +125,9 @@ def _loading(gen, frame):
         yield status_html(frame.message, "loading", frame.fraction), gr.skip(), gr.skip()
 
 
-def _first(events) -> tuple[int, int]:
-    """(the first token a run emits, draft tokens proposed for it), closing the run there."""
-    for e in events:
-        if isinstance(e, StepEvent) and e.emitted:
-            return e.emitted[0], len(e.draft)
-        if isinstance(e, TokenEvent):
-            return e.token, 0
-    raise SpecvizError("the run ended before its first token")
-
-
 def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, prompt: str):
-    """(speculative, plain): each a function from a seed to (outcome, drafts proposed), for the
-    engine chosen; outcomes are token ids, or a server's text."""
+    """(speculative engine, plain engine, a draw's outcome) for the engine chosen (audit/engines.py);
+    outcomes are first token ids, or a server's text."""
     if engine == "serving engine":
         if not (policy.server_url and policy.baseline_server_url):
             raise SpecvizError("The serving engine needs both servers named: SPECVIZ_SERVER_URL and "
@@ -147,7 +135,7 @@ def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, pro
         messages = [{"role": "user", "content": prompt}]
         pair = [Server(url, messages, cfg.sampling, SERVED_TOKENS) for url in
                 (policy.server_url, policy.baseline_server_url)]
-        return [lambda seed, e=e: (lambda d: (d.text, d.drafted))(e.draw(seed)) for e in pair]
+        return *pair, lambda d: d.text
     if engine == "transformers generate":
         from ..drafters.draft_model import DraftModel
         from ..drafters.prompt_lookup import PromptLookup
@@ -160,19 +148,9 @@ def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, pro
             raise SpecvizError("transformers' generate drafts by prompt lookup or with a draft model: choose one "
                                "of those as the drafter.")
         eos = cfg.eos_token_ids
-        spec = Generate(target.model, peer, ids, cfg.sampling, cfg.k + 1, cfg.k, eos, assistant)
-        plain = Generate(target.model, "hf", ids, cfg.sampling, 1, cfg.k, eos)
-        return [lambda seed, e=e: (lambda d: (d.tokens[0], d.drafted))(e.draw(seed)) for e in (spec, plain)]
-
-    def spec(seed):
-        c = replace(cfg, sampling=replace(cfg.sampling, seed=seed))
-        return _first(speculative_generate(target.model, made, ids, c))
-
-    def plain(seed):
-        c = replace(cfg, max_new_tokens=1, sampling=replace(cfg.sampling, seed=seed))
-        return _first(baseline_generate(target.model, ids, c))
-
-    return [spec, plain]
+        return (Generate(target.model, peer, ids, cfg.sampling, cfg.k + 1, cfg.k, eos, assistant),
+                Generate(target.model, "hf", ids, cfg.sampling, 1, cfg.k, eos), lambda d: d.tokens[0])
+    return Local(target.model, made, ids, cfg, 1), Local(target.model, None, ids, cfg, 1), lambda d: d.tokens[0]
 
 
 def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: str = ENGINES[0], **controls):
@@ -180,7 +158,6 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
     (should_stop) ends the draws after the current one and judges those drawn so far."""
     spec, base, names, drafted = Counter(), Counter(), {}, 0
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("draws")])
-    stopped = False
     try:
         s = Settings.from_controls(drafter=drafter, **controls)
         if s.greedy:
@@ -189,30 +166,23 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
         if not 1 <= n <= limit(policy):
             raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
         policy.check(s)
-        asked = parse(s.drafter)
-        p = yield from _loading(runner._prepare(s, policy, models, frame, should_stop, asked), frame)
-        target, ids, cfg, made = p.target, p.ids, p.cfg, p.drafter
+        p = yield from _loading(runner.preparing(s, policy, models, frame, should_stop, parse(s.drafter)), frame)
+        target = p.target
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
-        cfg = replace(cfg, max_new_tokens=cfg.k + 1, dynamic_k=False)
-        draw_spec, draw_plain = samplers(engine, policy, target, made, ids, cfg, s.prompt)
+        cfg = replace(p.cfg, max_new_tokens=p.cfg.k + 1, dynamic_k=False)
+        *engines, outcome = samplers(engine, policy, target, p.drafter, p.ids, cfg, s.prompt)
         start, shown = time.monotonic(), 0.0
-        for seed in range(n):
-            if should_stop():
-                stopped = True
-                break
-            token, proposed = draw_spec(seed)
-            spec[token] += 1
-            drafted += proposed
-            base[draw_plain(PLAIN_SEEDS + seed)[0]] += 1
-            now = time.monotonic()
+        for a, b in draws(engines, n, stop=should_stop):
+            spec[outcome(a)] += 1
+            base[outcome(b)] += 1
+            drafted, drawn, now = drafted + a.drafted, sum(spec.values()), time.monotonic()
             if policy.max_run_seconds and now - start > policy.max_run_seconds:
                 break
-            if now - shown > 1.0 or seed == n - 1:
+            if now - shown > 1.0 or drawn == n:
                 shown = now
                 names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
-                said = STOPPING if should_stop() else f"Drawn {seed + 1} of {n} first tokens each way…"
-                yield (status_html(said, "running", (seed + 1) / n),
-                       figure(spec, base, names), gr.skip())
+                said = STOPPING if should_stop() else f"Drawn {drawn} of {n} first tokens each way…"
+                yield status_html(said, "running", drawn / n), figure(spec, base, names), gr.skip()
     except runner.Stopped:
         yield status_html("Stopped before the first draw.", "stopped"), gr.skip(), ""
         return
@@ -221,7 +191,7 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
         return
     drawn = sum(spec.values())
     names.update({t: _name(models, target, t) for t in set(spec) | set(base) if t not in names})
-    if stopped:
+    if drawn < n and should_stop():
         done = status_html(f"Stopped after {drawn} of {n} first tokens each way.", "stopped")
     else:
         done = status_html(f"Done: {drawn} first tokens each way.", "done")

@@ -244,7 +244,7 @@ def _finish(frame: Frame, deadline: Deadline) -> None:
     frame.fraction = None
 
 
-def _prepare(s: Settings, policy: Policy, models, frame: Frame, should_stop, spec: DrafterSpec = parse(NONE),
+def preparing(s: Settings, policy: Policy, models, frame: Frame, should_stop, spec: DrafterSpec = parse(NONE),
              memory=None, worker: Worker | None = None) -> Generator[Frame, None, Prepared]:
     """run/prepare.py's steps up to the run's drafter (none by default: Compare makes its arms' own)."""
     # The chat box asks for the template where the model has one, as the CLI's default does: a
@@ -290,7 +290,7 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         spec = parse(s.drafter)
         frame.spec.label = spec.label
         with Worker() as worker:  # the run's one thread for the model's work
-            p = yield from _prepare(s, policy, models, frame, should_stop, spec, memory, worker)
+            p = yield from preparing(s, policy, models, frame, should_stop, spec, memory, worker)
             frame.spec.eos = frame.base.eos = p.cfg.eos_token_ids  # the end-of-turn token is not text
             frame.spec.shape = draft_shape(p.drafter, p.cfg)
             if should_stop():
