@@ -3,8 +3,8 @@
     python scripts/sampling_check.py --drafter eagle --runs 1500 [--first-seed 0] [--follow-up] [--tree-nodes 8]
         [--verification block] [--tree-drafting drawn] [--target default] [--device cpu] [--dtype fp32]
 
-Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt and
-tests, by chi-square, the first sampled token against the target's exact distribution, the second
+Runs speculative sampling (T = 0.8 by default, k = 4) once per seed on one short chat prompt, drawn
+as every exactness check draws (specviz/audit/engines.py), and tests, by chi-square, the first sampled token against the target's exact distribution, the second
 given the likeliest first, and the third given the likeliest first two (cells with an expected
 count under 5 are pooled). The exact-by-enumeration tests in tests/ prove the rejection sampling
 and both rules for sampled trees (the sibling walk for chosen children, recursive rejection sampling
@@ -34,8 +34,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 import torch  # noqa: E402
 from scipy.stats import chisquare  # noqa: E402
 
-from specviz import GenerationConfig, Sampling, speculative_generate  # noqa: E402
-from specviz.core.events import StepEvent  # noqa: E402
+from specviz import GenerationConfig, Sampling  # noqa: E402
+from specviz.audit.engines import Local, draws  # noqa: E402
 from specviz.run.spec import make_drafter  # noqa: E402
 from specviz.engine.generate import TREE_DRAFTINGS, VERIFICATIONS  # noqa: E402
 from specviz.render.rules import comparable, kept  # noqa: E402
@@ -99,25 +99,22 @@ def main(argv=None) -> int:
     drafter = make_drafter(args.drafter, target)
     if not args.tree_nodes_per_k:
         drafter.tree_width = 0  # chains (the benchmark's NAME@chain arm)
-    runs, trees, siblings, differed, drawn = [], 0, 0, 0, 0
-    for seed in range(args.first_seed, args.first_seed + args.runs):
-        # Room for a whole tree at the first step (a step drafts no more than the run can still
-        # emit); the run is left once three tokens are out.
-        cfg = GenerationConfig(max_new_tokens=3 + args.k * max(1, args.tree_nodes_per_k), k=args.k,
-                               tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=math.inf,
-                               raw_top=0, top=0, sampling=Sampling(temperature=args.temperature, seed=seed),
-                               verification=args.verification, tree_drafting=args.tree_drafting)
-        out = []
-        for ev in speculative_generate(target.model, drafter, ids, cfg, remember=False):
-            if isinstance(ev, StepEvent):
-                out += ev.emitted
-                trees += ev.tree is not None
-                drawn += ev.tree is not None and bool(ev.tree.q)
-                siblings += ev.tree is not None and len(ev.tree.walk) > len({ev.tree.parents[i] for i in ev.tree.walk})
-                differed += comparable(ev) and len(set(kept(ev).values())) > 1
-            if len(out) >= 3:
-                break
-        runs.append(tuple(out[:3]))
+    # Room for a whole tree at the first step (a step drafts no more than the run can still emit);
+    # each draw is left once three tokens are out.
+    cfg = GenerationConfig(max_new_tokens=3 + args.k * max(1, args.tree_nodes_per_k), k=args.k,
+                           tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=math.inf, raw_top=0, top=0,
+                           sampling=Sampling(temperature=args.temperature), verification=args.verification,
+                           tree_drafting=args.tree_drafting)
+    seen = Counter()
+
+    def watch(ev):
+        seen["trees"] += ev.tree is not None
+        seen["drawn"] += ev.tree is not None and bool(ev.tree.q)
+        seen["siblings"] += ev.tree is not None and len(ev.tree.walk) > len({ev.tree.parents[i] for i in ev.tree.walk})
+        seen["differed"] += comparable(ev) and len(set(kept(ev).values())) > 1
+
+    engine = Local(target.model, drafter, ids, cfg, 3, watch=watch)
+    runs = [d.tokens for d, in draws([engine], args.runs, args.first_seed)]
     failed, prefix = False, []
     for depth in range(3):
         p = exact(target.model, ids + prefix, args.temperature)
@@ -128,10 +125,10 @@ def main(argv=None) -> int:
         print(f"{args.drafter}: token {depth + 1}{given}: p = {pvalue:.3f} ({sum(counts.values())} runs, "
               f"{cells + 1} cells)")
         prefix = prefix + [int(torch.argmax(p))]
-    print(f"{args.drafter}: {trees} steps drafted a tree ({drawn} drawn from q); {siblings} of them judged a sibling "
-          "after a rejection")
-    print(f"{args.drafter}: judged {args.verification}; on {differed} chain steps token-wise and block verification "
-          "would have kept different counts with the same draws")
+    print(f"{args.drafter}: {seen['trees']} steps drafted a tree ({seen['drawn']} drawn from q); {seen['siblings']} of "
+          "them judged a sibling after a rejection")
+    print(f"{args.drafter}: judged {args.verification}; on {seen['differed']} chain steps token-wise and block "
+          "verification would have kept different counts with the same draws")
     return 1 if failed else 0
 
 
