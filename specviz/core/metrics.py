@@ -32,6 +32,7 @@ it is 1 when the engine costs nothing beyond its drafter and its target forwards
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 
@@ -119,6 +120,40 @@ def with_prefill(predicted: float, tokens: int, prefill: float) -> float:
     """A decode-only predicted speedup over a run that also read its prompt: `prefill` target
     steps both runs spend alike, so the whole run's speedup is nearer 1."""
     return (prefill + tokens) / (prefill + tokens / predicted)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The step model's speedup for one run, and where the measured run parted from it: computed
+    here once, so the page, the bench and re-timing only format it. per_step: E[tokens a step];
+    draft and verify: a step's drafting and its verify pass, in target decode steps; prefill: the
+    prompt's pass in target steps, which both runs pay alike, over `tokens` tokens."""
+    per_step: float
+    draft: float
+    verify: float
+    tokens: int = 0
+    prefill: float = 0.0
+
+    @property
+    def decode(self) -> float:
+        """The decode-only speedup: E[tokens a step] / E[cost of a step]."""
+        cost = self.draft + self.verify
+        return self.per_step / cost if cost > 0 else 0.0
+
+    @property
+    def speedup(self) -> float:
+        """The whole run's speedup, its prompt read counted as the measured one counts it."""
+        d = self.decode
+        return with_prefill(d, self.tokens, self.prefill) if d > 0 and self.tokens else d
+
+    def unmodelled(self, step_seconds: float, base_step: float) -> float:
+        """Seconds a verify step took beyond its pass at the predicted price (picking tokens, host
+        copies, what the views record); base_step: the baseline's seconds a token."""
+        return step_seconds - self.verify * base_step
+
+    def gap(self, seconds: float, base_per_token: float) -> float:
+        """Seconds the run took beyond what it would have at the predicted speedup (negative: faster)."""
+        return seconds - self.tokens * base_per_token / self.speedup
 
 
 def cost_ratio(draft_time: float, drafted: int, target_step: float) -> float:

@@ -82,46 +82,43 @@ def headline(spec: Trace, base: Trace, curve=None) -> Headline:
     sizes = [1 + (len(e.tree.tokens) if e.tree else len(e.draft)) for e in steps]
     trees = any(e.tree is not None for e in steps)
     verified = sum(sizes) / len(sizes) if trees else 1 + k
-    v = curve.cost(verified) if curve is not None and steps else None
     varied = trees or len(set(sizes)) > 1  # one k no longer describes the run: predicted step by step
     prefill = b.prefill_time / base_step if base_step > 0 else 0.0  # target steps both runs spend on the prompt
-    predicted = unmodelled = None
-    positions, by_block = block_positions(steps) if not trees else (), ()
-    if c is not None and timing == "measured":
-        if positions:
-            # One pass drafts the whole block: tokens a step from the acceptance at each position.
-            costs = [1.0 if curve is None else curve.cost(n) for n in sizes]
-            verify = sum(costs) / len(costs)
-            predicted = metrics.expected_from_positions(list(positions)) / (c * k + verify)
-            by_block = tuple(metrics.with_prefill(x, s.tokens, prefill) if s.tokens else x for x in
-                             metrics.predicted_by_block(list(positions), c * k, (lambda n: 1.0) if curve is None
-                                                        else curve.cost))
-        elif varied:
-            costs = [1.0 if curve is None else curve.cost(n) for n in sizes]
-            verify = sum(costs) / len(costs)  # target steps a verify pass, on average
-            predicted = metrics.predicted_from_steps([e.accepted for e in steps], c * k, costs)
-        else:
-            verify = 1.0 if v is None else v
-            predicted = metrics.predicted_speedup(s.acceptance_rate, k, c, verify)
-        if predicted > 0 and s.tokens:
-            # The measured speedup counts the prefill both runs share (engine time, prefill included):
-            # so does the prediction, or a long prompt would look like a miss.
-            predicted = metrics.with_prefill(predicted, s.tokens, prefill)
-        unmodelled = s.verify_time / s.steps - verify * base_step
-    gap_time, gap_prefill, gap_steps = None, 0.0, 0.0
-    if predicted is not None and predicted > 0 and speedup is not None:
-        # The time the speculative run would have taken had it sped up exactly as predicted, against the
-        # baseline's measured time; the difference is what the gap line explains, part by part.
-        gap_time = s.elapsed - s.tokens * b.elapsed / (b.tokens * predicted)
-        gap_prefill, gap_steps = s.prefill_time - b.prefill_time, s.steps * unmodelled
+    positions = block_positions(steps) if not trees else ()
+    measured = c is not None and timing == "measured"
     return Headline(
         spec_tps=s.tokens_per_s, base_tps=b.tokens_per_s, speedup=speedup,
-        alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c, predicted=predicted,
+        alpha=s.acceptance_rate, tau=s.mean_accepted_length, k=k, c=c,
         calls_saved=max(0, s.tokens - s.steps), base_calls=s.tokens, timing=timing, trees=trees,
-        v=v, verified=verified, varied=varied, unmodelled=unmodelled, prefill=prefill,
-        gap_time=gap_time, gap_prefill=gap_prefill, gap_steps=gap_steps, noise=noise(spec, base),
-        positions=positions, by_block=by_block,
+        v=curve.cost(verified) if curve is not None and steps else None, verified=verified, varied=varied,
+        prefill=prefill, noise=noise(spec, base), positions=positions,
+        **(_predicted(spec, s, b, c, prefill, (sizes, positions, varied), curve, speedup) if measured else
+           {"predicted": None}),
     )
+
+
+def _predicted(spec: Trace, s, b, c: float, prefill: float, shape, curve, speedup) -> dict:
+    """The headline's prediction (core/metrics.Prediction) and where the run parted from it; `shape`:
+    the steps' verify sizes, block positions, and whether their lengths vary. Tokens a step come from
+    the acceptance at each position of a block (one pass drafts it whole), from the steps as they came
+    where their lengths vary, else from Leviathan's closed form at alpha and k."""
+    sizes, positions, varied = shape
+    costs = [1.0 if curve is None else curve.cost(n) for n in sizes]  # target steps each verify pass
+    k, base_step, step = s.candidates / s.steps, b.verify_time / b.steps, s.verify_time / s.steps
+    per_step = (metrics.expected_from_positions(list(positions)) if positions else
+                1 + sum(e.accepted for e in spec.steps) / len(spec.steps) if varied else
+                metrics.expected_tokens(s.acceptance_rate, k))
+    p = metrics.Prediction(per_step, c * k, sum(costs) / len(costs), s.tokens, prefill)
+    out = {"predicted": p.speedup, "unmodelled": p.unmodelled(step, base_step)}
+    if positions:  # the speedup a block of 1, 2, ... tokens predicts, its prompt read counted as the run's
+        by_size = metrics.predicted_by_block(list(positions), c * k, (lambda n: 1.0) if curve is None else curve.cost)
+        out["by_block"] = tuple(metrics.with_prefill(x, s.tokens, prefill) if s.tokens else x for x in by_size)
+    if p.speedup > 0 and speedup is not None:
+        # Where the speculative run's time parted from the prediction's (the gap line explains it part
+        # by part): all of it, its prompt read against the baseline's, its steps beyond the costs counted.
+        out.update(gap_time=p.gap(s.elapsed, b.elapsed / b.tokens), gap_prefill=s.prefill_time - b.prefill_time,
+                   gap_steps=s.steps * out["unmodelled"])
+    return out
 
 
 def block_positions(steps) -> tuple[float, ...]:
