@@ -129,19 +129,12 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
         "v": costs.v_at(recs, arm.k + 1) if arm.k else None,
     }
     if arm.engine == "specviz":
-        drafted, accepted = sum(r.drafted for r in recs), sum(r.accepted for r in recs)
-        alpha, c = m.acceptance_rate(accepted, drafted), costs.c(recs)
+        s.update(_speculative(recs, s["decode_speedup"], costs))
         k = max([n for r in recs for n in r.draft_lengths] + [arm.k])
         reached, kept = m.position_counts((o for r in recs for o in r.step_outcomes), k)
-        pred = costs.predicted(recs)
-        s.update(
-            alpha=alpha, tau=m.mean_accepted_length(sum(r.tokens for r in recs), sum(r.steps for r in recs)),
-            position_acceptance=m.position_acceptance(reached, kept), c=c, predicted=pred,
-            predicted_closed_form=m.predicted_speedup(alpha, arm.k, c, s["v"]) if drafted and not arm.dynamic
-            else None,
-            efficiency=m.efficiency(s["decode_speedup"], pred),
-            candidates_per_step=_candidates_per_step(recs),
-        )
+        s.update(position_acceptance=m.position_acceptance(reached, kept), c=costs.c(recs),
+                 predicted_closed_form=m.predicted_speedup(s["alpha"], arm.k, costs.c(recs), s["v"])
+                 if any(r.drafted for r in recs) and not arm.dynamic else None)
     if "identical_to_baseline" in (entries[0] if entries else {}):
         s["identical"] = sum(e["identical_to_baseline"] for e in entries)
         if arm.engine in PEERS:
@@ -149,11 +142,14 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
     return s
 
 
-def _candidates_per_step(recs: list[RunRecord]) -> float:
-    """Draft tokens the target verified per step: a chain's length, a tree's nodes (alpha counts
-    only the branch the target walked)."""
-    steps = sum(r.steps for r in recs)
-    return sum(r.verified for r in recs) / steps if steps else 0.0
+def _speculative(recs: list[RunRecord], decode_speedup: float, costs: Costs) -> dict:
+    """alpha, tau, the step model's predicted speedup, the measured one's share of it, and the draft tokens
+    the target verified per step (a chain's length, a tree's nodes: alpha counts only the branch it walked)."""
+    steps, predicted = sum(r.steps for r in recs), costs.predicted(recs)
+    return {"alpha": m.acceptance_rate(sum(r.accepted for r in recs), sum(r.drafted for r in recs)),
+            "tau": m.mean_accepted_length(sum(r.tokens for r in recs), steps), "predicted": predicted,
+            "efficiency": m.efficiency(decode_speedup, predicted),
+            "candidates_per_step": sum(r.verified for r in recs) / steps if steps else 0.0}
 
 
 def _prompt_entry(arm: Arm, row: PromptRow, base: PromptRow, greedy: bool, costs: Costs) -> dict:
@@ -166,11 +162,7 @@ def _prompt_entry(arm: Arm, row: PromptRow, base: PromptRow, greedy: bool, costs
         "stop_reason": recs[0].stop_reason,
     }
     if arm.engine == "specviz":
-        pred = costs.predicted(recs)
-        entry.update(alpha=m.acceptance_rate(sum(r.accepted for r in recs), sum(r.drafted for r in recs)),
-                     tau=m.mean_accepted_length(sum(r.tokens for r in recs), sum(r.steps for r in recs)),
-                     predicted=pred, efficiency=m.efficiency(entry["decode_speedup"], pred),
-                     candidates_per_step=_candidates_per_step(recs))
+        entry.update(_speculative(recs, entry["decode_speedup"], costs))
     if greedy and arm.label != BASELINE:
         pairs = list(zip(recs, base.records))
         entry["identical_to_baseline"] = all(a.token_ids == b.token_ids for a, b in pairs)

@@ -20,6 +20,7 @@ from typing import Callable
 
 from .errors import SpecvizError
 from .events import StepEvent, TokenEvent
+from .metrics import cost_ratio
 
 GPU_FLAT = 16  # a GPU-like verify pass costs one step up to this many tokens, then grows with them
 
@@ -120,8 +121,7 @@ def step_seconds(base: RunTiming) -> float:
 
 def draft_cost(spec: RunTiming, base: RunTiming) -> float:
     """c: the run's measured drafting seconds per drafted token, in plain steps."""
-    drafted, t1 = sum(s.drafted for s in spec.steps), step_seconds(base)
-    return sum(s.draft_time for s in spec.steps) / drafted / t1 if drafted and t1 > 0 else 0.0
+    return cost_ratio(sum(s.draft_time for s in spec.steps), sum(s.drafted for s in spec.steps), step_seconds(base))
 
 
 def _costed(run: RunTiming, profile: Profile, t1: float) -> dict:

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from ..core import metrics as m
 from .batches import crop
 from .data import Corpus, Seq
 
@@ -107,7 +108,7 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
     # Only verdicts and token ids are read here: no top-k or raw log-probs per step (the bench's
     # setting too), which cost a full-vocabulary softmax and sort each step for nobody.
     gen = GenerationConfig(max_new_tokens=tokens, k=k, eos_token_ids=target_loaded.eos_token_ids, top=0, raw_top=0)
-    reached, kept = [0] * k, [0] * k
+    outcomes = []  # (drafted, accepted) of every step, for the acceptance at each depth
     drafted = accepted = emitted = steps = same_text = equal = compared = forced_hits = engine_hits = 0
     for j, s in enumerate(seqs):
         P = max(1, s.response_start)  # the engine needs a token to start from
@@ -119,10 +120,7 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
         agree = next((i for i, (a, b) in enumerate(zip(end.token_ids, stored)) if a != b), len(stored))
         same_text += agree == len(end.token_ids)
         for ev in events:
-            for d in range(1, min(len(ev.draft), k) + 1):
-                if ev.accepted >= d - 1:
-                    reached[d - 1] += 1
-                    kept[d - 1] += ev.accepted >= d
+            outcomes.append((len(ev.draft), ev.accepted))
             n = P + ev.position  # this step drafts after context x_<n
             if first is not None and ev.draft and ev.position <= agree and n < len(first[j]):
                 guess = int(first[j][n])
@@ -132,8 +130,9 @@ def through_engine(recipe, module, target_loaded, seqs: list[Seq], k: int, token
                 engine_hits += ev.accepted >= 1
         drafted, accepted = drafted + end.stats.drafted, accepted + end.stats.accepted
         emitted, steps = emitted + end.stats.tokens, steps + end.stats.steps
-    return {"alpha": accepted / drafted if drafted else 0.0, "tau": emitted / steps if steps else 0.0,
-            "depths": [a / r if r else 0.0 for a, r in zip(kept, reached)], "same text": same_text,
+    depths = m.position_acceptance(*m.position_counts(outcomes, k))
+    return {"alpha": m.acceptance_rate(accepted, drafted), "tau": m.mean_accepted_length(emitted, steps),
+            "depths": [a or 0.0 for a in depths], "same text": same_text,
             "first drafts as teacher-forced": (equal, compared),
             "depth 1 at these steps": (forced_hits / max(1, compared), engine_hits / max(1, compared))}
 
