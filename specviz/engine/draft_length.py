@@ -14,8 +14,7 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
   holds for a span, then breaks), so beyond the first token E(j) uses the acceptance of
   position l given l - 1 accepted, counted per position and kind (discounted like alpha)
   and shrunk towards the position before it where few drafts reached it. With alpha alone a run of
-  accepted copies priced 10-16-token drafts that broke after a few: on a JSON edit dynamic k
-  fell to 0.66x fixed k's speed;
+  accepted copies priced long drafts that broke after a few (docs/performance.md);
 - T(m) = T(1) * v(m): the machine's speed now times the shape of the cost curve, learned
   apart (verify_estimate.py), so a slow step or a size timed long ago cannot decide the run;
 - c_draft: measured draft seconds per drafted token, as a fraction of T(1) (per kind where

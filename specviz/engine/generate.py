@@ -29,10 +29,8 @@ VERIFICATIONS = ("token", "block")  # the rules a chain draft can be judged by (
 TREE_DRAFTINGS = ("chosen", "drawn")  # how a sampled tree's children are found (GenerationConfig.tree_drafting)
 K_MAX = 64  # longer drafts only add verification cost; beyond this it is a typo
 TREE_NODES_PER_K_MAX = 4  # a tree of 4k candidates is dynamic k's largest; more only costs verification
-# The most prompt tokens one prefill forward reads. On the embedded model (1 thread) a 7,000-token prompt
-# took 88 s in one pass, so it is read in pieces whose progress the app shows; and pieces are faster
-# (medians of 2: 1,500 tokens 5.7 s against 6.3 s whole, 4,000 tokens 22 s against 33 s in 512s). Below
-# this cap each piece is sized by time (prefill.py), so that Stop is heard within a second.
+# The most prompt tokens one prefill forward reads: pieces show progress and were faster than one pass
+# (docs/performance.md, "Measurements behind the defaults"); below it prefill.py sizes them by time.
 PREFILL_CHUNK = 512
 
 
@@ -49,16 +47,15 @@ class GenerationConfig:
     # tree of k = 4 nodes is most often a straight line, 8 show branches, and 12 verified slower on a
     # 2-core CPU than 6-8 (bench --tree-nodes-per-k).
     tree_nodes_per_k: int = 2
-    # Greedy runs may always draft trees; sampled runs up to this temperature, chains above. On the app's
-    # examples at k = 4 (docs/performance.md, "Trees when sampling", medians of three) trees paid more at
-    # 0.7 (1.39x against 1.28x) and chains at 1.0 (1.12x against 0.96x); nothing between is measured, so
-    # the cut is halfway. 0: sampled runs draft chains; inf: trees at any temperature.
+    # Greedy runs may always draft trees; sampled runs up to this temperature, chains above: halfway
+    # between 0.7, where trees paid more, and 1.0, where chains did (docs/performance.md, "Trees when
+    # sampling"). 0: sampled runs draft chains; inf: trees at any temperature.
     sampled_trees_up_to: float = 0.85
     sampling: Sampling = field(default_factory=Sampling)
     eos_token_ids: tuple[int, ...] = ()
     top: int = 5  # how many of the target's top tokens each step records (0 = none)
     # How many temperature-1 log-probs of p and q each chain step records for the distribution
-    # view (0 = none: ~2 ms a step on a 49k vocabulary, which a run that is only timed skips).
+    # view (0 = none: a run that is only timed skips their cost, docs/performance.md).
     raw_top: int = 32
     # How a sampled chain draft is judged: "token" (each draft token alone, up to the first refusal) or
     # "block" (the block as a whole: never keeps fewer on average; core/block_verify.py). Both keep the

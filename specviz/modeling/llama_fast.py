@@ -84,8 +84,8 @@ def _attention(attn, x, cos, ssin, k_cache, v_cache, start, mask, groups, scale,
     # Grouped-query attention without copying keys: the `groups` query heads that share a
     # key/value head become extra query rows of that head.
     q = qk[:, :heads].transpose(0, 1).reshape(kv_heads, groups * t, d)
-    # A leading batch axis: with 4-D inputs the CPU takes its fused (flash) kernel, 2x
-    # faster at these sizes than the unfused maths it runs for 3-D ones.
+    # A leading batch axis: with 4-D inputs the CPU takes its fused (flash) kernel, faster at
+    # these sizes than the unfused maths it runs for 3-D ones (docs/performance.md).
     out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=scale)[0]
     # reshape, not view: CUDA's kernels may hand the output back in another memory layout
     out = out.reshape(kv_heads * groups, t, d).transpose(0, 1).reshape(t, -1)  # (t, heads * d)

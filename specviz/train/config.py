@@ -25,8 +25,8 @@ class TrainConfig:
     eval_k: int = 4  # draft length of that run
     eval_tokens: int = 64  # new tokens per held-out prompt
     max_seconds: float | None = None  # time cap: then the drafter is evaluated and saved as it is
-    # bf16 autocast for the forward passes (fp32 weights and optimiser): on a CPU with native bf16
-    # (AMX / AVX512-BF16) an EAGLE step ran 1.93x and a draft-model step 1.08x faster (train/measure.py).
+    # bf16 autocast for the forward passes (fp32 weights and optimiser): faster on a CPU with native
+    # bf16, AMX or AVX512-BF16 (docs/performance.md; train/measure.py measures it).
     autocast: bool = False
     # With an init file: the saved weights are (1 - w) * trained + w * init ("model soups" /
     # WiSE-FT). A fine-tune on a narrow new slice forgets some of what the init knew; the mean of

@@ -5,7 +5,7 @@ CPU specviz's own batched decode over a preallocated cache, elsewhere transforme
 drops finished rows from the batch, so a long straggler does not carry a full batch of
 finished rows. `teacher_force` runs the finished sequences through the target once more (on
 a CPU, specviz's own forward a sequence at a time: no padding, and the engine's multiplies,
-1.9x transformers' padded batch here; elsewhere one padded batch) and keeps the final hidden
+faster than transformers' padded batch; elsewhere one padded batch) and keeps the final hidden
 state and the top-K next-token probabilities at every position. `write_and_force` does both
 in one pass where the target itself writes on a CPU: its decode steps are those states.
 
@@ -235,8 +235,8 @@ def _force(model, sequences, top_k, pad):
     lengths = [len(s) for s in sequences]
     if can_write_and_force(model):
         # specviz's own forward, one sequence at a time: no padding, and the multiplies the
-        # engine runs at inference (oneDNN's): 245 -> ~455 tok/s here, same top-1. (A GPU
-        # keeps the one padded batch: it wants the big multiplies.)
+        # engine runs at inference (oneDNN's), faster with the same top-1 (docs/performance.md).
+        # A GPU keeps the one padded batch: it wants the big multiplies.
         flat = torch.cat([llama_fast.hidden_states(model, s.to(device), llama_fast.new_cache(model))
                           for s in sequences])
         head = lambda h: llama_fast.head(model, h)  # noqa: E731

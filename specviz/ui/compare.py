@@ -5,8 +5,7 @@ up first (untimed), then the arms advance in turn, the one with the fewest token
 (interleave.py), so none pays the first-run costs alone and all meet the machine's
 conditions at the same point of the text. That is repeated: each round gives every arm a
 speedup over the baseline of the same round, and the table shows their median and range.
-Run first, once and cold, the baseline looked slow: drafter `none`, the very same work,
-measured 1.77x.
+Run first, once and cold, the baseline looked slow (docs/performance.md).
 
 A drafter named NAME@block (or NAME@token, NAME@drawn, NAME@chosen) runs with that rule whatever the page's
 setting (run/spec.py, as everywhere), so one drafter can race itself under both rules on the same prompt.
