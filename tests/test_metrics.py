@@ -5,7 +5,7 @@ import pytest
 
 from specviz.core.events import RunStats
 from specviz.core.metrics import (acceptance_rate, cost_ratio, expected_tokens, mean_accepted_length,
-                                  predicted_from_steps, predicted_speedup, verify_ratios, with_prefill)
+                                  Prediction, predicted_speedup, verify_ratios, with_prefill)
 from specviz.serving.records import SpecStats
 
 
@@ -32,8 +32,13 @@ def test_the_rates_and_costs():
 
 def test_the_prediction_step_by_step_and_with_the_prompts_pass():
     # kept 2, 0 and 1 drafts: 2 tokens a step, for 0.3 drafting and 1.5 verifying a step
-    assert predicted_from_steps([2, 0, 1], 0.3, [1.5, 1.0, 2.0]) == pytest.approx(2 / 1.8)
-    assert predicted_from_steps([], 0.3, []) == 0.0
+    assert Prediction(1 + 3 / 3, 0.3, (1.5 + 1.0 + 2.0) / 3).decode == pytest.approx(2 / 1.8)
+    assert Prediction(0.0, 0.0, 0.0).decode == 0.0
+    # 3 tokens a step for 0.5 drafting and 1 verifying: 2x, 1.6x over 100 tokens after a 25-step prompt
+    p = Prediction(3.0, 0.5, 1.0, tokens=100, prefill=25.0)
+    assert p.decode == pytest.approx(2.0) and p.speedup == pytest.approx(125 / 75)
+    # a verify step of 12 ms against 10 ms a token at v = 1: 2 ms unmodelled; 50 ms a token would take 3 s
+    assert p.unmodelled(0.012, 0.010) == pytest.approx(0.002) and p.gap(4.0, 0.05) == pytest.approx(1.0)
     # 100 tokens at 2x after a prompt both runs read in 100 target steps: 200 steps against 150
     assert with_prefill(2.0, 100, 100.0) == pytest.approx(4 / 3)
     assert with_prefill(2.0, 100, 0.0) == pytest.approx(2.0)

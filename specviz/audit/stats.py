@@ -29,7 +29,9 @@ from ..core.exactness import chi_square, pooled, survival
 
 ALPHA = 0.01  # the verdict's level, over all the tests together
 POWER = 0.8  # the probability at which the smallest detectable difference is stated
-MIN_DRAWS = 20  # fewer draws each way than this are too few to judge (as the app's check)
+# Fewer draws each way than this are too few to judge, here and in the app's check: with 5 expected
+# draws a bin, 20 allow a few bins and some power, where 9 passed almost any two samplers.
+MIN_DRAWS = 20
 
 
 def joint(samples, depth: int) -> Counter:

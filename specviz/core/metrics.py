@@ -105,17 +105,6 @@ def predicted_speedup(alpha: float, k: float, c: float, v: float = 1.0) -> float
     return expected_tokens(alpha, k) / (c * k + v)
 
 
-def predicted_from_steps(accepted: list[int], draft_cost: float, verify_costs: list[float]) -> float:
-    """E[tokens per step] / E[cost per step] over measured steps: accepted[i] drafts kept at step i
-    (1 + mean: the fraction of steps whose kept path reached each depth, summed, plus the target's
-    own token), draft_cost the mean drafting cost of a step and verify_costs[i] the cost of step i's
-    verify pass, both in target decode steps."""
-    if not accepted:
-        return 0.0
-    tokens = 1.0 + sum(accepted) / len(accepted)
-    return tokens / (draft_cost + sum(verify_costs) / len(verify_costs))
-
-
 def with_prefill(predicted: float, tokens: int, prefill: float) -> float:
     """A decode-only predicted speedup over a run that also read its prompt: `prefill` target
     steps both runs spend alike, so the whole run's speedup is nearer 1."""

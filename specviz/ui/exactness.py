@@ -18,6 +18,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from ..audit.engines import Generate, Local, Server, draws
+from ..audit.stats import MIN_DRAWS  # where the slider starts; Stop can end sooner
 from ..core.errors import SpecvizError
 from ..core.exactness import chi_square
 from ..render.charts import COLORS, FONT, distinct, figure as new_figure
@@ -33,10 +34,6 @@ from .policy import Policy
 from ..run.settings import Settings
 
 SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
-# Fewer draws than this each way are too few to judge (the slider starts here; Stop can end sooner):
-# with 5 expected draws a bin (core/exactness.py), 20 allow a few bins and some power; 9 said
-# "consistent with one distribution" about almost any two samplers.
-MIN_DRAWS = 20
 ENGINES = ("specviz", "transformers generate", "serving engine")
 SERVED_TOKENS = 2  # a server's draws: the text of its first two tokens (a speculative chunk holds several)
 
