@@ -29,8 +29,8 @@ FONT = dict(family="Inter, 'Segoe UI', system-ui, sans-serif", size=13, color="#
 
 def _house_template() -> go.layout.Template:
     """plotly_white, cut to what these charts draw (2-D axes, bars, lines). Naming the whole
-    template validated the defaults of every trace type plotly has, ~25 ms a figure: most of a
-    page's redraw (four charts took 245 ms of the server's time, 2 cores shared with the run)."""
+    template validated the defaults of every trace type plotly has: most of a page's redraw
+    (docs/performance.md)."""
     white = pio.templates["plotly_white"]
     layout = {k: v for k, v in white.layout.to_plotly_json().items()
               if k not in ("geo", "polar", "scene", "ternary", "mapbox", "coloraxis", "colorscale")}
