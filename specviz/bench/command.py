@@ -264,9 +264,8 @@ def fitting(encoded: list, limit: int | None) -> list:
 def threads_again(say, choose=for_run):
     """Before each prompt: torch's thread count again, from what the machine is doing then.
     A neighbour that starts mid-bench turns a 2-thread run into a crawl (docs/performance.md);
-    re-choosing between prompts keeps every arm of one prompt on one
-    count, so a prompt's ratios stay fair, and each run's count is in the JSON. Says so when
-    the count changes."""
+    re-choosing between prompts keeps every arm of one prompt on one count, so a prompt's ratios
+    stay fair, and each run's count is in the JSON. Says so when the count changes."""
     import torch
 
     current = torch.get_num_threads()
