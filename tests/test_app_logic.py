@@ -388,10 +388,10 @@ def test_the_status_says_whose_token_count_is_whose():
     """A sampled run's status gave the larger count ("Done: 48 tokens.") without saying whose."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace("x")])
     frame.base.add(TokenEventFor(1))
-    runner._finish(frame, Deadline(never, None))
+    runner.finish_frame(frame, Deadline(never, None))
     assert frame.message == "Done: speculative 0 tokens, baseline 1."
     frame.spec.add(TokenEventFor(1))
-    runner._finish(frame, Deadline(never, None))
+    runner.finish_frame(frame, Deadline(never, None))
     assert frame.message == "Done: 1 token each."
     frame.runs.append(Trace("EAGLE"))  # Compare: every run by its name
     assert runner.tokens_made(frame) == "x 1 token, EAGLE 0, baseline 1"

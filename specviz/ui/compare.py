@@ -28,7 +28,8 @@ from ..run.race import race
 from ..run.spec import NONE, check_length, parse
 from .limits import Deadline
 from .policy import Policy
-from .runner import Frame, Stopped, Worker, _end, _finish, make_drafter, preparing, readable, stepping, waiting
+from .runner import (Frame, Stopped, Worker, end_frame, finish_frame, make_drafter, preparing, readable, stepping,
+                     waiting)
 from ..run.settings import Settings
 
 ROUNDS = 3  # timed rounds after the warm-up: enough for a median and a range
@@ -90,7 +91,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
                 yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, cfgs)
                 if all(t.done for t in _timed(frame, arms)) and _measured(_timed(frame, arms)):
                     frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
-        _finish(frame, should_stop)
+        finish_frame(frame, should_stop)
         n = len(frame.rounds)
         if frame.state == "done" and should_stop():  # stopped in the warm-up or between rounds: no run says so
             frame.state = "stopped"
@@ -103,7 +104,7 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
             frame.message += " Some drafters could not run: see their panels."
     except Exception as e:
         error = e
-    yield _end(frame, error, policy.hosted)
+    yield end_frame(frame, error, policy.hosted)
 
 
 def _streams(target, arms: dict, ids, cfg, should_stop, cfgs: dict) -> dict:

@@ -231,7 +231,7 @@ def tokens_made(frame: Frame) -> str:
 CONTEXT_FULL = "The run ended because the model's context is full"
 
 
-def _finish(frame: Frame, deadline: Deadline) -> None:
+def finish_frame(frame: Frame, deadline: Deadline) -> None:
     traces = [frame.base, *frame.runs]
     stopped = any(t.end and t.end.stats.stop_reason == "cancelled" for t in traces)
     frame.state = "stopped" if stopped else "done"
@@ -254,7 +254,7 @@ def preparing(s: Settings, policy: Policy, models, frame: Frame, should_stop, sp
     return (yield from stepping(steps, frame, should_stop, worker))
 
 
-def _end(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
+def end_frame(frame: Frame, error: BaseException | None, hosted: bool) -> Frame:
     if isinstance(error, Stopped):
         frame.state, frame.message = "stopped", "Stopped before the run started."
     elif error is not None:  # shown in the page; the app keeps serving
@@ -297,10 +297,10 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
                 raise Stopped
             frame.curve = yield from stepping(warm(p), frame, should_stop, worker)  # the steps generate takes
             yield from _run_steps(frame, models, p, should_stop, time.monotonic, worker)
-        _finish(frame, should_stop)
+        finish_frame(frame, should_stop)
     except Exception as e:
         error = e
-    _end(frame, error, policy.hosted)
+    end_frame(frame, error, policy.hosted)
     if frame.state == "error":
         frame.spec.error = frame.message  # the panel says why it is empty
     yield frame
