@@ -103,7 +103,7 @@ def _predicted(spec: Trace, s, b, c: float, prefill: float, shape, curve, speedu
     the acceptance at each position of a block (one pass drafts it whole), from the steps as they came
     where their lengths vary, else from Leviathan's closed form at alpha and k."""
     sizes, positions, varied = shape
-    costs = [1.0 if curve is None else curve.cost(n) for n in sizes]  # target steps each verify pass
+    costs = [1.0 if curve is None else curve.cost(n) for n in sizes] or [1.0]  # target steps a verify pass
     k, base_step, step = s.candidates / s.steps, b.verify_time / b.steps, s.verify_time / s.steps
     per_step = (metrics.expected_from_positions(list(positions)) if positions else
                 1 + sum(e.accepted for e in spec.steps) / len(spec.steps) if varied else
