@@ -80,9 +80,15 @@ def test_the_examples_are_few_named_by_what_they_teach_and_first_is_the_most_con
     for e in EXAMPLES:
         assert e.teaches and e.name and e.check["kind"] and e.drafter
     lessons = {e.category for e in EXAMPLES}
-    assert {"copying", "predicting", "does not pay"} <= lessons
-    paying = [e for e in EXAMPLES if e.category != "does not pay"]
-    assert EXAMPLES[0].speedup >= 0.95 * max(e.speedup for e in paying)  # one run each: within its noise
+    assert {"copying", "predicting", "little to gain"} <= lessons
+    paying = [e for e in EXAMPLES if e.category != "little to gain"]
+    # The first is on screen at load with the page's default drafter: what Generate runs is what its note
+    # says. It pays among the best (with 2026-12 kernels counting, which it cannot copy, paid 13% more).
+    from specviz.run.settings import Settings
+    from specviz.run.spec import parse
+
+    assert parse(EXAMPLES[0].drafter).label == parse(Settings(prompt="").drafter).label
+    assert EXAMPLES[0].speedup >= 0.85 * max(e.speedup for e in paying)
 
 
 def test_every_example_that_says_it_pays_was_measured_paying():
@@ -94,16 +100,42 @@ def test_every_example_that_says_it_pays_was_measured_paying():
     for e in EXAMPLES:
         assert e.measured, f"{e.id}: no measurement for its drafter {e.drafter}"
         assert e.measured["identical_to_baseline"], e.id
-        if e.category == "does not pay":
-            assert e.speedup < 1.1, e.id
+        if e.category == "little to gain":  # nothing to copy: near plain decoding, slower where verifying costs more
+            assert e.speedup < 1.15, e.id
         else:  # medians of three interleaved runs: 1.15x is clear of their spread here (a few %)
             assert e.speedup >= 1.15, f"{e.id}: {e.speedup:.2f}x with {e.drafter}"
 
 
+def test_an_examples_button_and_note_say_one_speed_from_one_run_on_the_cpu_named():
+    """Issue 66 (3): the button said 2.0x, its note 2.04x, the page measured 2.38x. Both now say the
+    range over the committed run's repeats, and the note names the CPU and date it was measured on and
+    says the reader's own speed depends on theirs."""
+    from specviz.ui.examples import machine_said, note_html
+
+    machine = machine_said(app_examples.load_results())
+    assert "AMD EPYC" in machine or "Intel" in machine, machine
+    for e in EXAMPLES:
+        note = note_html(e)
+        assert len(e.speedups) >= 3 and e.speedups[0] <= e.speedup <= e.speedups[-1], e.id
+        assert e.label.endswith(e.speed) and f"{e.speed} as fast as plain decoding" in note, (e.label, note)
+        assert machine in note and "depends on this machine" in note
+        others = set(re.findall(r"\d+\.\d+x", note)) - set(re.findall(r"\d+\.\d+x", e.speed))
+        assert not others, f"{e.id}: the note says another speed, {others}"
+
+
+def test_the_first_steps_sentence_says_what_the_record_holds():
+    from specviz.ui.examples import first_steps_said
+
+    assert first_steps_said({}) == ""
+    said = first_steps_said({"steps": 4, "drafted": 7, "kept": 2, "refused": 2})
+    assert said == " In its first 4 steps the target keeps 2 of 7 drafted tokens and refuses a draft 2 times."
+    assert "never refuses a draft." in first_steps_said({"steps": 4, "drafted": 12, "kept": 12, "refused": 0})
+
+
 def test_docs_app_says_the_speedups_the_buttons_show():
     """docs/app.md said 1.32x-2.39x, from an older run, beside buttons that said 1.2x-2.1x."""
-    paying = [e.speedup for e in EXAMPLES if e.category != "does not pay"]
-    not_paying = [e.speedup for e in EXAMPLES if e.category == "does not pay"]
+    paying = [e.speedup for e in EXAMPLES if e.category != "little to gain"]
+    not_paying = [e.speedup for e in EXAMPLES if e.category == "little to gain"]
     said = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "app.md").read_text(encoding="utf-8")
     said = " ".join(said.split())
     assert f"last paid: {min(paying):.2f}x to {max(paying):.2f}x" in said
@@ -153,19 +185,39 @@ def assert_plain_greedy(model, prompt: list[int], tokens: tuple[int, ...], cfg) 
         assert top2.indices[:, 0].tolist() == list(tokens)
 
 
+def first_steps(steps, n: int) -> dict:
+    """What a run's first n steps did, as an example records it: drafted and kept tokens, and how many
+    steps ended at a refused draft (fewer kept than drafted)."""
+    head = steps[:n]
+    return {"steps": n, "drafted": sum(len(e.draft) for e in head), "kept": sum(e.accepted for e in head),
+            "refused": sum(e.accepted < len(e.draft) for e in head)}
+
+
 @pytest.mark.slow
 @pytest.mark.embedded
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_each_example_is_answered_correctly_and_exactly_by_the_real_model(smol, example):
+    """The run the page makes of it, at the results' length: its answer passes the check, its text is plain
+    greedy's, and its note's figures are the run's: the first steps it describes, and the drafted, kept and
+    steps behind its α and τ (greedy: the same on any machine; the JSON-edit note said "rejected once"
+    where the run refused twice in its first four steps)."""
     from specviz import GenerationConfig, collect, speculative_generate
     from specviz.run.spec import make_drafter
     from specviz.modeling.models import decode, encode_prompt
 
     ids = encode_prompt(smol, example.prompt)
-    cfg = GenerationConfig(max_new_tokens=example.tokens, k=4, eos_token_ids=smol.eos_token_ids, top=0, raw_top=0)
-    _, spec = collect(speculative_generate(smol.model, make_drafter(example.drafter, smol), ids, cfg))
+    results = app_examples.load_results()
+    cfg = GenerationConfig(max_new_tokens=results["config"]["max_new_tokens"], k=app_examples.K,
+                           eos_token_ids=smol.eos_token_ids, top=0, raw_top=0)
+    steps, spec = collect(speculative_generate(smol.model, make_drafter(example.drafter, smol), ids, cfg))
     check(example.check, decode(smol, [t for t in spec.token_ids if t not in smol.eos_token_ids]))
     assert_plain_greedy(smol.model, ids, spec.token_ids, cfg)
+    assert example.first_steps and first_steps(steps, example.first_steps["steps"]) == example.first_steps
+    measured = next(r for r in results["runs"] if r["prompt_id"] == example.id and r["repeat"] == 0
+                    and r["arm"] == f"{example.drafter} k={app_examples.K}")
+    ran = {"tokens": len(spec.token_ids), "steps": len(steps), "drafted": sum(len(e.draft) for e in steps),
+           "accepted": sum(e.accepted for e in steps)}
+    assert ran == {key: measured[key] for key in ran}
 
 
 def test_the_one_pass_greedy_check_catches_a_token_plain_decoding_would_not_write():

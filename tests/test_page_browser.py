@@ -311,3 +311,35 @@ def test_the_keyboard_a_screen_reader_and_a_phone_reach_generate_tokens_and_what
     generate = page.locator("#sv-generate").bounding_box()
     assert 0 <= generate["y"] and generate["y"] + generate["height"] <= PHONE["height"], generate  # on screen
     page.close()
+
+
+FIRST_SCREEN = {"width": 1280, "height": 720}  # a classroom projector's
+
+
+def test_a_class_sees_coloured_tokens_and_what_each_colour_means_on_the_first_screen(browser, url):
+    """Issue 66 (6): the first screen at 1280 x 720 was words and settings, no coloured token until one
+    scrolled. The header's picture of two steps shows every verdict's colour, each explained beside it,
+    in light and dark, without scrolling; its tokens say their verdict in words and take no Tab stop."""
+    page = browser.new_page(viewport=FIRST_SCREEN)
+    page.goto(url)
+    page.locator("#sv-generate").wait_for(timeout=HANG)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        page.wait_for_function(f"document.body.classList.contains('dark') === {str(scheme == 'dark').lower()}",
+                               timeout=HANG)
+        page.evaluate("window.scrollTo(0, 0)")
+        tokens = page.locator(".sv-primer .sv-primer-steps .tok")
+        kinds = tokens.evaluate_all("ts => ts.map(t => [...t.classList].find(c => c.startsWith('tok-')))")
+        assert set(kinds) == {"tok-accepted", "tok-rejected", "tok-corrected", "tok-bonus"}, kinds
+        legend = page.locator(".sv-primer-legend li")
+        for shown in (tokens, legend):
+            boxes = shown.evaluate_all("es => es.map(e => e.getBoundingClientRect().toJSON())")
+            assert all(0 <= b["top"] and b["bottom"] <= FIRST_SCREEN["height"] and b["right"] <= FIRST_SCREEN["width"]
+                       for b in boxes), f"below the first screen in {scheme}: {boxes}"
+        fills = tokens.evaluate_all("ts => ts.map(t => getComputedStyle(t).backgroundColor)")
+        assert "rgba(0, 0, 0, 0)" not in fills, fills  # each token is coloured, not plain text
+        said = legend.all_inner_texts()
+        assert len(said) == 4 and all(len(s.split()) >= 4 for s in said), said  # each colour explained in words
+        page.screenshot(path=str(OUT / f"page-first-screen-{scheme}.png"))
+    assert tokens.evaluate_all("ts => ts.every(t => t.tabIndex < 0 && t.textContent.includes('('))")
+    page.close()

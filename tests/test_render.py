@@ -654,3 +654,16 @@ def test_one_acceptance_for_a_tree_run_in_the_engine_the_page_compare_and_the_ex
                              measured=m))
     assert f"α {along:.2f} (accepted / drafted, along the branch the target followed" in note
     assert f"in a tree of {end.candidates / end.steps:.1f} candidates a step" in note and f"k = {K}" in note
+
+
+def test_the_first_screens_picture_shows_every_verdict_once_and_explains_it_in_words():
+    """Issue 66 (6): two made-up steps in the panels' classes, each token's verdict also said in words
+    (colour tells a screen reader nothing), then one line per colour; the words are escaped."""
+    from specviz.render import primer, primer_html
+
+    page = primer_html()
+    steps, legend = page.split("<figcaption", 1)
+    for kind in ("accepted", "rejected", "corrected", "bonus"):
+        assert f"tok tok-{kind}" in steps and f"<span class=\"sv-hidden\"> ({kind})</span>" in steps
+        assert f'<span class="tok tok-{kind} sv-swatch">{kind}</span> {html.escape(primer.SAID[kind])}' in legend
+    assert "target&#x27;s own token" in legend and "tabindex" not in page

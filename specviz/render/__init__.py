@@ -17,6 +17,7 @@ _HOMES = {
     "Headline": "numbers", "agreement": "numbers", "agreement_html": "numbers", "divergence": "numbers",
     "headline": "numbers",
     "headline_html": "numbers",
+    "primer_html": "primer",
     "status_html": "status",
     "Labels": "trace", "Trace": "trace",
 }

@@ -8,8 +8,8 @@ import pathlib
 import gradio as gr
 
 from ..engine.generate import GenerationConfig
-from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_html, side_by_side_html, status_html,
-                      step_html)
+from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_html, primer_html, side_by_side_html,
+                      status_html, step_html)
 from ..render.compare import HEADERS, WIDTHS
 from ..run.spec import parse
 from . import distribution, exactness, hardware, reading, replay, serving
@@ -26,11 +26,11 @@ TREES_UP_TO = GenerationConfig().sampled_trees_up_to  # the engine's tree policy
 REFUSING = 2  # handler threads beyond the Line's capacity, free to turn the next visitors away
 ASSETS = pathlib.Path(__file__).resolve().parents[2] / "assets"
 INTRO = (
-    "A small <b>drafter</b> guesses the next <i>k</i> tokens; the <b>target</b> model checks all of "
-    "them in one forward pass and keeps the longest prefix it agrees with. The <b>speculative</b> panel "
-    "shows that run, every drafted token where it was proposed; the <b>baseline</b> panel, the same "
-    "target decoding one token per pass. Hover or tap a token for its probabilities; step through a "
-    "run, or pick a step in the inspector, to see its verdicts."
+    "Speculative decoding makes a language model write faster without changing its answer: a small, fast "
+    "<b>drafter</b> guesses the next <i>k</i> <b>tokens</b> (word pieces), and the large <b>target</b> model checks "
+    "them all in one <b>forward pass</b> (one costly run of the model), keeping those it agrees with. The "
+    "<b>speculative</b> panel below shows a run this way, beside the <b>baseline</b>: the target alone, one pass per "
+    "token. Hover or tap a token for its probabilities."
 )
 # The page's first Tab stops, before the settings column: Generate was 29 Tab presses from the top;
 # the inspector and the charts lie past the panels. Shown when focused (style.css).
@@ -189,7 +189,9 @@ def _prompt(examples: list[Example]):
     picker = None
     if examples:
         picker = gr.Examples(examples=[[e.prompt] for e in examples], inputs=[prompt], cache_examples=False,
-                             example_labels=[e.label for e in examples], label="Examples, measured on a 2-core CPU")
+                             example_labels=[e.label for e in examples],
+                             label=f"Examples (speed measured on {examples[0].machine})" if examples[0].machine
+                             else "Examples")
     note = gr.HTML(note_html(examples[0]) if examples else "", elem_id="sv-example-note")
     return prompt, picker, note
 
@@ -329,7 +331,9 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session(policy.suffix_memory_tokens))
-        gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><p>{INTRO}</p></div>', js_on_load=SKIP_JS)
+        gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><div class="sv-intro"><p>{INTRO}</p>{primer_html()}'
+                '</div></div>',
+                js_on_load=SKIP_JS)
         with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
                 controls = _settings(policy)
