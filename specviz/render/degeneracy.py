@@ -28,7 +28,7 @@ def meter(trace: Trace) -> tuple[Degeneracy, float | None] | None:
     ids = trace.token_ids
     if not ids:
         return None
-    s = trace.stats
+    s = trace.stats()
     return degeneracy(ids), (acceptance_rate(s.accepted, s.drafted) if s.drafted else None)
 
 
