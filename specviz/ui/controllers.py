@@ -4,6 +4,7 @@ beside the hindsight best (render/controllers.py draws them), and the top two ra
 replay. Computing is run/draft_control.py's; this file only wires Gradio to it."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import gradio as gr
@@ -68,6 +69,15 @@ def controls() -> Controls:
     return Controls(replay, race, status, plot, table, raced, gr.State(None))
 
 
+def bounded(policy: Policy, should_stop):
+    """The stop check of one piece of the block's work, ended too past the policy's max_run_seconds, as any
+    run is on a hosted app: a record is one run's length of target passes, a race two runs more."""
+    if not policy.max_run_seconds:
+        return should_stop
+    deadline = time.monotonic() + policy.max_run_seconds
+    return lambda: should_stop() or time.monotonic() > deadline
+
+
 def _prepared(policy: Policy, models, s, should_stop):
     """The run's target, prompt ids, config and a fresh drafter (models are cached: no new load)."""
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("controllers")])
@@ -92,7 +102,8 @@ def replayed(policy: Policy, models, session, should_stop):
         p = _prepared(policy, models, s, should_stop)
         if p.drafter is None:
             raise SpecvizError("This run drafted nothing ('none'): pick a drafter and generate again.")
-        rec = draft_control.record(p.target, p.drafter, p.ids, p.cfg, s.drafter, run.curve, should_stop)
+        rec = draft_control.record(p.target, p.drafter, p.ids, p.cfg, s.drafter, run.curve,
+                                   bounded(policy, should_stop))
         replays = draft_control.replay_all(rec, NAMES)
     except Exception as e:  # a readable line, never a traceback in the page
         yield status_html(runner.readable(e, policy.hosted), "error"), gr.skip(), gr.skip(), gr.skip(), None, \
@@ -116,7 +127,8 @@ def race(policy: Policy, models, session, made, should_stop):
                 break
             yield status_html(f"Running {r.controller} live…", "running"), view.race_html(pairs)
             p = _prepared(policy, models, s, should_stop)
-            ran = draft_control.live(p.target, p.drafter, p.ids, p.cfg, rec, r.controller, s.drafter, should_stop)
+            ran = draft_control.live(p.target, p.drafter, p.ids, p.cfg, rec, r.controller, s.drafter,
+                                     bounded(policy, should_stop))
             pairs.append((r, ran, draft_control.agrees(r, ran)))
     except Exception as e:
         yield status_html(runner.readable(e, policy.hosted), "error"), view.race_html(pairs)
