@@ -13,8 +13,8 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
 - the first token's rate after what came before: a step right after a draft kept whole continues
   it (a copy that held tends to go on holding), one after a refusal or a plain step starts afresh
   (prompt lookup's 3-gram drafts there are kept ~15% of the time, against ~95% inside a copy, on the
-  embedded model's records). With `by_context`, first tokens are counted per (kind, which of the
-  two); an untried pair starts at CONTINUE after a kept draft and, afresh, just above the rate at
+  embedded model's records). With `by_context`, first tokens and acceptance by depth are counted
+  per (kind, which of the two) too; an untried pair starts at CONTINUE after a kept draft and, afresh, just above the rate at
   which drafting one token pays for itself, so each kind of draft is tried at least once;
 - acceptance by depth: real drafts are not accepted independently token by token (a copy
   holds for a span, then breaks), so beyond the first token E(j) uses the acceptance of
@@ -122,7 +122,8 @@ class DraftLength:
         first draft is accepted with probability `first` and each later one as its position has
         been (a position no draft reached: as the one before it, so alpha's geometric law)."""
         gains, kept, rate = [1.0], 1.0, first
-        depth = self.depth.get(kind)
+        depth = self.depth.get((kind, self.after_kept)) if self.by_context else None
+        depth = depth or self.depth.get(kind)
         for l in range(1, self.k_max + 1):
             if l > 1 and depth:  # accepted at l given l - 1 were, shrunk towards position l - 1's rate
                 acc, reached = depth[l - 1]
@@ -193,12 +194,14 @@ class DraftLength:
                 self.ratio_by_kind[kind] = _mean(self.ratio_by_kind.get(kind), per)
         self.accepted, self.rejected = _counted(self.accepted, self.rejected, drafted, accepted)
         fade = DISCOUNT if drafted else IDLE_DISCOUNT
-        for l, counts in enumerate(self.depth.setdefault(kind, [[0.0, 0.0] for _ in range(self.k_max)]), start=1):
-            counts[0] *= fade
-            counts[1] *= fade
-            if l <= drafted and l <= accepted + 1:  # drafted, and every draft before it was kept
-                counts[1] += 1
-                counts[0] += l <= accepted
+        # by kind, and with by_context also by context: a copy's drafts hold longer than those drafted afresh
+        for key in (kind, (kind, self.after_kept)) if self.by_context else (kind,):
+            for l, counts in enumerate(self.depth.setdefault(key, [[0.0, 0.0] for _ in range(self.k_max)]), start=1):
+                counts[0] *= fade
+                counts[1] *= fade
+                if l <= drafted and l <= accepted + 1:  # drafted, and every draft before it was kept
+                    counts[1] += 1
+                    counts[0] += l <= accepted
         if kind is not None:
             self.by_kind[kind] = _counted(*self.by_kind.get(kind, (0.0, 0.0)), drafted, accepted)
         if drafted:  # the first token alone, in the context it was drafted in
