@@ -10,6 +10,7 @@ from specviz import DraftModel, GenerationConfig, PromptLookup, baseline_generat
 from specviz.core.errors import SpecvizError
 from specviz.engine import controller_names
 from specviz.engine.controllers import K_RECORD, HFConfidence, SGLangAdaptive, min_cost_threshold
+from specviz.engine.draft_length import DraftLength, Prices
 from specviz.engine.draft_record import DraftRecord, Identity, make_record
 from specviz.engine.draft_replay import hindsight, prices, replay
 
@@ -119,6 +120,25 @@ def test_specviz_dynamic_k_lengthens_kept_copies_and_stops_drafting_refused_ones
     assert sum(down.drafted[5:]) < 0.2 * len(down.drafted)  # its idle memory fades, so it looks again
 
 
+def test_specviz_reads_a_copys_first_token_by_whether_the_step_before_kept_its_draft_whole():
+    """Prompt lookup's copies: a draft right after one kept whole goes on being kept, one drafted afresh
+    (after a refusal) mostly is not. Counted apart, the same kind of draft is drafted long inside a copy and
+    not at all afresh, where one rate for both would draft the same length in both places."""
+    steep = Prices(lambda m: 1.0 + 0.3 * (m - 1))  # a one-token draft pays only if kept 30% of the time
+    made = {}
+    for by_context in (False, True):
+        length = DraftLength(4, K_RECORD, True, prices=steep, by_context=by_context)
+        for _ in range(8):  # a copy found afresh, kept three steps more, broken, then three refused afresh
+            for drafted, kept in ((4, 4), (4, 4), (4, 4), (4, 4), (4, 0), (4, 0), (4, 0), (4, 0)):
+                length.record(drafted, kept, 0.0, 0.0, 3)
+        afresh = length.next(3)
+        length.record(4, 4, 0.0, 0.0, 3)
+        made[by_context] = (afresh, length.next(3))
+    afresh, inside = made[True]
+    assert afresh == 0 and inside >= 8, made
+    assert made[False][0] == made[False][1], made
+
+
 def test_the_hindsight_best_is_no_slower_than_any_controller():
     # copies that hold for a varying stretch: the best k differs step to step
     rec = constructed(80, lambda i: (i * 7) % 11, draft_cost=0.2)
@@ -158,7 +178,9 @@ def test_every_controller_replays_exactly_what_it_does_live(target, ids, drafter
         assert tuple(len(s.draft) for s in steps) == r.drafted, name
         assert end.stats.steps == r.passes and end.stats.tokens == r.tokens, name
         assert r.tokens_per_pass == end.stats.tokens / end.stats.steps
-    assert hindsight(rec).tokens_per_pass >= max(replay(rec, n).tokens_per_pass for n in NAMES) - 1e-9
+    # The hindsight best is least in time, not in passes: where drafting costs as much as a target pass (tiny
+    # models on a busy machine) it drafts nothing, and a controller that drafts makes more tokens per pass.
+    assert hindsight(rec).tokens_per_s >= max(replay(rec, n).tokens_per_s for n in NAMES) * (1 - 1e-9)
 
 
 def test_a_controller_named_in_the_config_runs_live(target, ids):

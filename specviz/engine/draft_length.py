@@ -10,6 +10,12 @@ T(j + 1) (a target forward over j + 1 tokens) plus j * c_draft. Dynamic k picks 
   gets tried again instead of being shut off for good). Drafts whose drafter names their
   kind (`Drafter.plan`: prompt lookup's n-gram length; a hybrid's model drafts) get a rate
   per kind, whose prior is the overall rate;
+- the first token's rate after what came before: a step right after a draft kept whole continues
+  it (a copy that held tends to go on holding), one after a refusal or a plain step starts afresh
+  (prompt lookup's 3-gram drafts there are kept ~15% of the time, against ~95% inside a copy, on the
+  embedded model's records). With `by_context`, first tokens and acceptance by depth are counted
+  per (kind, which of the two) too; an untried pair starts at CONTINUE after a kept draft and, afresh, just above the rate at
+  which drafting one token pays for itself, so each kind of draft is tried at least once;
 - acceptance by depth: real drafts are not accepted independently token by token (a copy
   holds for a span, then breaks), so beyond the first token E(j) uses the acceptance of
   position l given l - 1 accepted, counted per position and kind (discounted like alpha)
@@ -39,6 +45,8 @@ DISCOUNT = 0.8  # weight of the past per step in the alpha estimate: a memory of
 IDLE_DISCOUNT = 0.9  # per step without a draft (of that kind): a memory of ~10 such steps
 PRIOR = 0.25  # pseudo-counts each way: alpha starts at 0.5, and a few rejections can shut a useless drafter off
 PROBE_GAP = 12  # steps of one kind without a draft before one token is drafted regardless
+CONTINUE = 0.9  # the prior of a first token right after a draft kept whole
+FRESH_MARGIN = 0.1  # afresh, an untried kind's prior: the one-token break-even rate and this much
 STALE = 16  # steps after which a plain step's time is stale
 SLOW_DRAFT = 3.0  # a drafting time over this many times the estimate counts as this many
 
@@ -70,8 +78,11 @@ class DraftLength:
     largest budget, 4k, and keeps the nodes whose path probability reaches it)."""
 
     def __init__(self, k: int, k_max: int, dynamic: bool, tree_nodes: int = 0, confidence: float = 0.0,
-                 prices: Prices | None = None):
+                 prices: Prices | None = None, by_context: bool = False):
         self.k, self.k_max, self.dynamic = k, k_max, dynamic
+        self.by_context = by_context
+        self.after_kept = False  # the last step drafted, and the target kept all of it
+        self.by_context_kind: dict[tuple, tuple[float, float]] = {}  # (kind, after_kept) -> (accepted, rejected)
         self.prices = prices
         self.steps = 0
         self.tree_nodes = tree_nodes
@@ -96,12 +107,22 @@ class DraftLength:
         acc, rej = self.by_kind[kind]
         return (acc + 2 * PRIOR * self.alpha) / (acc + rej + 2 * PRIOR)
 
+    def first_rate(self, kind, v: list[float], c: float) -> float:
+        """The chance the coming step's first draft token is kept: its kind's rate, or with `by_context` its
+        rate in this context (after a draft kept whole or not), leaning on a prior where few were seen."""
+        if not self.by_context:
+            return self.alpha_of(kind)
+        prior = CONTINUE if self.after_kept else min(1.0, v[2] - 1.0 + c + FRESH_MARGIN)
+        acc, rej = self.by_context_kind.get((kind, self.after_kept), (0.0, 0.0))
+        return (acc + 2 * PRIOR * prior) / (acc + rej + 2 * PRIOR)
+
     def expected(self, first: float, kind=None) -> list[float]:
         """E(j) for j = 0..k_max: expected tokens of a step drafting j (of this kind), when its
         first draft is accepted with probability `first` and each later one as its position has
         been (a position no draft reached: as the one before it, so alpha's geometric law)."""
         gains, kept, rate = [1.0], 1.0, first
-        depth = self.depth.get(kind)
+        depth = self.depth.get((kind, self.after_kept)) if self.by_context else None
+        depth = depth or self.depth.get(kind)
         for l in range(1, self.k_max + 1):
             if l > 1 and depth:  # accepted at l given l - 1 were, shrunk towards position l - 1's rate
                 acc, reached = depth[l - 1]
@@ -146,7 +167,7 @@ class DraftLength:
             c, v = self.prices.c(kind), self.prices.ratios(self.k_max + 1)
         else:
             c, v = self.draft_cost(kind), self.cost.ratios(self.k_max + 1)
-        gains = self.expected(self.alpha_of(kind), kind)
+        gains = self.expected(self.first_rate(kind, v, c), kind)
         rates = [gains[j] / (v[j + 1] + c * j) for j in range(self.k_max + 1)]
         best = max(range(self.k_max + 1), key=lambda j: (rates[j], -j))  # ties: the shorter
         if best == 0 and self.idle.get(kind, 0) >= PROBE_GAP:
@@ -172,14 +193,20 @@ class DraftLength:
                 self.ratio_by_kind[kind] = _mean(self.ratio_by_kind.get(kind), per)
         self.accepted, self.rejected = _counted(self.accepted, self.rejected, drafted, accepted)
         fade = DISCOUNT if drafted else IDLE_DISCOUNT
-        for l, counts in enumerate(self.depth.setdefault(kind, [[0.0, 0.0] for _ in range(self.k_max)]), start=1):
-            counts[0] *= fade
-            counts[1] *= fade
-            if l <= drafted and l <= accepted + 1:  # drafted, and every draft before it was kept
-                counts[1] += 1
-                counts[0] += l <= accepted
+        # by kind, and with by_context also by context: a copy's drafts hold longer than those drafted afresh
+        for key in (kind, (kind, self.after_kept)) if self.by_context else (kind,):
+            for l, counts in enumerate(self.depth.setdefault(key, [[0.0, 0.0] for _ in range(self.k_max)]), start=1):
+                counts[0] *= fade
+                counts[1] *= fade
+                if l <= drafted and l <= accepted + 1:  # drafted, and every draft before it was kept
+                    counts[1] += 1
+                    counts[0] += l <= accepted
         if kind is not None:
             self.by_kind[kind] = _counted(*self.by_kind.get(kind, (0.0, 0.0)), drafted, accepted)
+        if drafted:  # the first token alone, in the context it was drafted in
+            key = (kind, self.after_kept)
+            self.by_context_kind[key] = _counted(*self.by_context_kind.get(key, (0.0, 0.0)), 1, min(accepted, 1))
+        self.after_kept = bool(drafted) and accepted == drafted
 
 
 def _mean(old: float | None, new: float) -> float:

@@ -12,7 +12,7 @@ from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_
                       status_html, step_html)
 from ..render.compare import HEADERS, WIDTHS
 from ..run.spec import parse
-from . import distribution, exactness, hardware, reading, replay, serving
+from . import controllers, distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
 from .examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
@@ -271,6 +271,7 @@ def _playground_tab(policy: Policy):
         inspector = gr.HTML(step_html(Trace("speculative"), 0), label="step inspector", elem_id="sv-inspector")
     blank = dict(zip(CHARTS, empty_figures()))
     chart = dict(show_label=False, min_width=300)
+    meter = controllers.meter_box()  # right above the acceptance chart: high acceptance over a loop is no success
     with gr.Row(elem_classes="sv-charts"):  # two by two; one column on a phone (assets/style.css)
         shown["acceptance"] = gr.Plot(blank["acceptance"], label="acceptance chart", elem_id="sv-chart-acceptance",
                                       **chart)
@@ -284,7 +285,7 @@ def _playground_tab(policy: Policy):
     shown |= dict(step=step, inspector=inspector)
     with gr.Accordion("Raw numbers (JSON, as the API returns them)", open=False):
         shown["summary"] = gr.JSON(label="summary", elem_id="sv-summary")
-    return drafter, run, stop, shown, steps
+    return drafter, run, stop, shown, steps, meter
 
 
 def _compare_tab(policy: Policy):
@@ -342,13 +343,14 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
                 controls = dict(prompt=prompt) | controls
                 with gr.Tabs(overflow_behavior="wrap"):  # a phone hid Compare and Serving behind "..."
                     with gr.Tab("Playground", id="playground"):
-                        drafter, run, stop, shown, steps = _playground_tab(policy)
+                        drafter, run, stop, shown, steps, meter = _playground_tab(policy)
                         page = Page(policy, models, handlers, session, controls, drafter, run, shown["step"], shown,
                                     queued)
                         dist_controls = distribution.controls()
                         exact_controls = exactness.controls(policy)
                         replay_controls = replay.controls(steps, policy)
                         hardware_controls = hardware.controls()
+                        controller_controls = controllers.controls()
                     with gr.Tab("Compare drafters", id="compare"):
                         drafters, cmp_run, cmp_stop, cmp_shown = _compare_tab(policy)
                     with gr.Tab("Serving engine", id="serving"):
@@ -362,6 +364,8 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         page.on_screen.append(page.generate)
         replay.wire(replay_controls, page)  # before hardware: it follows the replay's events too
         hardware.wire(hardware_controls, page)
+        controllers.wire_meter(meter, page)
+        controllers.wire(controller_controls, page)
         distribution.wire(dist_controls, page)
         exactness.wire(exact_controls, page)
         outputs = {**cmp_shown, "session": session}
