@@ -18,6 +18,7 @@ from .examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
+from . import requests
 from .requests import count_values
 from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings
 
@@ -92,7 +93,8 @@ def theme() -> gr.themes.Base:
 def launch_options() -> dict:
     """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
     return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8"),
-            "max_file_size": MAX_TRACE_BYTES}  # the page's only upload is a trace to replay
+            "max_file_size": MAX_TRACE_BYTES,  # the page's only upload is a trace to replay
+            "app_kwargs": requests.handlers()}  # a malformed body: specviz's sentence, not FastAPI's bare 422
 
 
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
