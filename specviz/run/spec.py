@@ -204,7 +204,8 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         from ..drafters.hybrid import Hybrid
 
         memory = options.get("memory")
-        drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2))
+        drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2),
+                         label=spec.drafter_label)  # "drafted by EAGLE", as the menus and panels name it
     if spec.chain or spec.drafting:
         model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
         if getattr(model, "tree_width", 0) < 2:
