@@ -654,3 +654,11 @@ def test_one_acceptance_for_a_tree_run_in_the_engine_the_page_compare_and_the_ex
                              measured=m))
     assert f"α {along:.2f} (accepted / drafted, along the branch the target followed" in note
     assert f"in a tree of {end.candidates / end.steps:.1f} candidates a step" in note and f"k = {K}" in note
+
+
+def test_counts_read_with_thousands_separators():
+    """Issue 66 (4): a long prompt's "400001 tokens"."""
+    from specviz.render.status import count
+
+    assert (count(400_001, "token"), count(1, "token"), count(2, "pass", "passes")) == ("400,001 tokens", "1 token",
+                                                                                        "2 passes")
