@@ -181,6 +181,7 @@ def test_a_file_with_more_steps_than_the_apps_token_cap_is_refused(sampled):
     (lambda doc: json.dumps({**doc, "format": "something-else"}), "not a specviz trace"),
     (lambda doc: json.dumps({**doc, "version": 99}), "newer specviz"),
     (lambda doc: json.dumps({**doc, "runs": []}), "no runs"),
+    (lambda doc: json.dumps({**doc, "runs": doc["runs"] * 2}), "the trace holds 4 runs, where a trace holds"),
     (damaged, "speculative event 1 is damaged"),
     (lambda doc: json.dumps(doc).replace('"p_top": [[[', '"p_top": [["x", [', 1), "should be a list"),
     (lambda doc: "[" * 100_000, "not a specviz trace"),

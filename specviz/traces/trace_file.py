@@ -168,6 +168,9 @@ def loads(data: str | bytes, max_steps: int | None = None) -> Recording:
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise TraceFileError("the trace holds no runs")
+    if len(runs) > len(ROLES):  # a third run was dropped without a word
+        raise TraceFileError(f"the trace holds {len(runs):,} runs, where a trace holds a speculative run and at most "
+                             "one baseline")
     traces = {}
     for i, run in enumerate(runs[:2]):
         role = run.get("role") if isinstance(run, dict) else None
