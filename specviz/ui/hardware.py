@@ -1,7 +1,7 @@
 """The Playground's "Why checking is cheap · on other hardware" block.
 
-Left: the target's verify-cost curve on this machine (measured once per model by the runner,
-before the run was timed) and what it means. Right: the run on screen (a live run's or a
+The first chart: the target's verify-cost curve on this machine (measured once per model by the runner,
+before the run was timed) and what it means. The second: the run on screen (a live run's or a
 replayed trace's) re-timed on a hardware profile: this machine as measured, a GPU-like
 machine whose verify pass stays flat to 16 tokens, or custom costs. Re-timing is arithmetic
 on the run's recorded decisions (retime.py), and the block says so wherever it shows a number.
