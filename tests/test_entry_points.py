@@ -84,8 +84,8 @@ def test_a_mistyped_drafter_is_told_the_drafter_names_not_the_targets_advice(app
                                                                               capsys):
     """A close typo is refused before any model loads; a farther one ('egale') is tried as a draft model's
     name and, found nowhere, gets the drafters' sentence with the closest name, not the target's advice."""
-    said = (f"unknown drafter '{re.escape(typo)}': (did you mean '{meant}'\\?|no drafter goes by that name.*the closest "
-            f"drafter name is '{meant}')\\.? The drafters are 'none', 'pld'")
+    said = (f"unknown drafter '{re.escape(typo)}': (did you mean '{meant}'\\?|no drafter goes by that name.*"
+            f"the closest drafter name is '{meant}')\\.? The drafters are 'none', 'pld'")
     assert main(["generate", "--prompt", PROMPT, "--target", app_models["target"], "--drafter", typo]) == 2
     err = capsys.readouterr().err
     assert re.search(said, err) and "embedded" not in err, err

@@ -324,7 +324,8 @@ def test_a_typed_value_out_of_its_sliders_range_is_said_under_its_box_with_the_v
         page.locator(f"{box} input[type=number]").fill(value)
     page.locator("#sv-prompt textarea").fill(PROMPT)  # the boxes lose focus: Gradio clamps them there
     said = {"#sv-k": "k must be from 1 to 64, got -5: set to 1, the nearest allowed value.",
-            "#sv-max-new-tokens": "max new tokens must be from 1 to 400, got 99999: set to 400, the nearest allowed value."}
+            "#sv-max-new-tokens": "max new tokens must be from 1 to 400, got 99999: set to 400, the nearest allowed "
+                                  "value."}
     for box, sentence in said.items():
         page.wait_for_selector(f"{box} .sv-box-note", timeout=HANG)
         assert page.locator(f"{box} .sv-box-note").inner_text() == sentence

@@ -151,7 +151,7 @@ LAWS = [
     (edited("base.end.elapsed", 1e12), "the baseline run's statistics do not add up: its elapsed time is 1e+12 s"),
     (edited("spec.1.elapsed", 0.0), "its elapsed time is 0 s, before the event before it"),
     (edited("spec.end.elapsed", 0.0), "its elapsed time 0 s ends before its last event's"),
-    (edited("spec.1.position", 0), "speculative event 2 is damaged: it starts at token 0, where the steps before it output"),
+    (edited("spec.1.position", 0), "speculative event 2 is damaged: it starts at token 0, where the steps before it"),
     (lambda doc: flipped_kind(doc), "is damaged: it is a bonus step with"),
     (edited("spec.0.top.1.1", 0.9), "its top probabilities sum to"),
 ]

@@ -274,7 +274,8 @@ def _in_order(e, i: int, trace: Trace) -> str | None:
         return f"it starts at token {e.position:,}, where the steps before it output {len(trace.token_ids):,}"
     before = trace.events[-1].elapsed if trace.events else 0.0
     if e.elapsed < before - ROUNDING:
-        return f"its elapsed time is {e.elapsed:g} s, before the event before it ({before:g} s): a clock never runs back"
+        return (f"its elapsed time is {e.elapsed:g} s, before the event before it ({before:g} s): "
+                "a clock never runs back")
     return None
 
 

@@ -51,7 +51,8 @@ if (!window.svBoxes) {
       input.value = String(set);
       input.dispatchEvent(new Event('input', {bubbles: true}));
       const which = isNaN(value) ? 'the lowest' : 'the nearest';
-      noteOf(input, true).textContent = `${nameOf(input)} must be ${range}, got ${got}: set to ${g(set)}, ${which} allowed value.`;
+      noteOf(input, true).textContent =
+        `${nameOf(input)} must be ${range}, got ${got}: set to ${g(set)}, ${which} allowed value.`;
     }, 0);
   };
   const numberBox = (t) => t instanceof HTMLInputElement && t.type === 'number' && t.dataset.testid === 'number-input';
