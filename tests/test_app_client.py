@@ -169,3 +169,22 @@ def test_requests_gradio_or_the_tokenizer_would_refuse_get_one_sentence(client, 
     assert event == "error" and f"this request sent {n + 2}, 2 more than it takes" in data["error"]
     event, data = call(client, "stop", [1])  # an endpoint of no values, sent one
     assert event == "error" and data["error"].startswith("/stop takes 0 values")
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ('{"dat": []}', "data", "this request's body has no 'data' field: a call sends a JSON object whose 'data' is"),
+    ('{"data": "abc"}', "data", "this request's 'data' must be a list of the endpoint's values, got 'abc' (str)"),
+    ("not json", "body", "this request's body is not valid JSON (Expecting value)"),
+    ("[1, 2]", "body", "this request's body must be a JSON object, got [1, 2] (list)"),
+    ('{"data": [], "fn_index": "x"}', "fn_index", "this request's 'fn_index' must be a whole number, got 'x' (str)"),
+])
+def test_a_body_gradio_cannot_read_gets_a_sentence_naming_the_field(client, body, field, words):
+    """FastAPI answered these with its bare 422 ({"detail": [{"type": "missing", "loc": ["body", "data"]...}]})."""
+    import httpx
+
+    path = "queue/join" if field == "fn_index" else "call/generate"  # /call/ reads no fn_index
+    said = httpx.post(f"{client.src.rstrip('/')}/gradio_api/{path}", content=body,
+                      headers={"content-type": "application/json"}, timeout=60)
+    assert said.status_code == 422 and said.json()["field"] == field
+    assert said.json()["error"].startswith(words) and said.json()["error"].endswith("nothing was run")
+    assert "detail" not in said.json() and "\n" not in said.json()["error"]

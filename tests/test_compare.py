@@ -100,7 +100,12 @@ def test_drafter_none_measures_about_the_baseline_warm_start_and_turns(app_model
         forward.observe(target.model, None)
     assert frame.state == "done" and len(frame.rounds) == 3
     n = len(real_models.encode_prompt(target, PROMPT))
-    assert f"Round 1 of 3: 2 runs taking turns, each reading the prompt first (prefill of {n} tokens)" in said
+    reading = f"Round 1 of 3: 2 runs taking turns, each reading the prompt first (prefill of {n} tokens)"
+    assert reading in said
+    # once both runs have read it the status says so no longer (it did, 12 s into generation)
+    after = said[said.index(reading):]
+    first_turns = next(i for i, m in enumerate(after) if m == "Round 1 of 3: 2 runs taking turns")
+    assert not any("reading the prompt" in m for m in after[first_turns:] if m.startswith("Round 1 ")), after
     assert f"on a prompt of {n} tokens" in said[-1]
     base, none = compare_rows(frame.base, frame.runs, frame.rounds)
     assert base["speedup"] == 1.0 and none["rounds"] == 3

@@ -159,6 +159,14 @@ def test_a_step_plays_in_the_engine_s_phases():
     assert "“b” rejected" in got[2][1] and "0.80 vs 0.25" in got[2][1] and "norm(max(0, p − q))" in got[3][1]
     bonus = StepEvent(**{**e.__dict__, "accepted": 3, "token_kind": "bonus", "emitted": (5, 6, 7, 9)})
     assert phases(bonus, Labels(draft=("a", "b", "c"), token="z"))[-1][0] == "bonus"
+    # the phase's name leads the status: its text does not say it again ("4/4 bonus: bonus: ...")
+    assert not any(text.startswith(f"{name}:") for name, text in phases(bonus, Labels(draft=("a", "b", "c"),
+                                                                                      token="z")) + got)
+    # nothing drafted: the target's token alone, neither a bonus nor a correction
+    empty = StepEvent(**{**e.__dict__, "draft": (), "q": (), "p": (), "accept_prob": (), "draws": (), "accepted": 0,
+                         "token_kind": "bonus", "emitted": (9,)})
+    said = phases(empty, Labels(draft=(), token="z"))
+    assert [name for name, _ in said] == ["draft", "target's token"] and "bonus" not in str(said)
 
 
 def test_at_a_sampled_tree_s_depth_the_view_shows_the_children_tried_in_order_and_p_prime():

@@ -78,10 +78,14 @@ def test_generate_the_app_and_the_bench_run_the_same_steps_for_the_same_words(ap
             assert max(nodes) == (2 * K if not temperature else K), nodes
 
 
-@pytest.mark.parametrize("typo, meant", [("eagel", "eagle"), ("sufix+medusa", "suffix"), ("medusaa+pld", "medusa")])
+@pytest.mark.parametrize("typo, meant", [("eagel", "eagle"), ("sufix+medusa", "suffix"), ("medusaa+pld", "medusa"),
+                                         ("egale", "eagle"), ("Eagle3", "eagle")])
 def test_a_mistyped_drafter_is_told_the_drafter_names_not_the_targets_advice(app_models, typo, meant,  # noqa: F811
                                                                               capsys):
-    said = f"unknown drafter .*did you mean '{meant}'\\? The drafters are 'none', 'pld'"
+    """A close typo is refused before any model loads; a farther one ('egale') is tried as a draft model's
+    name and, found nowhere, gets the drafters' sentence with the closest name, not the target's advice."""
+    said = (f"unknown drafter '{re.escape(typo)}': (did you mean '{meant}'\\?|no drafter goes by that name.*"
+            f"the closest drafter name is '{meant}')\\.? The drafters are 'none', 'pld'")
     assert main(["generate", "--prompt", PROMPT, "--target", app_models["target"], "--drafter", typo]) == 2
     err = capsys.readouterr().err
     assert re.search(said, err) and "embedded" not in err, err

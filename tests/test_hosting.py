@@ -38,7 +38,8 @@ def final(frames):
     ("k", float("inf"), "k must be a finite number"),
     ("temperature", "nan", "temperature must be a finite number"),
     ("temperature", "inf", "temperature must be a finite number"),
-    ("top_p", None, "top-p must be a number"),
+    ("top_p", None, "top-p must be a number, got nothing"),  # was "got None": Python's word
+    ("seed", None, "seed must be a number, got nothing"),
     ("mode", "banana", "mode must be 'greedy' or 'sampling'"),
     ("chat", "maybe", "chat must be true or false"),
 ])

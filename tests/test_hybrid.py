@@ -146,6 +146,8 @@ def test_specs_pair_a_model_drafter_with_prompt_lookup(target):
     loaded = SimpleNamespace(model=target, name="tiny")
     hybrid = make_drafter("layerskip:0+pld", loaded)
     assert isinstance(hybrid, Hybrid) and isinstance(hybrid.model, LayerSkip)
+    # its steps say who drafted them as the menus and panels name it ("drafted by EAGLE", never "by eagle")
+    assert hybrid.describe(0) == parse("layerskip:0").label == "layer skip (layers 0)"
     assert parse("eagle+pld").label == "EAGLE + prompt lookup"
     assert parse("some/draft-model+pld").needs_model and not parse("eagle+pld").needs_model
     for bad in ("pld+pld", "none+pld"):

@@ -343,3 +343,38 @@ def test_a_class_sees_coloured_tokens_and_what_each_colour_means_on_the_first_sc
         page.screenshot(path=str(OUT / f"page-first-screen-{scheme}.png"))
     assert tokens.evaluate_all("ts => ts.every(t => t.tabIndex < 0 && t.textContent.includes('('))")
     page.close()
+
+
+def test_a_typed_value_out_of_its_sliders_range_is_said_under_its_box_with_the_value_used(browser, url):
+    """Issue 66 (1): Gradio clamped k "-5" to 1 and max new tokens "99999" to the cap at the box's blur and
+    said nothing; the run went ahead. The page says the API's sentence under the box and the value set.
+    Screenshot: test-output/page-boxes.png."""
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(url)
+    typed = {"#sv-k": "-5", "#sv-max-new-tokens": "99999"}
+    for box, value in typed.items():
+        page.locator(f"{box} input[type=number]").fill(value)
+    page.locator("#sv-prompt textarea").fill(PROMPT)  # the boxes lose focus: Gradio clamps them there
+    said = {"#sv-k": "k must be from 1 to 64, got -5: set to 1, the nearest allowed value.",
+            "#sv-max-new-tokens": "max new tokens must be from 1 to 400, got 99999: set to 400, the nearest allowed "
+                                  "value."}
+    for box, sentence in said.items():
+        page.wait_for_selector(f"{box} .sv-box-note", timeout=HANG)
+        assert page.locator(f"{box} .sv-box-note").inner_text() == sentence
+    assert page.locator("#sv-k input[type=number]").input_value() == "1"
+    box = page.locator("#sv-max-new-tokens input[type=number]")
+    assert box.input_value() == "400"
+    box.fill("-0")
+    box.press("Enter")
+    page.wait_for_function("document.querySelector('#sv-max-new-tokens .sv-box-note').textContent.includes('-0')")
+    assert page.locator("#sv-max-new-tokens .sv-box-note").inner_text() == (
+        "max new tokens must be from 1 to 400, got -0: set to 1, the nearest allowed value.")
+    page.screenshot(path=str(OUT / "page-boxes.png"), clip={"x": 0, "y": 0, "width": 520, "height": 900})
+    page.locator("#sv-generate").click()
+    page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
+    assert "Done: 1 token each" in page.locator("#sv-status").inner_text()  # the value the box says was used
+    box = page.locator("#sv-k input[type=number]")
+    box.fill("4")
+    box.press("Enter")
+    page.wait_for_selector("#sv-k .sv-box-note", state="detached")  # a value in range: the sentence goes
+    page.close()

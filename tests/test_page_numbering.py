@@ -53,8 +53,13 @@ def test_replay_step_through_and_inspector_name_the_same_step_alike(sampled):  #
     assert STEP.search(values["status"]).group(0) == STEP.search(values["inspector"]).group(0) == f"Step 2 of {n}"
     assert values["step"].value == 2 and values["step"].minimum == 1  # the slider counts from 1 too
     # played in phases, the next step is step 3 from its first phase to its last
-    messages = [v["status"] for v in play_phases(r, session, 10.0, sleep=lambda s: None)]
+    played = list(play_phases(r, session, 10.0, sleep=lambda s: None))
+    messages = [v["status"] for v in played]
     assert {STEP.search(m).group(0) for m in messages} == {f"Step 3 of {n}"}
+    # from the verify on, the inspector shows the step being played (it lagged at "Step 2" in phases 2 and 3)
+    assert {STEP.search(str(v["inspector"])).group(0) for v in played[1:]} == {f"Step 3 of {n}"}
+    assert all(v["step"].value == 3 for v in played[1:])
+    assert not any(re.search(r"\d/\d (\w+): \1:", m) for m in messages), messages  # was "4/4 bonus: bonus:"
     values = step(r, session, -3)  # back before the first step: no "Step 0"
     assert "Step 0" not in values["status"] and "Before step 1" in values["status"]
     for values in race(r, session, 10.0, clock=lambda: 0.0, sleep=lambda s: None):

@@ -667,3 +667,11 @@ def test_the_first_screens_picture_shows_every_verdict_once_and_explains_it_in_w
         assert f"tok tok-{kind}" in steps and f"<span class=\"sv-hidden\"> ({kind})</span>" in steps
         assert f'<span class="tok tok-{kind} sv-swatch">{kind}</span> {html.escape(primer.SAID[kind])}' in legend
     assert "target&#x27;s own token" in legend and "tabindex" not in page
+
+
+def test_counts_read_with_thousands_separators():
+    """Issue 66 (4): a long prompt's "400001 tokens"."""
+    from specviz.render.status import count
+
+    assert (count(400_001, "token"), count(1, "token"), count(2, "pass", "passes")) == ("400,001 tokens", "1 token",
+                                                                                        "2 passes")

@@ -4,6 +4,8 @@ back and an uploaded trace fills the Playground's panels, charts and inspector i
 that cannot load any model. Screenshots go to test-output/ (look at them)."""
 from __future__ import annotations
 
+import json
+
 import dataclasses
 import html
 import re
@@ -306,6 +308,15 @@ def test_an_uploaded_trace_replays_as_a_race_and_by_steps_with_no_model(browser,
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(notes))
         page.wait_for_selector('#sv-status:has-text("notes.txt is not a trace")', timeout=HANG)
         assert "Error" not in page.locator("#sv-replay-file").inner_text()  # not stuck: ready for a .json
+        # Issue 66: a step number repeated loaded and replayed; it is refused in one sentence
+        doc = json.loads(path.read_text())
+        doc["runs"][0]["events"][1]["step"] = 0
+        twice = tmp_path / "twice.json"
+        twice.write_text(json.dumps(doc))
+        page.locator("#sv-replay-file input[type=file]").set_input_files(str(twice))
+        page.wait_for_selector('#sv-status:has-text("speculative event 2 is damaged: its step number is 0 where it '
+                               'is the run\'s event 2")', timeout=HANG)
+        page.screenshot(path=str(OUT / "replay-refused-steps.png"))
         page.locator("#sv-replay-file input[type=file]").set_input_files(str(path))
         page.wait_for_selector('#sv-status:has-text("Play race")', timeout=HANG)
         assert page.locator("#sv-prompt textarea").input_value() == PROMPT  # what was asked, shown

@@ -124,6 +124,13 @@ def edited(path: str, value):
     return make
 
 
+def flipped_kind(doc) -> str:
+    """The first step that rejected a draft, called a bonus."""
+    step = next(e for e in doc["runs"][0]["events"] if e["token_kind"] == "corrected")
+    step["token_kind"] = "bonus"
+    return json.dumps(doc)
+
+
 # The laws a trace's numbers obey (docs/app.md promises an edited file is refused in one sentence):
 # p = 7.5 replayed with "p (target) 7.500" in the inspector; negative times re-timed a 2.98x GPU run as 0.74x.
 LAWS = [
@@ -136,6 +143,17 @@ LAWS = [
     (edited("spec.end.tokens", 999), "the speculative run's statistics do not add up: it counts 999 tokens"),
     (edited("spec.end.steps", 1), "the speculative run's statistics do not add up: it counts 1 steps"),
     (edited("base.end.verify_time", -3.0), "the baseline run's statistics do not add up: its verify time is negative"),
+    # Issue 66: these loaded, and a replay would have waited out 1e12 s or numbered a step 1,000,000,001
+    (edited("spec.1.step", 0), "speculative event 2 is damaged: its step number is 0 where it is the run's event 2"),
+    (edited("spec.-1.step", 10**9), "its step number is 1,000,000,000 where it is the run's event"),
+    (edited("base.2.step", 1), "baseline event 3 is damaged: its step number is 1"),
+    (edited("spec.-1.elapsed", 1e12), "its elapsed time is 1e+12 s, more than a week"),
+    (edited("base.end.elapsed", 1e12), "the baseline run's statistics do not add up: its elapsed time is 1e+12 s"),
+    (edited("spec.1.elapsed", 0.0), "its elapsed time is 0 s, before the event before it"),
+    (edited("spec.end.elapsed", 0.0), "its elapsed time 0 s ends before its last event's"),
+    (edited("spec.1.position", 0), "speculative event 2 is damaged: it starts at token 0, where the steps before it"),
+    (lambda doc: flipped_kind(doc), "is damaged: it is a bonus step with"),
+    (edited("spec.0.top.1.1", 0.9), "its top probabilities sum to"),
 ]
 
 
@@ -163,6 +181,7 @@ def test_a_file_with_more_steps_than_the_apps_token_cap_is_refused(sampled):
     (lambda doc: json.dumps({**doc, "format": "something-else"}), "not a specviz trace"),
     (lambda doc: json.dumps({**doc, "version": 99}), "newer specviz"),
     (lambda doc: json.dumps({**doc, "runs": []}), "no runs"),
+    (lambda doc: json.dumps({**doc, "runs": doc["runs"] * 2}), "the trace holds 4 runs, where a trace holds"),
     (damaged, "speculative event 1 is damaged"),
     (lambda doc: json.dumps(doc).replace('"p_top": [[[', '"p_top": [["x", [', 1), "should be a list"),
     (lambda doc: "[" * 100_000, "not a specviz trace"),

@@ -24,9 +24,10 @@ MODEL = 0  # the plan's kind for a step the model drafts; the copiers' kinds are
 
 
 class Hybrid(Drafter):
-    def __init__(self, model: Drafter, copier: Drafter | None = None, min_match: int = 2):
+    def __init__(self, model: Drafter, copier: Drafter | None = None, min_match: int = 2, label: str = ""):
         """copier: prompt lookup (default; it copies after an n-gram match of at least
-        `min_match` tokens) or suffix decoding; anything with plan, sure and propose."""
+        `min_match` tokens) or suffix decoding; anything with plan, sure and propose. label: the model
+        drafter as the page names it ("EAGLE"), for the steps it drafts (its code name, "eagle", otherwise)."""
         copier = copier if copier is not None else PromptLookup(sure_match=min_match)
         if isinstance(model, Hybrid) or getattr(model, "sure", None) is not None:
             raise ValueError("a hybrid pairs a copying drafter with a model drafter (eagle, medusa, draft, ...)")
@@ -34,6 +35,7 @@ class Hybrid(Drafter):
         self.name = f"{model.name} + {copier.name}"
         self.needs_hidden, self.hidden_layers = model.needs_hidden, model.hidden_layers
         self.copying = False  # this step's draft comes from the copier
+        self.label = label or model.name
 
     @property
     def tree_width(self) -> int:
@@ -57,7 +59,7 @@ class Hybrid(Drafter):
         return kind if self.copying else MODEL
 
     def describe(self, kind: int | None) -> str:
-        return self.model.name if kind == MODEL else self.copier.describe(kind)
+        return self.label if kind == MODEL else self.copier.describe(kind)
 
     def propose(self, ids, k, min_confidence=0.0) -> Draft:
         if self.copying:

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 EMBEDDED_NAMES = ("default", "smollm2-135m")  # compared case-insensitively
 EMBEDDED_HINT = "use 'default' for the embedded SmolLM2-135M-Instruct"
 
+
+class NotFound(SpecvizError):
+    """No local folder and no Hub model goes by the name: its sentence advises on targets, so a caller
+    that asked for a draft model (run/spec.py) says its own."""
+
 DTYPES = {
     "fp32": torch.float32, "float32": torch.float32,
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -257,7 +262,8 @@ def _load_uncached(name, source, device, dtype, device_map, trust_remote_code, p
             f"--dtype bf16, or another device ({type(e).__name__})"
         ) from None
     except (OSError, ValueError, ImportError) as e:
-        raise SpecvizError(_load_failure(name, path.exists(), e)) from None
+        said = _load_failure(name, path.exists(), e)
+        raise (NotFound if said.endswith(EMBEDDED_HINT) else SpecvizError)(said) from None
     model.eval()
     model.requires_grad_(False)
     if model_class is None:

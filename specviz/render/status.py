@@ -10,8 +10,8 @@ ICONS = {"info": "info", "running": "busy", "loading": "busy", "waiting": "busy"
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
-    """'1 token', '2 tokens' (plural: the word when it is not noun + 's')."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+    """'1 token', '2 tokens', '400,001 tokens' (plural: the word when it is not noun + 's')."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def isolated(text: str) -> str:

@@ -18,7 +18,7 @@ from ..drafters.base import Drafter
 from ..engine import verify_cost
 from ..engine.generate import GenerationConfig, warm_up
 from .settings import Settings
-from .spec import DrafterSpec, build, check_length, model_name, placed_as
+from .spec import DrafterSpec, build, check_length, load_draft, model_name, placed_as
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, float], None]  # (what is happening, fraction done): a load's progress
@@ -69,7 +69,7 @@ def drafter_steps(spec: DrafterSpec, target, models, memory=None, **load) -> Ste
     draft = None
     if spec.needs_model:
         draft = yield Step(f"draft model {model_name(spec.argument)}",
-                           lambda progress: models.load(spec.argument, progress=progress, **placed_as(target), **load),
+                           lambda progress: load_draft(models, spec.argument, target, progress=progress, **load),
                            True)
     return build(spec, target, memory=memory, draft=draft)
 

@@ -38,7 +38,9 @@ def shown(value) -> str:
 
 def _number(value, name: str, whole: bool):
     """A control's value as a finite number; scripts may send strings, NaN or 1e30."""
-    if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+    if value is None:  # the page's emptied box (or one Chromium emptied: "1e400") sends null, not "None"
+        raise SpecvizError(f"{name} must be a number, got nothing (an empty box)")
+    if isinstance(value, bool) or isinstance(value, (list, dict)):
         raise SpecvizError(f"{name} must be a number, got {shown(value)}")
     if whole and isinstance(value, int):
         return value

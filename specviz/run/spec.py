@@ -115,6 +115,17 @@ def names(kinds: Mapping[str, Kind]) -> str:
                       *(f"'{form}'" for form, _ in FORMS)]) + ", or a draft model's Hub id or folder"
 
 
+def unknown(typed: str, kinds: Mapping[str, Kind]) -> str:
+    """The sentence for a drafter name that is no drafter's, no folder and no Hub model: the drafter names,
+    the closest first (a typo too far for parse to refuse, 'egale', was tried as a model and got the
+    target's advice)."""
+    by_name = [alias for k in kinds.values() if k is not MODEL for alias in (k.name, *k.aliases)]
+    close = difflib.get_close_matches(typed.strip().lower(), by_name, 1, 0.4)
+    nearest = f"; the closest drafter name is {close[0]!r}" if close else ""
+    return (f"unknown drafter {typed!r}: no drafter goes by that name, and it is no local folder or Hub model "
+            f"either (the Hub did not provide it; offline?){nearest}. The drafters are {names(kinds)}")
+
+
 def described(kinds: Mapping[str, Kind] | None = None) -> str:
     """Every drafter name with what it is, for a command's --help: from the table, so a new kind is named once."""
     kinds = KINDS if kinds is None else kinds
@@ -193,7 +204,8 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         from ..drafters.hybrid import Hybrid
 
         memory = options.get("memory")
-        drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2))
+        drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2),
+                         label=spec.drafter_label)  # "drafted by EAGLE", as the menus and panels name it
     if spec.chain or spec.drafting:
         model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
         if getattr(model, "tree_width", 0) < 2:
@@ -251,10 +263,20 @@ def _draft_model(spec: DrafterSpec, target, *, draft=None, trust_remote_code: bo
     from ..modeling import models  # imported here: the engine's layers never need transformers' loaders
 
     if draft is None:
-        draft = models.load(spec.argument, **placed_as(target), trust_remote_code=trust_remote_code,
-                            progress=progress)
+        draft = load_draft(models, spec.argument, target, trust_remote_code=trust_remote_code, progress=progress)
     models.check_same_vocab(target, draft)
     return DraftModel(draft.model, name=spec.drafter_label)
+
+
+def load_draft(models, name: str, target, **options):
+    """The draft model `name`, loaded as `target` is placed by `models` (modeling.models or a test's
+    loader); a name nothing goes by gets the drafters' sentence, not the target's advice."""
+    from ..modeling.models import NotFound
+
+    try:
+        return models.load(name, **placed_as(target), **options)
+    except NotFound:  # 'egale': a drafter's typo too far for parse to call one
+        raise SpecvizError(unknown(name, KINDS)) from None
 
 
 def _layer_skip(spec: DrafterSpec, target, **_) -> Drafter:

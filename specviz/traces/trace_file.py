@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from ..core.errors import SpecvizError
 from ..core.events import RunEnd, RunStats, StepEvent, TokenEvent, event_to_dict
 from ..core.tree import check_parents
-from ..engine.generate import VERIFICATIONS
+from ..engine.generate import K_MAX, VERIFICATIONS
 from ..engine.verify_cost import VerifyCurve
 from ..render.status import megabytes
 from ..render.trace import Labels, Trace
@@ -168,6 +168,9 @@ def loads(data: str | bytes, max_steps: int | None = None) -> Recording:
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise TraceFileError("the trace holds no runs")
+    if len(runs) > len(ROLES):  # a third run was dropped without a word
+        raise TraceFileError(f"the trace holds {len(runs):,} runs, where a trace holds a speculative run and at most "
+                             "one baseline")
     traces = {}
     for i, run in enumerate(runs[:2]):
         role = run.get("role") if isinstance(run, dict) else None
@@ -192,6 +195,7 @@ def _curve(d) -> VerifyCurve:
                sizes[0] != 1 and "its sizes do not start at one token" or
                any(b <= a for a, b in zip(sizes, sizes[1:])) and "its sizes do not ascend" or
                any(t <= 0 for t in seconds) and "a time is not positive" or
+               any(t > MAX_SECONDS for t in seconds) and "a time is more than a week" or
                curve.weight_bytes < 0 and "its weight size is negative")
     if problem:
         raise TraceFileError(f"the trace's verify-cost curve is damaged: {problem}")
@@ -225,6 +229,8 @@ def _trace(run: dict, role: str, max_steps: int | None) -> Trace:
     label, k, error = run.get("label"), run.get("k", 0), run.get("error")
     if not isinstance(label, str) or not isinstance(k, int) or not (error is None or isinstance(error, str)):
         raise TraceFileError(f"the {role} run's label, k or error is not what a trace holds")
+    if not 0 <= k <= K_MAX:
+        raise TraceFileError(f"the {role} run's k is {k:,}, where a run drafts from 0 to {K_MAX} tokens a step")
     trace = Trace(label, speculative=role == "speculative", k=k, error=error)
     events = run.get("events")
     if not isinstance(events, list):
@@ -239,6 +245,9 @@ def _trace(run: dict, role: str, max_steps: int | None) -> Trace:
             raise TraceFileError(f"{where} is not a {'step' if trace.speculative else 'token'} event")
         event, labels = _build(kind, d, where), _build(Labels, d.get("text", {}), f"{where}'s text")
         _check(event, labels, where)
+        problem = _in_order(event, i, trace)
+        if problem:
+            raise TraceFileError(f"{where} is damaged: {problem}")
         trace.add(event, labels)
     end = run.get("end")
     if end is not None:
@@ -254,6 +263,22 @@ def _trace(run: dict, role: str, max_steps: int | None) -> Trace:
     return trace
 
 
+def _in_order(e, i: int, trace: Trace) -> str | None:
+    """The laws an event keeps with the events before it, in words (None: it keeps them): steps numbered
+    0, 1, 2, ... in order (duplicates and a last step numbered 1,000,000,000 loaded), each step starting
+    where the text so far ends, and an engine clock that never runs backwards."""
+    if e.step != i:
+        return (f"its step number is {e.step:,} where it is the run's event {i + 1:,} (steps are numbered "
+                f"0, 1, 2, ... in order, one per event)")
+    if isinstance(e, StepEvent) and e.position != len(trace.token_ids):
+        return f"it starts at token {e.position:,}, where the steps before it output {len(trace.token_ids):,}"
+    before = trace.events[-1].elapsed if trace.events else 0.0
+    if e.elapsed < before - ROUNDING:
+        return (f"its elapsed time is {e.elapsed:g} s, before the event before it ({before:g} s): "
+                "a clock never runs back")
+    return None
+
+
 def _counts(trace: Trace, end: RunEnd) -> str | None:
     """Where a run's end disagrees with its events, in words (None: its counts add up)."""
     s = end.stats
@@ -266,7 +291,20 @@ def _counts(trace: Trace, end: RunEnd) -> str | None:
             s.steps != len(trace.events) and f"it counts {s.steps} steps and holds {len(trace.events)}" or
             s.accepted > s.drafted and f"it accepted {s.accepted} of {s.drafted} drafts" or
             s.accepted != sum(getattr(e, "accepted", 0) for e in trace.events)
-            and "its accepted drafts are not its steps' sum" or None)
+            and "its accepted drafts are not its steps' sum" or
+            _too_long(("prefill time", s.prefill_time), ("draft time", s.draft_time),
+                      ("verify time", s.verify_time), ("elapsed time", s.elapsed)) or
+            trace.events and s.elapsed < trace.events[-1].elapsed - ROUNDING
+            and f"its elapsed time {s.elapsed:g} s ends before its last event's {trace.events[-1].elapsed:g} s" or None)
+
+
+MAX_SECONDS = 7 * 24 * 3600  # no recorded run takes a week: a larger time is an edit, and a replay would wait it out
+
+
+def _too_long(*times: tuple[str, float]) -> str | None:
+    """The first of `times` (name, seconds) over MAX_SECONDS, in words."""
+    name, t = next(((n, t) for n, t in times if t > MAX_SECONDS), (None, None))
+    return None if name is None else f"its {name} is {t:g} s, more than a week, which no run this file records takes"
 
 
 def _build(cls, d, where: str):
@@ -321,6 +359,9 @@ def _law(e) -> str | None:
     for name, t in (*times, ("elapsed time", e.elapsed)):
         if t < 0:
             return f"its {name} is {t:g} s, and no time is negative"
+    too_long = _too_long(*times, ("elapsed time", e.elapsed))
+    if too_long:
+        return too_long
     probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
     if isinstance(e, StepEvent):
         tree = e.tree
@@ -337,10 +378,17 @@ def _law(e) -> str | None:
         bad = next((v for v in values if not -ROUNDING <= v <= 1 + ROUNDING), None)
         if bad is not None:
             return f"its {name} holds {bad:g}, and a probability is between 0 and 1"
+    for name, rows in (("top", [e.top]), ("p_top", getattr(e, "p_top", ())), ("q_top", getattr(e, "q_top", ()))):
+        total = max((sum(p for _, p in row) for row in rows), default=0.0)
+        if total > 1 + 1e-4:  # each of a row's probabilities may be a float32 rounding over
+            return f"its {name} probabilities sum to {total:g}, and a distribution's sum to at most 1"
     if isinstance(e, StepEvent):
         kept = (*e.draft[:e.accepted], e.token)
         if e.emitted != kept[:len(e.emitted)]:
             return "its output is not the accepted drafts followed by its own token"
+        if (e.token_kind == "bonus") != (e.accepted == len(e.draft)):
+            return (f"it is a {e.token_kind} step with {e.accepted} of its {len(e.draft)} drafts kept (a bonus "
+                    "follows every draft kept, a correction a rejection)")
     return None
 
 

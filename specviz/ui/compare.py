@@ -85,10 +85,10 @@ def compare_drafters(s: Settings, policy: Policy, models, should_stop: Callable[
             for r in range(rounds):
                 if should_stop() or not arms:
                     break
-                frame.message = (f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns, "
-                                 f"each reading the prompt first (prefill of {count(len(ids), 'token')})")
+                turns = f"Round {r + 1} of {rounds}: {count(len(arms) + 1, 'run')} taking turns"
+                frame.message = f"{turns}, each reading the prompt first (prefill of {count(len(ids), 'token')})"
                 frame.fraction = r / rounds
-                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, cfgs)
+                yield from _round(frame, target, arms, ids, cfg, should_stop, models, r > 0, worker, cfgs, turns)
                 if all(t.done for t in _timed(frame, arms)) and _measured(_timed(frame, arms)):
                     frame.rounds.append([t.stats().tokens_per_s for t in [frame.base, *frame.runs]])
         finish_frame(frame, should_stop)
@@ -126,9 +126,10 @@ def _measured(traces: list[Trace]) -> bool:
 
 
 def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, models, again: bool, worker: Worker,
-           cfgs: dict):
+           cfgs: dict, turns: str):
     """One timed round, every arm's panel growing as its events come (each made on `worker`; a
-    step that takes seconds, such as a long prompt's prefill, is counted in the status)."""
+    step that takes seconds, such as a long prompt's prefill, is counted in the status). Once every
+    arm has read the prompt the status says `turns` alone: "reading the prompt first" stayed 12 s on."""
     if again:  # fresh traces: the panels show the round under way
         frame.base = Trace(frame.base.label, speculative=False)
         frame.runs = [Trace(t.label, k=t.k) if i in arms else t for i, t in enumerate(frame.runs)]
@@ -138,4 +139,6 @@ def _round(frame: CompareFrame, target, arms: dict, ids, cfg, should_stop, model
                                        worker=worker))) is not None:
         name, event, labels = item
         traces[name].add(event, labels)
+        if said != turns and all(t.events for t in traces.values()):
+            frame.message = said = turns
         yield frame

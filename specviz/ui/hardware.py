@@ -1,7 +1,7 @@
 """The Playground's "Why checking is cheap · on other hardware" block.
 
-Left: the target's verify-cost curve on this machine (measured once per model by the runner,
-before the run was timed) and what it means. Right: the run on screen (a live run's or a
+The first chart: the target's verify-cost curve on this machine (measured once per model by the runner,
+before the run was timed) and what it means. The second: the run on screen (a live run's or a
 replayed trace's) re-timed on a hardware profile: this machine as measured, a GPU-like
 machine whose verify pass stays flat to 16 tokens, or custom costs. Re-timing is arithmetic
 on the run's recorded decisions (retime.py), and the block says so wherever it shows a number.
@@ -21,10 +21,12 @@ from .page import Page
 
 THIS, GPU, CUSTOM = "this machine, as measured", "GPU-like (verify flat to 16 tokens)", "custom"
 SLOPE, C = 0.10, 0.05  # the custom sliders' start: roughly this project's CPU with a small draft model
+# "first" and "second", not "left" and "right": on a phone the two charts stack, one above the other
 INTRO = (
     "A decode step is bound by reading the weights, not by arithmetic, so checking k + 1 drafted tokens in "
-    "one pass should cost little more than producing one. Left: how true that is on this machine. Right: "
-    "this run's own accept/reject decisions re-timed on other hardware: a calculation, not a measurement."
+    "one pass should cost little more than producing one. The first chart: how true that is on this machine. "
+    "The second: this run's own accept/reject decisions re-timed on other hardware: a calculation, not a "
+    "measurement."
 )
 
 

@@ -18,8 +18,9 @@ from .examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
+from . import boxes, requests
 from .requests import count_values
-from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings
+from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings, in_words
 
 TREES_UP_TO = GenerationConfig().sampled_trees_up_to  # the engine's tree policy, which the slider states
 
@@ -92,7 +93,8 @@ def theme() -> gr.themes.Base:
 def launch_options() -> dict:
     """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
     return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8"),
-            "max_file_size": MAX_TRACE_BYTES}  # the page's only upload is a trace to replay
+            "max_file_size": MAX_TRACE_BYTES,  # the page's only upload is a trace to replay
+            "app_kwargs": requests.handlers()}  # a malformed body: specviz's sentence, not FastAPI's bare 422
 
 
 SAMPLING_TEMPERATURE = 0.7  # what the temperature slider offers when a visitor switches to sampling
@@ -160,8 +162,8 @@ def _settings(policy: Policy) -> dict:
                                   elem_id="sv-temperature",
                                   info=f"EAGLE and Medusa draft trees up to {TREES_UP_TO:g}, chains above: "
                                        "what paid more on the examples")
-            top_k = _slider("top_k", value=d.top_k, label="top-k (0 = off)")
-            top_p = _slider("top_p", value=d.top_p, label="top-p (1 = off)")
+            top_k = _slider("top_k", value=d.top_k, label="top-k (0 = off)", elem_id="sv-top-k")
+            top_p = _slider("top_p", value=d.top_p, label="top-p (1 = off)", elem_id="sv-top-p")
             verification = gr.Radio([("token by token", "token"), ("as a block", "block")], value=d.verification,
                                     label="verification of a chain draft", elem_id="sv-verification",
                                     info="both keep the target's distribution exactly; as a block is the default: "
@@ -172,7 +174,7 @@ def _settings(policy: Policy) -> dict:
                                  value=min(d.max_new_tokens, policy.max_new_tokens), elem_id="sv-max-new-tokens")
         dynamic_k = gr.Checkbox(d.dynamic_k, label="dynamic k: each step's length from the acceptance and costs measured so far")
         repetition_penalty = _slider("repetition_penalty", value=d.repetition_penalty,
-                                     label="repetition penalty (1 = off)")
+                                     label="repetition penalty (1 = off)", elem_id="sv-repetition-penalty")
         seed = gr.Number(d.seed, precision=0, label="seed")
         chat = gr.Checkbox(d.chat, label="wrap the prompt in the chat template (where the model has one)")
     mode.change(lambda m: gr.Group(visible=m == SAMPLING), mode, sampling_group, queue=False,
@@ -332,6 +334,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session(policy.suffix_memory_tokens))
+        boxes.guard({f"sv-{name.replace('_', '-')}": in_words(name) for name in BOUNDS})  # a typed -5: a sentence
         gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><div class="sv-intro"><p>{INTRO}</p>{primer_html()}'
                 '</div></div>',
                 js_on_load=SKIP_JS)

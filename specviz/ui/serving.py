@@ -89,7 +89,7 @@ def controls(policy: Policy, runs: "ServingRuns") -> Controls:
     locked = "set by whoever runs this app (--server / --baseline-server)"
     gr.Markdown("The prompt above, sent to a real serving engine with speculation on, then to the same model "
                 "without it. k and the drafter are the server's own; greedy or sampling, seed, max new tokens "
-                "and the chat template come from the settings on the left.")
+                "and the chat template come from the decoding settings (beside the tabs; above them on a phone).")
     with gr.Row():
         server = gr.Textbox(policy.server_url, label="Server URL (speculation on)", placeholder="http://127.0.0.1:8000",
                             interactive=not policy.hosted, elem_id="sv-server-url", scale=1,

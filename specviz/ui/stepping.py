@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import time
 
+import gradio as gr
+
 from ..core.events import StepEvent
+from ..render import step_html
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.rules import backward_pass, comparable, expected, summary, token_source
 from ..render.status import step_label
@@ -70,16 +73,19 @@ def phases(e: StepEvent, labels) -> list[tuple[str, str]]:
         rejected = f", {_tok(texts[e.accepted])} rejected" if e.accepted < len(e.draft) else ""
         other = f" {summary(e)}" if comparable(e) else ""
         out.append(("accept/reject", f"{e.accepted} kept{rejected} ({rule}).{other}"))
-    if e.token_kind == "bonus" and e.draft:
-        own = "bonus: every draft was kept, and the same pass gives one more token"
-    elif not e.draft:
-        own = "the target's own token"
+    # The phase's name leads the status ("4/4 bonus: ..."), so its text does not say it again.
+    if not e.draft:  # nothing to keep or reject: neither a bonus nor a correction
+        out.append(("target's token", f"nothing was drafted, so the pass gives the target's next token alone: "
+                                      f"{_tok(labels.token)}"))
+        return out
+    if e.token_kind == "bonus":
+        own = "every draft was kept, and the same pass gives one more token"
     else:
-        own = "correction: the target's token in place of the rejected draft" + (
+        own = "the target's token in place of the rejected draft" + (
             "" if e.greedy else ", drawn from p′, p without the refused children, renormalised"
             if e.tree is not None else f", {token_source(e)}"
             if e.verification == "block" and comparable(e) else f", drawn from the residual {RESIDUAL} ({RESIDUAL_GLOSS})")
-    out.append(("correction" if e.token_kind == "corrected" and e.draft else "bonus", f"{own}: {_tok(labels.token)}"))
+    out.append(("correction" if e.token_kind == "corrected" else "bonus", f"{own}: {_tok(labels.token)}"))
     return out
 
 
@@ -121,11 +127,17 @@ def play(r, session, speed, values, frame_of, sleep=time.sleep):
     before = playback.after_steps(r.recording, r.position)
     steps = phases(e, labels)
     pause = PHASE_SECONDS / max(float(speed or 1.0), 0.1)
+    played = playback.after_steps(r.recording, r.position + 1)[0]  # the run up to this step, for the inspector
     for i, (name, text) in enumerate(steps[:-1]):
         message = f"{step_label(r.position, n)} · {i + 1}/{len(steps)} {name}: {text}"
         frame = frame_of(r, *before, "running", message)
         frame.playing = (e, labels, name)  # the step so far, after the text before it (html.phase_spans)
-        yield values(frame, session, r)
+        shown = values(frame, session, r)
+        if i > 0 and session.pinned is None:  # from the verify on, the inspector shows this step, not the last
+            shown["inspector"] = step_html(played, r.position, n)
+            shown["step"] = gr.Slider(value=r.position + 1, minimum=1, maximum=max(r.position + 1, 2),
+                                      interactive=r.position > 0)
+        yield shown
         sleep(pause)
     name, text = steps[-1]
     message = f"{step_label(r.position, n)} · {len(steps)}/{len(steps)} {name}: {text}"
