@@ -192,7 +192,7 @@ class Runner:
         self.memories: dict[tuple[str, int, str], SuffixMemory] = {}  # (arm, repeat, scope) -> answers
 
     def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
-        s = self.cfg.sampling
+        s, spec = self.cfg.sampling, getattr(self.drafters.get(arm.drafter), "spec", None)
         return GenerationConfig(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
             draft_confidence=arm.confidence, tree_nodes_per_k=self.cfg.tree_nodes_per_k,
@@ -200,8 +200,8 @@ class Runner:
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
             verification=arm.verification,
-            tree_drafting=getattr(getattr(self.drafters.get(arm.drafter), "spec", None), "drafting", "")
-            or GenerationConfig.tree_drafting,
+            tree_drafting=getattr(spec, "drafting", "") or GenerationConfig.tree_drafting,
+            chains=getattr(spec, "chain", False),
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,

@@ -95,10 +95,10 @@ class DrafterSpec:
         return name + (" (chains)" if self.chain else f" ({self.drafting} trees)" if self.drafting else "")
 
     def config(self, cfg: GenerationConfig) -> GenerationConfig:
-        """`cfg` with this drafter's own verification rule or tree drafting, where its name gives one."""
+        """`cfg` with this drafter's own verification rule, tree drafting or chains, where its name gives one."""
         if self.rule:
             cfg = replace(cfg, verification=self.rule)
-        return replace(cfg, tree_drafting=self.drafting) if self.drafting else cfg
+        return replace(cfg, tree_drafting=self.drafting or cfg.tree_drafting, chains=self.chain or cfg.chains)
 
 
 # The forms a name may take around a kind's, with what each asks for: the error sentences list them, --help says them.
@@ -199,8 +199,6 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         if getattr(model, "tree_width", 0) < 2:
             raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN if spec.chain else spec.drafting}' "
                                "applies to tree drafters (medusa, eagle, block)")
-        if spec.chain:
-            model.tree_width = 0
     return drafter
 
 
