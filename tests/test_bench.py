@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import types
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from specviz.core.errors import SpecvizError
 from specviz.core import metrics as m
 from specviz.core.metrics import predicted_speedup
 from specviz.drafters import DraftModel
-from specviz.engine.generate import GenerationConfig, collect, speculative_generate
+from specviz.engine.generate import collect, speculative_generate
 from specviz.modeling import packing
 from specviz.modeling.threads import environment
 from specviz.run import suites
@@ -436,9 +437,8 @@ def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, 
     path = tmp_path / "m.safetensors"
     save_drafter(path, "medusa", heads, heads_config(heads), loaded(target))
     tree, chain = make_drafters([f"medusa:{path}", f"medusa:{path}@chain"], loaded(target))
-    cfg = GenerationConfig(max_new_tokens=12, k=3)
-    trees = [[ev.tree is not None for ev in collect(speculative_generate(target, d.drafter, [1, 2, 3], c))[0]]
-             for d, c in ((tree, cfg), (chain, chain.spec.config(cfg)))]
+    trees = [[ev.tree is not None for ev in collect(speculative_generate(
+        target, d.drafter, [1, 2, 3], replace(d.arm.cfg, max_new_tokens=12, k=3)))[0]] for d in (tree, chain)]
     assert any(trees[0]) and not any(trees[1])  # the arm's config, not its drafter, makes it draft chains
     with pytest.raises(SpecvizError, match="does not draft trees"):
         make_drafters(["pld@chain"], loaded(target))

@@ -33,7 +33,8 @@ from ..engine.generate import GenerationConfig, baseline_generate, speculative_g
 from ..engine.timing import ForwardClock, forward_costs
 from ..render.rules import comparable, expected, kept
 from . import peers
-from .drafters import BenchDrafter
+from .drafters import KINDS, BenchDrafter
+from ..run.arms import parse_arm
 from ..run.spec import check_length
 from ..run.suites import BenchPrompt
 
@@ -150,7 +151,8 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
             arms.append(Arm("none", "specviz", d.name, 1))
             continue
         # A rule in the drafter's name (NAME@token) holds whatever --verification says, as in generate and the app.
-        rules = ("token",) if config.sampling.greedy else (d.spec.rule,) if d.spec and d.spec.rule else config.verifications
+        rules = ("token",) if config.sampling.greedy else tuple(dict.fromkeys(
+            parse_arm(d.name, GenerationConfig(verification=r), KINDS).cfg.verification for r in config.verifications))
         for k in config.ks:
             check_length(d.drafter, k)  # a block drafter's file names the longest block it drafts
         arms += [Arm(f"{d.name} k={k}{_rule(rule)}", "specviz", d.name, k, verification=rule)
@@ -192,7 +194,7 @@ class Runner:
         self.memories: dict[tuple[str, int, str], SuffixMemory] = {}  # (arm, repeat, scope) -> answers
 
     def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
-        s, spec = self.cfg.sampling, getattr(self.drafters.get(arm.drafter), "spec", None)
+        s, shaped = self.cfg.sampling, getattr(self.drafters.get(arm.drafter), "arm", None)
         return GenerationConfig(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
             draft_confidence=arm.confidence, tree_nodes_per_k=self.cfg.tree_nodes_per_k,
@@ -200,8 +202,8 @@ class Runner:
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
             verification=arm.verification,
-            tree_drafting=getattr(spec, "drafting", "") or GenerationConfig.tree_drafting,
-            chains=getattr(spec, "chain", False),
+            tree_drafting=shaped.cfg.tree_drafting if shaped else GenerationConfig.tree_drafting,
+            chains=bool(shaped and shaped.cfg.chains),
         )
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,

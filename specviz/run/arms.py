@@ -1,0 +1,43 @@
+"""An arm: one drafter run one way, as Compare, the bench and `generate` race them. Its drafter is a spec
+(run/spec.py: a kind and its argument); how its drafts are shaped and judged is its GenerationConfig, the
+one every run reads. A name's '@' suffix is sugar for one of that config's knobs, read once here (`parse_arm`):
+'NAME@token' or 'NAME@block' sets `verification`, 'NAME@chain' sets `chains`, 'NAME@drawn' or 'NAME@chosen'
+sets `tree_drafting`, whatever the run's settings say.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from ..core.errors import SpecvizError
+from ..engine.generate import TREE_DRAFTINGS, VERIFICATIONS, GenerationConfig
+from ..render.rules import RULE_NAMES
+from .spec import DrafterSpec, Kind, parse
+
+CHAIN = "chain"  # NAME@chain
+# Each suffix -> (the config's knob it sets, what the arm's label adds).
+SUFFIXES = {**{rule: ({"verification": rule}, RULE_NAMES[rule]) for rule in VERIFICATIONS},
+            CHAIN: ({"chains": True}, "chains"), **{d: ({"tree_drafting": d}, f"{d} trees") for d in TREE_DRAFTINGS}}
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str  # as a person reads it: "EAGLE (block verification)", "prompt lookup"
+    spec: DrafterSpec
+    cfg: GenerationConfig  # the run's config with what the name's '@' suffix asked for
+
+
+def parse_arm(text: str, base_cfg: GenerationConfig, kinds: Mapping[str, Kind] | None = None) -> Arm:
+    """The arm `text` asks for, on `base_cfg` (the run's settings); SpecvizError in a sentence for a name
+    that is no drafter, or a tree's shape asked of a drafter that drafts no trees."""
+    s = (text or "").strip()
+    inner, at, suffix = s.rpartition("@")
+    asked = suffix.strip().lower() if at else ""
+    if asked not in SUFFIXES:
+        inner, asked = s, ""
+    spec = parse(inner.strip(), kinds)
+    if asked and asked not in VERIFICATIONS and not spec.kind.trees:
+        raise SpecvizError(f"{spec.text} does not draft trees: '@{asked}' applies to tree drafters (medusa, eagle, "
+                           "block)")
+    knob, said = SUFFIXES.get(asked, ({}, ""))
+    return Arm(f"{spec.label} ({said})" if said else spec.label, spec, replace(base_cfg, **knob))
