@@ -195,16 +195,13 @@ class Runner:
 
     def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
         s, shaped = self.cfg.sampling, getattr(self.drafters.get(arm.drafter), "arm", None)
-        return GenerationConfig(
-            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
-            draft_confidence=arm.confidence, tree_nodes_per_k=self.cfg.tree_nodes_per_k,
-            sampled_trees_up_to=self.cfg.sampled_trees_up_to,
+        return replace(  # on the drafter's own shape (NAME@chain, NAME@drawn) where its name asks for one
+            shaped.cfg if shaped else GenerationConfig(), max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+            k=arm.k or 1, dynamic_k=arm.dynamic, draft_confidence=arm.confidence,
+            tree_nodes_per_k=self.cfg.tree_nodes_per_k, sampled_trees_up_to=self.cfg.sampled_trees_up_to,
             sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
             raw_top=0,  # the distribution view's log-probs: the bench only times and counts
-            verification=arm.verification,
-            tree_drafting=shaped.cfg.tree_drafting if shaped else GenerationConfig.tree_drafting,
-            chains=bool(shaped and shaped.cfg.chains),
-        )
+            verification=arm.verification)
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
             max_new_tokens: int | None = None, remember: bool = True) -> RunRecord:

@@ -1,8 +1,6 @@
-"""An arm: one drafter run one way, as Compare, the bench and `generate` race them. Its drafter is a spec
-(run/spec.py: a kind and its argument); how its drafts are shaped and judged is its GenerationConfig, the
-one every run reads. A name's '@' suffix is sugar for one of that config's knobs, read once here (`parse_arm`):
-'NAME@token' or 'NAME@block' sets `verification`, 'NAME@chain' sets `chains`, 'NAME@drawn' or 'NAME@chosen'
-sets `tree_drafting`, whatever the run's settings say.
+"""An arm: one drafter (run/spec.py: a kind and its argument) run one way, its GenerationConfig, as Compare, the bench
+and `generate` race them. A name's '@' suffix is sugar for one knob of that config, read once here: 'NAME@token' or
+'NAME@block' sets verification, 'NAME@chain' chains, 'NAME@drawn' or 'NAME@chosen' tree_drafting.
 """
 from __future__ import annotations
 
@@ -14,10 +12,9 @@ from ..engine.generate import TREE_DRAFTINGS, VERIFICATIONS, GenerationConfig
 from ..render.rules import RULE_NAMES
 from .spec import DrafterSpec, Kind, parse
 
-CHAIN = "chain"  # NAME@chain
-# Each suffix -> (the config's knob it sets, what the arm's label adds).
+# Each suffix -> (the knob it sets, what the arm's label adds).
 SUFFIXES = {**{rule: ({"verification": rule}, RULE_NAMES[rule]) for rule in VERIFICATIONS},
-            CHAIN: ({"chains": True}, "chains"), **{d: ({"tree_drafting": d}, f"{d} trees") for d in TREE_DRAFTINGS}}
+            "chain": ({"chains": True}, "chains"), **{d: ({"tree_drafting": d}, f"{d} trees") for d in TREE_DRAFTINGS}}
 
 
 @dataclass(frozen=True)
@@ -28,8 +25,8 @@ class Arm:
 
 
 def parse_arm(text: str, base_cfg: GenerationConfig, kinds: Mapping[str, Kind] | None = None) -> Arm:
-    """The arm `text` asks for, on `base_cfg` (the run's settings); SpecvizError in a sentence for a name
-    that is no drafter, or a tree's shape asked of a drafter that drafts no trees."""
+    """The arm `text` asks for on `base_cfg` (the run's settings), or SpecvizError in a sentence: a name that
+    is no drafter, or a tree's shape asked of a drafter that drafts no trees."""
     s = (text or "").strip()
     inner, at, suffix = s.rpartition("@")
     asked = suffix.strip().lower() if at else ""
@@ -37,7 +34,7 @@ def parse_arm(text: str, base_cfg: GenerationConfig, kinds: Mapping[str, Kind] |
         inner, asked = s, ""
     spec = parse(inner.strip(), kinds)
     if asked and asked not in VERIFICATIONS and not spec.kind.trees:
-        raise SpecvizError(f"{spec.text} does not draft trees: '@{asked}' applies to tree drafters (medusa, eagle, "
-                           "block)")
+        raise SpecvizError(f"{spec.text} does not draft trees: '@{asked}' applies to tree drafters "
+                           "(medusa, eagle, block)")
     knob, said = SUFFIXES.get(asked, ({}, ""))
     return Arm(f"{spec.label} ({said})" if said else spec.label, spec, replace(base_cfg, **knob))
