@@ -22,7 +22,7 @@ import torch
 
 from ..drafters import Drafter, DraftModel
 from ..engine.generate import GenerationConfig
-from ..run.arms import Arm, parse_arm
+from ..run.arms import parse_arm
 from ..run.spec import Kind, build, parse, with_kinds
 
 TINY_RANDOM = "tiny-random"
@@ -34,7 +34,6 @@ class BenchDrafter:
     name: str  # as the user typed it: arm labels start with it
     drafter: Drafter | None  # None: the speculative loop with empty drafts
     model: object | None = None  # a separate draft model, when there is one (hf-assisted uses it)
-    arm: Arm | None = None  # as parsed on the default config: the shape its name asks for (NAME@chain, NAME@drawn)
 
 
 def tiny_random_model(target_model, layers: int = 2, hidden: int = 256, seed: int = 0):
@@ -78,10 +77,10 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
     .device and .dtype); drafters are reused across runs (each run calls `begin`)."""
     out = []
     for name in names:
-        arm = parse_arm(name, GenerationConfig(), KINDS)
-        drafter = build(arm.spec, target, trust_remote_code=trust_remote_code)
-        inner = drafter.model if arm.spec.copier else drafter  # a pair's model drafter
+        spec = parse_arm(name, GenerationConfig(), KINDS).spec  # its shape, if any, is read again by each arm
+        drafter = build(spec, target, trust_remote_code=trust_remote_code)
+        inner = drafter.model if spec.copier else drafter  # a pair's model drafter
         # A separate causal LM (not layer skip's view of the target, nor a trained head): transformers' assisted
         # generation can take it.
-        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None, arm))
+        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None))
     return out

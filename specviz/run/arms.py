@@ -19,9 +19,11 @@ SUFFIXES = {**{rule: ({"verification": rule}, RULE_NAMES[rule]) for rule in VERI
 
 @dataclass(frozen=True)
 class Arm:
-    label: str  # as a person reads it: "EAGLE (block verification)", "prompt lookup"
-    spec: DrafterSpec
+    label: str  # as a person reads it: "EAGLE (block verification)"; the bench's, unique: "eagle@chain k=4 block"
+    spec: DrafterSpec | None  # None: no drafter of specviz's (the bench's baseline and its peers)
     cfg: GenerationConfig  # the run's config with what the name's '@' suffix asked for
+    engine: str = "specviz"  # the bench's others: "baseline" or a peer ("hf", "hf-pld", "hf-assisted")
+    drafter: str | None = None  # the drafter's name as the bench was given it ("eagle@chain"), for its records
 
 
 def parse_arm(text: str, base_cfg: GenerationConfig, kinds: Mapping[str, Kind] | None = None) -> Arm:
