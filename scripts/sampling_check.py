@@ -97,14 +97,12 @@ def main(argv=None) -> int:
     target = load(args.target, device=args.device, dtype=args.dtype)
     ids = encode_chat(target.tokenizer, chat_messages([("user", PROMPT)] + (FOLLOW_UP if args.follow_up else [])))
     drafter = make_drafter(args.drafter, target)
-    if not args.tree_nodes_per_k:
-        drafter.tree_width = 0  # chains (the benchmark's NAME@chain arm)
     # Room for a whole tree at the first step (a step drafts no more than the run can still emit);
     # each draw is left once three tokens are out.
     cfg = GenerationConfig(max_new_tokens=3 + args.k * max(1, args.tree_nodes_per_k), k=args.k,
                            tree_nodes_per_k=args.tree_nodes_per_k, sampled_trees_up_to=math.inf, raw_top=0, top=0,
                            sampling=Sampling(temperature=args.temperature), verification=args.verification,
-                           tree_drafting=args.tree_drafting)
+                           tree_drafting=args.tree_drafting, chains=not args.tree_nodes_per_k)  # 0: chains, NAME@chain
     seen = Counter()
 
     def watch(ev):

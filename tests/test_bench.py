@@ -21,6 +21,8 @@ from specviz.core.errors import SpecvizError
 from specviz.core import metrics as m
 from specviz.core.metrics import predicted_speedup
 from specviz.drafters import DraftModel
+from specviz.engine.generate import GenerationConfig, collect, speculative_generate
+from specviz.run.arms import parse_arm
 from specviz.modeling import packing
 from specviz.modeling.threads import environment
 from specviz.run import suites
@@ -111,7 +113,7 @@ def test_plan_arms_baseline_first_then_drafters_by_k_then_peers(target):
         "hf-assisted k=2", "hf-assisted k=4", "hf-assisted dynamic k=3",
     ]
     confident = [a for a in plan_arms(drafters[:2], BenchConfig(ks=(2,), dynamic_k=3, confidences=(0.1, 0.3)), [])]
-    assert [(a.label, a.dynamic, a.confidence) for a in confident[-3:]] == [
+    assert [(a.label, a.cfg.dynamic_k, a.cfg.draft_confidence) for a in confident[-3:]] == [
         ("pld dynamic k=3", True, 0.0), ("pld dynamic k=3 conf=0.1", True, 0.1), ("pld dynamic k=3 conf=0.3", True, 0.3)]
     with pytest.raises(SpecvizError, match="hf-assisted needs a draft model"):
         plan_arms(drafters[:2], cfg, ["hf-assisted"])
@@ -435,7 +437,10 @@ def test_chain_suffix_turns_trees_off_and_is_refused_for_chain_drafters(target, 
     path = tmp_path / "m.safetensors"
     save_drafter(path, "medusa", heads, heads_config(heads), loaded(target))
     tree, chain = make_drafters([f"medusa:{path}", f"medusa:{path}@chain"], loaded(target))
-    assert tree.drafter.tree_width > 1 and chain.drafter.tree_width == 0
+    cfg = GenerationConfig(max_new_tokens=12, k=3)
+    trees = [[ev.tree is not None for ev in collect(speculative_generate(
+        target, d.drafter, [1, 2, 3], parse_arm(d.name, cfg).cfg))[0]] for d in (tree, chain)]
+    assert any(trees[0]) and not any(trees[1])  # the arm's config, not its drafter, makes it draft chains
     with pytest.raises(SpecvizError, match="does not draft trees"):
         make_drafters(["pld@chain"], loaded(target))
 

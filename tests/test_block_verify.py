@@ -507,19 +507,18 @@ def test_the_bench_follows_the_engines_rule_and_runs_greedy_once():
     from specviz import GenerationConfig, Sampling
     from specviz.bench.drafters import BenchDrafter
     from specviz.bench.runner import BenchConfig, plan_arms
-    from specviz.run.spec import parse
 
     d = [BenchDrafter("pld", object())]
     sampled = BenchConfig(sampling=Sampling(temperature=1.0), dynamic_k=4, confidences=(0.5,))
     assert GenerationConfig().verification == "block"
-    assert [(a.label, a.verification) for a in plan_arms(d, sampled, [])][1:] == [
+    assert [(a.label, a.cfg.verification) for a in plan_arms(d, sampled, [])][1:] == [
         ("pld k=4 block", "block"), ("pld dynamic k=4 block", "block"), ("pld dynamic k=4 conf=0.5 block", "block")]
     both = BenchConfig(sampling=Sampling(temperature=1.0), verifications=("token", "block"))
     assert [a.label for a in plan_arms(d, both, [])][1:] == ["pld k=4", "pld k=4 block"]
-    named = [BenchDrafter("eagle@token", object(), spec=parse("eagle@token"))]  # the name's rule holds, as elsewhere
-    assert [(a.label, a.verification) for a in plan_arms(named, both, [])][1:] == [("eagle@token k=4", "token")]
+    named = [BenchDrafter("eagle@token", object())]  # the name's rule holds, as elsewhere
+    assert [(a.label, a.cfg.verification) for a in plan_arms(named, both, [])][1:] == [("eagle@token k=4", "token")]
     greedy = BenchConfig(verifications=("token", "block"))
-    assert [(a.label, a.verification) for a in plan_arms(d, greedy, [])][1:] == [("pld k=4", "token")]
+    assert [(a.label, a.cfg.verification) for a in plan_arms(d, greedy, [])][1:] == [("pld k=4", "token")]
 
 
 def test_the_docs_table_of_rules_is_drawn_from_the_results():

@@ -186,7 +186,8 @@ def test_a_drafter_races_itself_under_both_verification_rules(app_models):
 def test_a_hosted_page_offers_each_drafter_with_q_token_by_token():
     """A hosted Compare list cannot be typed into: it offers NAME@token for the drafters that give q
     (the block is the default), and the policy lets that choice run."""
-    from specviz.run.spec import parse
+    from specviz.engine.generate import GenerationConfig
+    from specviz.run.arms import parse_arm
     from specviz.ui.policy import hosted_policy
 
     policy = hosted_policy()
@@ -194,7 +195,7 @@ def test_a_hosted_page_offers_each_drafter_with_q_token_by_token():
     assert offered["eagle@token"].endswith("token by token") and "medusa@token" in offered
     assert "pld@token" not in offered and "eagle+pld@token" not in offered  # one-hot drafts: both rules keep the same
     for value in offered:
-        policy.check_drafter(parse(value).name)  # no refusal
+        policy.check_drafter(parse_arm(value, GenerationConfig()).spec.text)  # no refusal
 
 
 def test_a_tree_drafter_races_itself_with_drawn_and_chosen_children(app_models):

@@ -293,7 +293,7 @@ def test_a_precision_reaches_the_target_load_and_a_wrong_one_is_one_sentence():
     from specviz import SpecvizError
     from specviz.run.prepare import prepare, run_here
     from specviz.run.settings import Settings
-    from specviz.run.spec import parse
+    from specviz.run.arms import parse_arm
 
     asked = {}
 
@@ -303,7 +303,8 @@ def test_a_precision_reaches_the_target_load_and_a_wrong_one_is_one_sentence():
             asked.update(kw)
             raise SpecvizError("stop here")
     with pytest.raises(SpecvizError, match="stop here"):
-        run_here(prepare(Settings.from_controls(prompt="x", dtype=" BF16 "), parse("none"), Models))
+        s = Settings.from_controls(prompt="x", dtype=" BF16 ")
+        run_here(prepare(s, parse_arm("none", s.config()), Models))
     assert asked["dtype"] == "bf16"
     with pytest.raises(SpecvizError, match=r"^precision \(dtype\) must be one of auto, float32, .*got 'int8'$"):
         Settings.from_controls(prompt="x", dtype="int8")

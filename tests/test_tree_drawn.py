@@ -340,14 +340,13 @@ def test_greedy_trees_are_unchanged_by_drawing(kind):
 def test_a_drafters_name_asks_for_drawn_or_chosen_trees():
     from specviz import GenerationConfig
     from specviz.core.errors import SpecvizError
-    from specviz.run.spec import build, parse
+    from specviz.run.arms import parse_arm
 
-    spec = parse("eagle@drawn")
-    assert spec.name == "eagle" and spec.drafting == "drawn" and spec.label == "EAGLE (drawn trees)"
-    assert spec.config(GenerationConfig(tree_drafting="chosen")).tree_drafting == "drawn"
-    assert parse("medusa@chosen").config(GenerationConfig(tree_drafting="drawn")).tree_drafting == "chosen"
+    arm = parse_arm("eagle@drawn", GenerationConfig(tree_drafting="chosen"))
+    assert arm.spec.text == "eagle" and arm.cfg.tree_drafting == "drawn" and arm.label == "EAGLE (drawn trees)"
+    assert parse_arm("medusa@chosen", GenerationConfig(tree_drafting="drawn")).cfg.tree_drafting == "chosen"
     with pytest.raises(SpecvizError, match="does not draft trees"):
-        build(parse("pld@drawn"), None)
+        parse_arm("pld@drawn", GenerationConfig())
     with pytest.raises(SpecvizError, match="tree drafting must be one of chosen, drawn"):
         GenerationConfig(tree_drafting="sampled").validate()
 

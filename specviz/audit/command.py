@@ -124,12 +124,13 @@ def engines(args):
                             Server(args.baseline_server, messages, s, args.tokens, args.model, room=args.k))),
                 lambda o: "".join(o), what)
     from ..run.prepare import on_stderr
-    from ..run.spec import make_drafter, parse
+    from ..run.arms import parse_arm
+    from ..run.spec import build
     from ..modeling import models
     from ..modeling.chat import chat_messages
     from ..modeling.text import encode_chat
 
-    progress = on_stderr()
+    progress, arm = on_stderr(), parse_arm(args.drafter, GenerationConfig())  # NAME@chain drafts chains here too
     target = models.load(args.target, progress=progress)
     ids = encode_chat(target.tokenizer, chat_messages(turns)) if target.is_chat else \
         list(target.tokenizer(" ".join(t for _, t in turns))["input_ids"])
@@ -142,7 +143,7 @@ def engines(args):
             "verification": args.verification or RULE}
     if args.engine == "transformers":
         peer, assistant = "hf-pld", None
-        if parse(args.drafter).kind.name != "pld":
+        if arm.spec.kind.name != "pld":
             from ..bench.drafters import DRAFT_HF, make_drafters
 
             name = DRAFT_HF if args.drafter.strip() == "draft" else args.drafter
@@ -152,7 +153,7 @@ def engines(args):
         extra = {} if args.ensemble_weight is None else {"assistant_ensemble_weight": args.ensemble_weight}
         return ((lambda s: (Generate(target.model, peer, ids, s, args.tokens, args.k, eos, assistant, extra),
                             Generate(target.model, "hf", ids, s, args.tokens, args.k, eos))), show, what)
-    drafter = make_drafter(args.drafter, target, progress=progress)
+    drafter = build(arm.spec, target, progress=progress)
     if drafter is None:
         raise SpecvizError("the drafter 'none' drafts nothing: there would be no speculation to audit")
     def plain(s):
@@ -168,7 +169,7 @@ def engines(args):
 
         drafter = RawQ(drafter)
     return ((lambda s: (Local.of(target.model, drafter, ids, s, args.tokens, args.k, eos,
-                                 verification=args.verification or RULE), plain(s))), show, what)
+                                 verification=args.verification or RULE, chains=arm.cfg.chains), plain(s))), show, what)
 
 
 def draw_both(spec, plain, n: int, first_seed: int, deadline: float | None, label: str, every: float = 5.0):

@@ -44,10 +44,10 @@ class Local:
 
     @classmethod
     def of(cls, model, drafter, prompt_ids, sampling: Sampling, tokens: int, k: int = 4, eos: tuple[int, ...] = (),
-           verification: str = "token"):
+           verification: str = "token", chains: bool = False):
         """The audit's own configuration: room for one draft of k past `tokens`, nothing recorded for views."""
         cfg = GenerationConfig(max_new_tokens=tokens + k, k=k, sampling=sampling, eos_token_ids=eos, top=0,
-                               raw_top=0, verification=verification)
+                               raw_top=0, verification=verification, chains=chains)
         return cls(model, drafter, prompt_ids, cfg, tokens)
 
     def settings(self) -> dict:

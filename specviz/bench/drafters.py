@@ -1,7 +1,7 @@
 """Turning the names given to `--drafters` into drafters.
 
-Every name the other entry points understand (run/spec.py: none, pld, layerskip[:layers],
-a draft model id or folder, NAME@chain, and whatever it learns later) is parsed there. The
+Every name the other entry points understand (run/arms.py and run/spec.py: none, pld, layerskip[:layers],
+a draft model id or folder, NAME@chain, and whatever they learn later) is parsed there. The
 benchmark adds kinds of its own:
 
     tiny-random  a 2-layer, hidden-256 model built from the target's config with random
@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from ..drafters import Drafter, DraftModel
-from ..run.spec import DrafterSpec, Kind, build, parse, with_kinds
+from ..engine.generate import GenerationConfig
+from ..run.arms import parse_arm
+from ..run.spec import Kind, build, parse, with_kinds
 
 TINY_RANDOM = "tiny-random"
 DRAFT_HF = "draft-hf"
@@ -32,7 +34,6 @@ class BenchDrafter:
     name: str  # as the user typed it: arm labels start with it
     drafter: Drafter | None  # None: the speculative loop with empty drafts
     model: object | None = None  # a separate draft model, when there is one (hf-assisted uses it)
-    spec: DrafterSpec | None = None  # as parsed: the rule or tree drafting its name asks for (NAME@token, NAME@drawn)
 
 
 def tiny_random_model(target_model, layers: int = 2, hidden: int = 256, seed: int = 0):
@@ -76,10 +77,10 @@ def make_drafters(names: list[str], target, trust_remote_code: bool = False) -> 
     .device and .dtype); drafters are reused across runs (each run calls `begin`)."""
     out = []
     for name in names:
-        spec = parse(name, KINDS)
+        spec = parse_arm(name, GenerationConfig(), KINDS).spec  # its shape, if any, is read again by each arm
         drafter = build(spec, target, trust_remote_code=trust_remote_code)
         inner = drafter.model if spec.copier else drafter  # a pair's model drafter
         # A separate causal LM (not layer skip's view of the target, nor a trained head): transformers' assisted
         # generation can take it.
-        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None, spec))
+        out.append(BenchDrafter(name, drafter, inner.model if type(inner) is DraftModel else None))
     return out

@@ -33,22 +33,12 @@ from ..engine.generate import GenerationConfig, baseline_generate, speculative_g
 from ..engine.timing import ForwardClock, forward_costs
 from ..render.rules import comparable, expected, kept
 from . import peers
-from .drafters import BenchDrafter
+from .drafters import KINDS, BenchDrafter
+from ..run.arms import Arm, parse_arm
 from ..run.spec import check_length
 from ..run.suites import BenchPrompt
 
 BASELINE = "baseline"
-
-
-@dataclass(frozen=True)
-class Arm:
-    label: str  # unique: "baseline", "pld k=4", "pld dynamic k=4", "hf-pld k=4"
-    engine: str  # "baseline", "specviz" or a peer name ("hf", "hf-pld", "hf-assisted")
-    drafter: str | None = None  # the drafter's name, for specviz and hf-assisted arms
-    k: int | None = None
-    dynamic: bool = False
-    confidence: float = 0.0  # dynamic arms: GenerationConfig.draft_confidence
-    verification: str = "token"  # GenerationConfig.verification (its label says a rule other than token-wise)
 
 
 # Half of generate's default on purpose: the bench runs every arm on every prompt, repeat
@@ -142,39 +132,53 @@ def _rule(rule: str) -> str:
     return "" if rule == "token" else f" {rule}"
 
 
+def draft_length(arm: Arm) -> int | None:
+    """The arm's k; None where it has none (the baseline, transformers' plain generate)."""
+    return None if arm.engine in (BASELINE, "hf") else arm.cfg.k
+
+
 def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: list[str]) -> list[Arm]:
     """The baseline first, then each drafter at each k (and dynamic k), then the peers."""
-    arms = [Arm(BASELINE, "baseline")]
+    # Every arm's config before its own k, rule and shape; no raw log-probs: the bench only times and counts.
+    base = GenerationConfig(max_new_tokens=config.max_new_tokens, k=1, tree_nodes_per_k=config.tree_nodes_per_k,
+                            sampled_trees_up_to=config.sampled_trees_up_to, sampling=config.sampling,
+                            eos_token_ids=config.eos_token_ids, raw_top=0, verification="token")
+    arms = [Arm(BASELINE, None, base, BASELINE)]
     for d in drafters:
         if d.drafter is None:  # "none": k is irrelevant
-            arms.append(Arm("none", "specviz", d.name, 1))
+            arms.append(Arm("none", None, base, drafter=d.name))
             continue
-        # A rule in the drafter's name (NAME@token) holds whatever --verification says, as in generate and the app.
-        rules = ("token",) if config.sampling.greedy else (d.spec.rule,) if d.spec and d.spec.rule else config.verifications
+        # A rule in the drafter's name (NAME@token) holds whatever --verification says, as in generate and the app;
+        # greedy runs keep the same tokens under every rule: one arm, token-wise.
+        own = {r: parse_arm(d.name, replace(base, verification=r), KINDS) for r in config.verifications}
+        shaped = {replace(a.cfg, verification="token") if config.greedy else a.cfg: a.spec for a in own.values()}
         for k in config.ks:
             check_length(d.drafter, k)  # a block drafter's file names the longest block it drafts
-        arms += [Arm(f"{d.name} k={k}{_rule(rule)}", "specviz", d.name, k, verification=rule)
-                 for k in config.ks for rule in rules]
+        arms += [Arm(f"{d.name} k={k}{_rule(c.verification)}", spec, replace(c, k=k), drafter=d.name)
+                 for k in config.ks for c, spec in shaped.items()]
         if config.dynamic_k:  # dynamic arms under the first rule asked for
-            dyn = f"{d.name} dynamic k={config.dynamic_k}"
-            arms.append(Arm(f"{dyn}{_rule(rules[0])}", "specviz", d.name, config.dynamic_k, True, verification=rules[0]))
-            arms += [Arm(f"{dyn} conf={c:g}{_rule(rules[0])}", "specviz", d.name, config.dynamic_k, True, c,
-                         verification=rules[0]) for c in config.confidences]
+            c, spec = next(iter(shaped.items()))
+            dyn, rule, c = f"{d.name} dynamic k={config.dynamic_k}", _rule(c.verification), replace(
+                c, k=config.dynamic_k, dynamic_k=True)
+            arms.append(Arm(f"{dyn}{rule}", spec, c, drafter=d.name))
+            arms += [Arm(f"{dyn} conf={conf:g}{rule}", spec, replace(c, draft_confidence=conf), drafter=d.name)
+                     for conf in config.confidences]
     model_drafters = [d for d in drafters if d.model is not None]
     for peer in peer_names:
         if peer not in peers.PEERS:
             raise SpecvizError(f"unknown peer {peer!r}: choose from {', '.join(peers.PEERS)}")
         if peer == "hf":
-            arms.append(Arm("hf", "hf"))
+            arms.append(Arm("hf", None, base, "hf"))
             continue
         if peer == "hf-assisted" and not model_drafters:
             raise SpecvizError("hf-assisted needs a draft model: add a model id, folder or tiny-random to --drafters")
         owners = model_drafters if peer == "hf-assisted" else [None]
         for d in owners:
             name = f"{peer}:{d.name}" if d is not None and len(owners) > 1 else peer
-            arms += [Arm(f"{name} k={k}", peer, d and d.name, k) for k in config.ks]
+            arms += [Arm(f"{name} k={k}", None, replace(base, k=k), peer, d and d.name) for k in config.ks]
             if config.dynamic_k and peer == "hf-assisted":  # transformers' prompt lookup has no schedule
-                arms.append(Arm(f"{name} dynamic k={config.dynamic_k}", peer, d and d.name, config.dynamic_k, True))
+                arms.append(Arm(f"{name} dynamic k={config.dynamic_k}", None,
+                                replace(base, k=config.dynamic_k, dynamic_k=True), peer, d and d.name))
     return arms
 
 
@@ -192,17 +196,9 @@ class Runner:
         self.memories: dict[tuple[str, int, str], SuffixMemory] = {}  # (arm, repeat, scope) -> answers
 
     def generation_config(self, arm: Arm, repeat: int, max_new_tokens: int | None = None) -> GenerationConfig:
-        s = self.cfg.sampling
-        return GenerationConfig(
-            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens, k=arm.k or 1, dynamic_k=arm.dynamic,
-            draft_confidence=arm.confidence, tree_nodes_per_k=self.cfg.tree_nodes_per_k,
-            sampled_trees_up_to=self.cfg.sampled_trees_up_to,
-            sampling=replace(s, seed=s.seed + repeat), eos_token_ids=self.cfg.eos_token_ids,
-            raw_top=0,  # the distribution view's log-probs: the bench only times and counts
-            verification=arm.verification,
-            tree_drafting=getattr(getattr(self.drafters.get(arm.drafter), "spec", None), "drafting", "")
-            or GenerationConfig.tree_drafting,
-        )
+        s = arm.cfg.sampling
+        return replace(arm.cfg, max_new_tokens=max_new_tokens or arm.cfg.max_new_tokens,
+                       sampling=replace(s, seed=s.seed + repeat))
 
     def run(self, prompt: BenchPrompt, ids: list[int], arm: Arm, repeat: int,
             max_new_tokens: int | None = None, remember: bool = True) -> RunRecord:
@@ -255,7 +251,7 @@ class Runner:
 
     def _run_peer(self, prompt, ids, arm, repeat, max_new_tokens) -> RunRecord:
         assistant = self.drafters[arm.drafter].model if arm.engine == "hf-assisted" else None
-        kwargs = peers.generate_kwargs(arm.engine, arm.k, arm.dynamic, self.cfg.sampling,
+        kwargs = peers.generate_kwargs(arm.engine, draft_length(arm), arm.cfg.dynamic_k, self.cfg.sampling,
                                        max_new_tokens or self.cfg.max_new_tokens, self.cfg.eos_token_ids, assistant)
         clock = self.target_clock
         draft_clock = self.draft_clocks.get(arm.drafter) if assistant is not None else None
@@ -308,7 +304,7 @@ def run_benchmark(target, drafters: list[BenchDrafter], prompts: list[tuple[Benc
         records += mine
         # Costs on this prompt's own cache state, right after its runs (same machine state),
         # for every verify length the runs used and each arm's k + 1.
-        sizes = {1} | {a.k + 1 for a in arms if a.k} | {n + 1 for r in mine for n in r.draft_lengths}
+        sizes = {1} | {a.cfg.k + 1 for a in arms if draft_length(a)} | {n + 1 for r in mine for n in r.draft_lengths}
         forward_seconds[prompt.id] = forward_costs(target, ids, sizes, config.cost_repeats)
         tick(f"{prompt.id} forward costs")
     return BenchResult(config, arms, [p for p, _ in prompts], {p.id: len(ids) for p, ids in prompts},

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..core import metrics as m
 from .peers import PEERS
-from .runner import BASELINE, Arm, BenchResult, RunRecord
+from .runner import BASELINE, Arm, BenchResult, RunRecord, draft_length
 
 ALL = "all"
 
@@ -120,21 +120,21 @@ def _aggregate(arm: Arm, category: str, mine: list[PromptRow], base: list[Prompt
     tokens, elapsed, decode = (sum(getattr(row, f) for row in mine) for f in ("tokens", "elapsed", "decode"))
     b_tokens, b_elapsed, b_decode = (sum(getattr(row, f) for row in base) for f in ("tokens", "elapsed", "decode"))
     s = {
-        "arm": arm.label, "engine": arm.engine, "drafter": arm.drafter, "k": arm.k, "dynamic": arm.dynamic,
-        "confidence": arm.confidence,
+        "arm": arm.label, "engine": arm.engine, "drafter": arm.drafter, "k": draft_length(arm),
+        "dynamic": arm.cfg.dynamic_k, "confidence": arm.cfg.draft_confidence,
         "category": category, "prompts": len(mine), "tokens": tokens, "seconds": elapsed,
         "tokens_per_s": tokens / elapsed if elapsed else 0.0,
         "speedup": m.speedup(b_elapsed, b_tokens, elapsed, tokens),
         "decode_speedup": m.speedup(b_decode, b_tokens, decode, tokens),
-        "v": costs.v_at(recs, arm.k + 1) if arm.k else None,
+        "v": costs.v_at(recs, arm.cfg.k + 1) if draft_length(arm) else None,
     }
     if arm.engine == "specviz":
         s.update(_speculative(recs, s["decode_speedup"], costs))
-        k = max([n for r in recs for n in r.draft_lengths] + [arm.k])
+        k = max([n for r in recs for n in r.draft_lengths] + [arm.cfg.k])
         reached, kept = m.position_counts((o for r in recs for o in r.step_outcomes), k)
         s.update(position_acceptance=m.position_acceptance(reached, kept), c=costs.c(recs),
-                 predicted_closed_form=m.predicted_speedup(s["alpha"], arm.k, costs.c(recs), s["v"])
-                 if any(r.drafted for r in recs) and not arm.dynamic else None)
+                 predicted_closed_form=m.predicted_speedup(s["alpha"], arm.cfg.k, costs.c(recs), s["v"])
+                 if any(r.drafted for r in recs) and not arm.cfg.dynamic_k else None)
     if "identical_to_baseline" in (entries[0] if entries else {}):
         s["identical"] = sum(e["identical_to_baseline"] for e in entries)
         if arm.engine in PEERS:

@@ -112,16 +112,16 @@ def generate(args) -> int:
     from ..render.trace import Trace
     from ..run.prepare import on_stderr, prepare, run_here, warm
     from ..run.race import race
-    from ..run.spec import parse
+    from ..run.arms import parse_arm
 
     # The run's settings as the page's are read (run/settings.py), checked before any model loads. The chat
     # flag is not among them: None (the template where the model has one) is the page's True.
     s = Settings.from_controls(**{f.name: getattr(args, f.name) for f in fields(Settings) if f.name != "chat"})
     controller = _controller(args)
-    spec, sampling, memory = parse(s.drafter), s.sampling, _suffix_memory(args.suffix_memory)
+    arm, sampling, memory = parse_arm(s.drafter, s.config()), s.sampling, _suffix_memory(args.suffix_memory)
     # The steps the app takes too (run/prepare.py), run here, a load's progress on stderr.
     placed = dict(device=args.device, dtype=args.dtype, device_map=args.device_map, compile=args.compile)
-    p = run_here(prepare(s, spec, models, chat=args.chat, memory=memory, placed=placed,
+    p = run_here(prepare(s, arm, models, chat=args.chat, memory=memory, placed=placed,
                          trust_remote_code=args.trust_remote_code), on_stderr())
     if controller:
         p = replace(p, cfg=replace(p.cfg, controller=controller))
@@ -135,7 +135,7 @@ def generate(args) -> int:
     if not args.no_baseline:
         runs["base"] = baseline_generate(target.model, prompt, cfg)
     # Labelled as the app labels it ("prompt lookup" for pld): the summary, the JSON and a saved trace alike.
-    traces = {"spec": Trace(f"{spec.label}, {cfg.controller}" if cfg.controller else spec.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
+    traces = {"spec": Trace(f"{arm.label}, {cfg.controller}" if cfg.controller else arm.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
     for which, ev, labels in race(models, target, prompt, runs):  # labels: each token's text, as the app shows it
         traces[which].add(ev, labels)
     steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end

@@ -42,12 +42,6 @@ class Hybrid(Drafter):
         """The drafter's whose step it is (prompt lookup's copies are chains)."""
         return self.copier.tree_width if self.copying else self.model.tree_width
 
-    @tree_width.setter
-    def tree_width(self, width: int) -> None:
-        self.model.tree_width = width
-        if self.copier.tree_width:  # the benchmark's NAME@chain arm reaches both
-            self.copier.tree_width = width
-
     def begin(self, prompt_ids, processor, generator, device, hidden=None, trees=False) -> None:
         self.copier.begin(prompt_ids, processor, generator, device, trees=trees)
         self.model.begin(prompt_ids, processor, generator, device, hidden=hidden, trees=trees)

@@ -71,6 +71,7 @@ class GenerationConfig:
     # keeps no more (level or fewer at 0.7), and at 1.0, where drawn trees keep the most, chains were still
     # faster on a CPU (docs/performance.md, "Drawn trees against chosen trees and chains").
     tree_drafting: str = "chosen"
+    chains: bool = False  # a tree drafter (EAGLE, Medusa, block) drafts chains only: the NAME@chain arm
     # A draft-length controller by name (engine/controller_names.py: "sglang-adaptive", "llama-pmin:p=0.8",
     # "fixed:4", ...): it sizes every step's chain draft in place of k and dynamic k; "" = k / dynamic k.
     controller: str = ""
@@ -236,7 +237,7 @@ def speculative_generate(
     features = features_read(drafter)  # Medusa/EAGLE: the final states; EAGLE-3: a few layers' inputs
     if controller is None and cfg.controller:
         controller = controller_names.build(cfg.controller)
-    trees = cfg.trees and trees_verifiable(run.cache) and controller is None  # may the drafter propose trees?
+    trees = cfg.trees and not cfg.chains and trees_verifiable(run.cache) and controller is None  # may the drafter propose trees?
     length = controller or DraftLength(cfg.k, min(K_MAX, 4 * cfg.k), cfg.dynamic_k,
                                        tree_nodes=cfg.tree_nodes if trees else 0, confidence=cfg.draft_confidence)
     with torch.inference_mode():

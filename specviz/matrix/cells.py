@@ -112,8 +112,8 @@ def _head(spec, target, family: str, heads: dict | None, **_):
 
 
 # The names every entry point understands (run/spec.py), the matrix's own draft model, and its heads.
-KINDS = with_kinds(Kind("draft-model", "draft model", _draft_model), Kind("eagle", "EAGLE", _head),
-                   Kind("medusa", "Medusa", _head))
+KINDS = with_kinds(Kind("draft-model", "draft model", _draft_model), Kind("eagle", "EAGLE", _head, trees=True),
+                   Kind("medusa", "Medusa", _head, trees=True))
 SPECS = {"layerskip": "layerskip:0"}  # a cell's drafter as run/spec.py reads it: layer 0 alone drafts
 
 

@@ -17,6 +17,7 @@ from typing import Callable, Generator, Sequence
 from ..drafters.base import Drafter
 from ..engine import verify_cost
 from ..engine.generate import GenerationConfig, warm_up
+from .arms import Arm
 from .settings import Settings
 from .spec import DrafterSpec, build, check_length, load_draft, model_name, placed_as
 
@@ -45,22 +46,21 @@ class Prepared:
 Steps = Generator[Step, object, object]
 
 
-def prepare(s: Settings, spec: DrafterSpec, models, *, chat: bool | None = None, memory=None,
+def prepare(s: Settings, arm: Arm, models, *, chat: bool | None = None, memory=None,
             check_prompt: Callable[[int], None] | None = None, placed: dict | None = None, **load) -> Steps:
-    """The steps up to a run's drafter, returning Prepared. chat: the template where the model has one (None),
-    or not (False), or required (True); check_prompt(tokens): a deployment's limit; placed: the target's device,
-    dtype and the like (models.load's); load: models.load's options for every model (cache_bytes,
-    trust_remote_code). A value the engine would refuse is refused before any model loads."""
-    cfg = spec.config(s.config())
+    """The steps up to the run of `arm` (parse_arm of s.drafter on s.config()), returning Prepared. chat: the template
+    where the model has one (None), or not (False), or required (True); check_prompt(tokens): a deployment's limit;
+    placed: the target's device, dtype and the like (models.load's); load: models.load's options for every
+    model (cache_bytes, trust_remote_code). A value the engine would refuse is refused before any model loads."""
     target = yield Step(f"target {model_name(s.target)}",
                         lambda progress: models.load(s.target, progress=progress, **({"dtype": s.dtype} | (placed or {})),
                                                      **load), True)
     ids = models.encode_prompt(target, s.prompt, chat)
     if check_prompt is not None:
         check_prompt(len(ids))
-    drafter = yield from drafter_steps(spec, target, models, memory, **load)
-    check_length(drafter, cfg.k)
-    return Prepared(target, ids, replace(cfg, eos_token_ids=target.eos_token_ids), drafter)
+    drafter = yield from drafter_steps(arm.spec, target, models, memory, **load)
+    check_length(drafter, arm.cfg.k)
+    return Prepared(target, ids, replace(arm.cfg, eos_token_ids=target.eos_token_ids), drafter)
 
 
 def drafter_steps(spec: DrafterSpec, target, models, memory=None, **load) -> Steps:

@@ -3,9 +3,8 @@ DrafterSpec, and `build`, which makes the drafter it names.
 
 The language: a kind of KINDS by its name ('none', 'pld', 'suffix', 'layerskip[:LAYERS]', 'eagle[:PATH]', ...)
 or a draft model's Hub id or folder; 'NAME+pld' pairs a model drafter with prompt lookup and 'suffix+NAME' with
-suffix decoding (drafters/hybrid.py); 'NAME@token' or 'NAME@block' verifies its drafts by that rule whatever the
-settings say, 'NAME@chain' makes a tree drafter (EAGLE, Medusa, block) draft chains, and 'NAME@drawn' or 'NAME@chosen'
-finds a sampled tree's children that way (GenerationConfig.tree_drafting). An application with kinds of
+suffix decoding (drafters/hybrid.py). How its drafts are shaped or judged is no part of it: a name's '@'
+suffix ('NAME@block', 'NAME@chain', ...) sets a GenerationConfig knob, read in run/arms.py. An application with kinds of
 its own (the bench's tiny-random and draft-hf, the matrix's draft-model and its heads trained in place) parses
 against KINDS plus those (`with_kinds`): run/ never imports it, and no entry point's names depend on which
 application happened to be imported.
@@ -14,19 +13,16 @@ from __future__ import annotations
 
 import difflib
 import pathlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..core.errors import SpecvizError
 from ..drafters.base import Drafter
 from ..drafters.draft_model import DraftModel
 from ..drafters.prompt_lookup import PromptLookup, special_ids
-from ..engine.generate import TREE_DRAFTINGS, VERIFICATIONS, GenerationConfig
-from ..render.rules import RULE_NAMES
 
 NONE = "none"  # plain decoding in steps: the speculative loop with empty drafts
 PAIRS = {"pld": "+pld", "suffix": "suffix+"}  # the copier -> how a name pairs a model drafter with it
-CHAIN = "chain"  # NAME@chain
 SHORT_NAMES = {"default": "SmolLM2-135M (embedded)"}  # a model as labels name it
 
 
@@ -43,6 +39,7 @@ class Kind:
     pairs: bool = True  # a model drafter: NAME+pld and suffix+NAME may pair it with a copier
     needs_model: bool = False  # a separate draft model is loaded by its name (the argument)
     says: str = ""  # what it is, for a command's --help: "the target with only LAYERS of its layers"
+    trees: bool = False  # it may draft trees: NAME@chain, NAME@drawn and NAME@chosen apply to it (run/arms.py)
 
     def title(self, argument: str) -> str:
         """The label of this kind with `argument`: "layer skip (layers 0-9)", "draft model: x"."""
@@ -64,14 +61,6 @@ class DrafterSpec:
     kind: Kind
     argument: str = ""  # after "NAME:" (layers, a file, a released head), or the draft model's id or folder
     copier: str = ""  # "pld" (NAME+pld) or "suffix" (suffix+NAME): that copier drafts where the text repeats
-    rule: str = ""  # "token" or "block" (NAME@block): this drafter's verification rule, whatever the settings say
-    chain: bool = False  # NAME@chain: a tree drafter drafting chains only
-    drafting: str = ""  # "chosen" or "drawn" (NAME@drawn): how its sampled trees' children are found
-
-    @property
-    def name(self) -> str:
-        """The text without its '@' suffix: the drafter, however it is verified or shaped."""
-        return self.text.rpartition("@")[0].strip() if self.rule or self.chain or self.drafting else self.text
 
     @property
     def needs_model(self) -> bool:
@@ -80,25 +69,17 @@ class DrafterSpec:
 
     @property
     def drafter_label(self) -> str:
-        """The drafter's own name, without its pairing or rule: "layer skip (layers 0-9)", "draft model: x"."""
+        """The drafter's own name, without its pairing: "layer skip (layers 0-9)", "draft model: x"."""
         return self.kind.title(self.argument)
 
     @property
     def label(self) -> str:
         """A short human name: "prompt lookup", "EAGLE + prompt lookup", "suffix decoding + EAGLE" (the copier
-        first where it drafts first), "draft model: SmolLM2-360M-Instruct", "EAGLE (block verification)"."""
+        first where it drafts first), "draft model: SmolLM2-360M-Instruct"."""
         name = self.drafter_label
-        if self.copier:
-            name = f"suffix decoding + {name}" if self.copier == "suffix" else f"{name} + prompt lookup"
-        if self.rule:
-            name += f" ({RULE_NAMES[self.rule]})"
-        return name + (" (chains)" if self.chain else f" ({self.drafting} trees)" if self.drafting else "")
-
-    def config(self, cfg: GenerationConfig) -> GenerationConfig:
-        """`cfg` with this drafter's own verification rule or tree drafting, where its name gives one."""
-        if self.rule:
-            cfg = replace(cfg, verification=self.rule)
-        return replace(cfg, tree_drafting=self.drafting) if self.drafting else cfg
+        if not self.copier:
+            return name
+        return f"suffix decoding + {name}" if self.copier == "suffix" else f"{name} + prompt lookup"
 
 
 # The forms a name may take around a kind's, with what each asks for: the error sentences list them, --help says them.
@@ -140,20 +121,14 @@ def parse(text: str, kinds: Mapping[str, Kind] | None = None) -> DrafterSpec:
     s = (text or "").strip()
     if not s:
         raise SpecvizError(f"no drafter given: the drafters are {names(kinds)}")
-    inner, at, suffix = s.rpartition("@")
-    rule = suffix.strip().lower() if at and suffix.strip().lower() in VERIFICATIONS else ""
-    chain = bool(at) and suffix.strip().lower() == CHAIN
-    drafting = suffix.strip().lower() if at and suffix.strip().lower() in TREE_DRAFTINGS else ""
-    if not (rule or chain or drafting):
-        inner = s
-    inner, copier = _unpaired(inner.strip())
+    inner, copier = _unpaired(s)
     kind, argument = _kind(inner, s, kinds)
     if copier and (not kind.pairs or _unpaired(inner)[1]):
         how = f"'{inner}+pld': '+pld' pairs prompt lookup" if copier == "pld" else \
             f"'suffix+{inner}': 'suffix+NAME' pairs suffix decoding"
         raise SpecvizError(f"{how} with a model drafter (eagle, medusa, block, draft, layerskip or a draft model), "
                            "not with a copying drafter, a pair or none")
-    return DrafterSpec(s, kind, argument, copier, rule, chain, drafting)
+    return DrafterSpec(s, kind, argument, copier)
 
 
 def _unpaired(text: str) -> tuple[str, str]:
@@ -206,13 +181,6 @@ def build(spec: DrafterSpec, target, **options) -> Drafter | None:
         memory = options.get("memory")
         drafter = Hybrid(drafter, suffix(memory, target) if spec.copier == "suffix" else lookup(target, sure_match=2),
                          label=spec.drafter_label)  # "drafted by EAGLE", as the menus and panels name it
-    if spec.chain or spec.drafting:
-        model = getattr(drafter, "model", None) if spec.copier else drafter  # a pair's model drafter
-        if getattr(model, "tree_width", 0) < 2:
-            raise SpecvizError(f"{spec.name} does not draft trees: '@{CHAIN if spec.chain else spec.drafting}' "
-                               "applies to tree drafters (medusa, eagle, block)")
-        if spec.chain:
-            model.tree_width = 0
     return drafter
 
 
@@ -308,18 +276,18 @@ KINDS: Mapping[str, Kind] = {k.name: k for k in (
     Kind("pld", "prompt lookup", lambda spec, target, **_: lookup(target),
          aliases=("prompt-lookup", "prompt lookup", "ngram"), pairs=False),
     Kind("suffix", "suffix decoding", lambda spec, target, memory=None, **_: suffix(memory, target), pairs=False,
-         says="suffix decoding: this prompt and earlier answers"),
+         says="suffix decoding: this prompt and earlier answers", trees=True),
     Kind("layerskip", "layer skip", _layer_skip, "LAYERS", shows=lambda layers: f"layers {layers}",
          says="the target with only LAYERS of its layers, e.g. layerskip:0-9,20-29"),
     # Trained for the embedded target and shipped ("eagle"), written by `python -m specviz train` ("eagle:FILE"),
     # or a head its authors released ("eagle:FOLDER_OR_HUB_ID", drafters/published.py).
     Kind("eagle", "EAGLE", _trained, "PATH", shows=_file_name,
          says="EAGLE, trained for the embedded target; PATH: your own trained file, or a released head's folder "
-              "or Hub id"),
-    Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name, says="Medusa, as eagle"),
+              "or Hub id", trees=True),
+    Kind("medusa", "Medusa", _trained, "PATH", shows=_file_name, says="Medusa, as eagle", trees=True),
     Kind("block", "block drafter", _trained, "PATH", shows=_file_name,
          says="a block (DFlash-style) drafter trained for the embedded target: up to 16 drafts in one pass; PATH: "
-              "your own trained file"),
+              "your own trained file", trees=True),
     Kind("draft", "distilled draft model", _trained, "PATH", shows=_file_name,
          says="a distilled draft model trained for the embedded target; PATH: your own trained file"),
     MODEL,

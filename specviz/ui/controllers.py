@@ -16,7 +16,7 @@ from ..render.degeneracy import EMPTY, meter_html
 from ..render.status import status_html
 from ..render.trace import Trace
 from ..run import draft_control
-from ..run.spec import parse
+from ..run.arms import parse_arm
 from . import runner
 from .page import Page
 from .policy import Policy
@@ -81,7 +81,7 @@ def bounded(policy: Policy, should_stop):
 def _prepared(policy: Policy, models, s, should_stop):
     """The run's target, prompt ids, config and a fresh drafter (models are cached: no new load)."""
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("controllers")])
-    gen = runner._prepare(s, policy, models, frame, should_stop, parse(s.drafter))
+    gen = runner.preparing(s, policy, models, frame, should_stop, parse_arm(s.drafter, s.config()))
     while True:
         try:
             next(gen)

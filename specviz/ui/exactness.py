@@ -25,7 +25,7 @@ from ..render.charts import COLORS, FONT, distinct, figure as new_figure
 from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
-from ..run.spec import parse
+from ..run.arms import parse_arm
 from . import runner
 from .handlers import STOPPING
 from .limits import Line
@@ -163,7 +163,8 @@ def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: 
         if not 1 <= n <= limit(policy):
             raise SpecvizError(f"draws must be from 1 to {limit(policy)} here, got {n}")
         policy.check(s)
-        p = yield from _loading(runner.preparing(s, policy, models, frame, should_stop, parse(s.drafter)), frame)
+        arm = parse_arm(s.drafter, s.config())
+        p = yield from _loading(runner.preparing(s, policy, models, frame, should_stop, arm), frame)
         target = p.target
         # k + 1 new tokens: room for a full draft, so the first token really went through verification
         cfg = replace(p.cfg, max_new_tokens=p.cfg.k + 1, dynamic_k=False)

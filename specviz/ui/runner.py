@@ -24,7 +24,8 @@ from ..render import Trace
 from ..render.status import count
 from ..run.race import race
 from ..run.prepare import Prepared, Step, Steps, drafter_steps, prepare, warm
-from ..run.spec import NONE, DrafterSpec, model_name, parse
+from ..run.arms import Arm, parse_arm
+from ..run.spec import NONE, DrafterSpec, model_name
 from .limits import Deadline
 from .policy import Policy
 from ..run.settings import Settings
@@ -244,13 +245,14 @@ def finish_frame(frame: Frame, deadline: Deadline) -> None:
     frame.fraction = None
 
 
-def preparing(s: Settings, policy: Policy, models, frame: Frame, should_stop, spec: DrafterSpec = parse(NONE),
+def preparing(s: Settings, policy: Policy, models, frame: Frame, should_stop, arm: Arm | None = None,
              memory=None, worker: Worker | None = None) -> Generator[Frame, None, Prepared]:
     """run/prepare.py's steps up to the run's drafter (none by default: Compare makes its arms' own)."""
     # The chat box asks for the template where the model has one, as the CLI's default does: a
     # script's (or the page's) chat=True on a model without one sends the prompt as it is.
-    steps = prepare(s, spec, models, chat=None if s.chat else False, check_prompt=policy.check_prompt_tokens,
-                    memory=SuffixMemory() if memory is None else memory, cache_bytes=policy.model_bytes)
+    steps = prepare(s, arm or parse_arm(NONE, s.config()), models, chat=None if s.chat else False,
+                    check_prompt=policy.check_prompt_tokens, memory=SuffixMemory() if memory is None else memory,
+                    cache_bytes=policy.model_bytes)
     return (yield from stepping(steps, frame, should_stop, worker))
 
 
@@ -287,10 +289,10 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     error, should_stop = None, Deadline(should_stop, policy.max_run_seconds)
     try:
         policy.check(s)
-        spec = parse(s.drafter)
-        frame.spec.label = spec.label
+        arm = parse_arm(s.drafter, s.config())
+        frame.spec.label = arm.label
         with Worker() as worker:  # the run's one thread for the model's work
-            p = yield from preparing(s, policy, models, frame, should_stop, spec, memory, worker)
+            p = yield from preparing(s, policy, models, frame, should_stop, arm, memory, worker)
             frame.spec.eos = frame.base.eos = p.cfg.eos_token_ids  # the end-of-turn token is not text
             frame.spec.shape = draft_shape(p.drafter, p.cfg)
             if should_stop():
