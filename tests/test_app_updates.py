@@ -174,7 +174,7 @@ def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
 
     frame = error_frame("x")
     with gr.Blocks():
-        *_, playground, _ = layout._playground_tab(Policy())
+        _, _, _, playground, *_ = layout._playground_tab(Policy())
         *_, compare = layout._compare_tab(Policy())
         server = serving.controls(Policy(), runs=None)
     assert list(playground_values(frame)) == list(playground)  # /generate returns them in this order

@@ -28,12 +28,16 @@ def test_a_finished_run_shows_its_controllers_side_by_side_and_races_the_top_two
         assert meter.bounding_box()["y"] < page.locator("#sv-chart-acceptance").bounding_box()["y"]
         page.locator("#sv-controllers-box button").first.click()  # open the block
         page.locator("#sv-controllers-replay").click()
-        page.wait_for_selector('#sv-controllers-status [data-state="done"]', timeout=HANG)
+        ended = '#sv-controllers-status [data-state="done"], #sv-controllers-status [data-state="error"]'
+        page.wait_for_selector(ended, timeout=HANG)  # an error ends the wait too, and is read out below
+        assert page.locator('#sv-controllers-status [data-state="done"]').count() == 1, \
+            page.locator("#sv-controllers-status").inner_text()
         table = page.locator("#sv-controllers-table").inner_text()
         assert "hindsight best" in table and "specviz" in table and "sglang-adaptive" in table
         assert page.locator("#sv-controllers-plot .js-plotly-plot").count() == 1
         page.locator("#sv-controllers-race").click()
-        page.wait_for_selector('#sv-controllers-status:has-text("Raced")', timeout=HANG)
+        page.wait_for_selector(f'#sv-controllers-status:has-text("Raced"), {ended.split(", ")[1]}', timeout=HANG)
+        assert "Raced" in page.locator("#sv-controllers-status").inner_text()
         rows = page.locator("#sv-controllers-race-table tbody tr")
         assert rows.count() == 2
         for i in range(2):

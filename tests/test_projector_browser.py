@@ -27,15 +27,18 @@ def lesson() -> Recording:
     spec, base, t = Trace("tiny medusa", k=4), Trace("baseline", speculative=False), 0.0
     for i in range(40):
         t += 0.005
-        spec.add(step(i, [10, 11], 2, 12, elapsed=t, top=((12, 0.9),)), Labels(draft=(" Java", "Script"), token=",", top=(",",)))
+        spec.add(step(i, [10, 11], 2, 12, elapsed=t, top=((12, 0.9),), position=len(spec.token_ids)),
+                 Labels(draft=(" Java", "Script"), token=",", top=(",",)))
     # The tree: " Java" -> "Script" -> " is" won; " a" missed after it; a whitespace candidate " ".
     parents = (-1, -1, -1, 0, 0, 0, 3, 3, 3, 6, 6, 6)
     tokens = (10, 16, 22, 11, 17, 18, 13, 12, 19, 14, 20, 21)
     tree = TreeDraft(tokens=tokens, parents=parents, path=(0, 3, 6), p=tuple(0.9 - 0.07 * i for i in range(12)))
-    spec.add(step(40, [10, 11, 13, 14], 3, 15, elapsed=t + 0.01, tree=tree, top=((15, 0.9),)),
+    spec.add(step(40, [10, 11, 13, 14], 3, 15, elapsed=t + 0.01, tree=tree, top=((15, 0.9),),
+                  position=len(spec.token_ids)),
              Labels(draft=(" Java", "Script", " is", " a"), token=" great", top=(" great",),
                     tree=tuple(WORDS[x] for x in tokens)))
-    spec.add(step(41, [23, EOS, 18], 3, 15, emitted=(23, EOS), elapsed=t + 0.02, top=((15, 0.9),)),
+    spec.add(step(41, [23, EOS, 18], 3, 15, emitted=(23, EOS), elapsed=t + 0.02, top=((15, 0.9),),
+                  position=len(spec.token_ids)),
              Labels(draft=(" done", "<|im_end|>", "."), token=" great", top=(" great",)))
     ids = spec.token_ids
     for i, token in enumerate(ids):

@@ -35,6 +35,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+HINDSIGHT = "hindsight best"  # the schedule a replay finds in hindsight (engine/draft_replay), as render shows it
+
 
 def acceptance_rate(accepted: int, drafted: int) -> float:
     """alpha: the share of drafted tokens the target kept (0 when nothing was drafted)."""

@@ -20,12 +20,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..core.metrics import HINDSIGHT
 from . import controller_names
 from .controllers import K_RECORD, sized
 from .draft_length import Prices
 from .draft_record import DraftRecord
 
-HINDSIGHT = "hindsight best"
 ROLLOUTS = 200  # a sampled record's rollouts per controller
 
 

@@ -7,7 +7,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from ..engine.draft_replay import HINDSIGHT
+from ..core.metrics import HINDSIGHT
 from .charts import RUNS, figure, styled, waiting_for
 
 RACED = 2  # controllers raced live: the replay's two fastest
