@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import time
 
-import gradio as gr
-
 from ..core.events import StepEvent
-from ..render import step_html
 from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
 from ..render.rules import backward_pass, comparable, expected, summary, token_source
 from ..render.status import step_label
 from ..render.tree import before_text, ordinal, sibling_walk, walk_end
 from ..run import replay as playback
+from .views import inspected
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
 
@@ -134,9 +132,7 @@ def play(r, session, speed, values, frame_of, sleep=time.sleep):
         frame.playing = (e, labels, name)  # the step so far, after the text before it (html.phase_spans)
         shown = values(frame, session, r)
         if i > 0 and session.pinned is None:  # from the verify on, the inspector shows this step, not the last
-            shown["inspector"] = step_html(played, r.position, n)
-            shown["step"] = gr.Slider(value=r.position + 1, minimum=1, maximum=max(r.position + 1, 2),
-                                      interactive=r.position > 0)
+            shown.update(inspected(played, r.position, n))
         yield shown
         sleep(pause)
     name, text = steps[-1]

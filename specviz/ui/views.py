@@ -68,14 +68,19 @@ def _charts(frame: Frame, pinned: int | None = None, shown: dict | None = None, 
         shown.update(data)
     steps = spec.steps
     n_steps = len(steps)
-    total = max(frame.steps or 0, n_steps)
-    # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
-    bounds = dict(minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1)
     if pinned is not None and pinned < n_steps:
         step = pinned  # the value too: an update drawn before the reader's choice may have moved the slider
     else:
         step = next((i for i in range(n_steps - 1, -1, -1) if steps[i].draft), max(n_steps - 1, 0))
-    return {**charts, "step": gr.Slider(value=step + 1, **bounds), "inspector": step_html(spec, step, total)}
+    return {**charts, **inspected(spec, step, max(frame.steps or 0, n_steps))}
+
+
+def inspected(spec, step: int, total: int) -> dict:
+    """The step slider and the inspector on `step` (from 0) of `spec`'s steps, of `total` in the run."""
+    n_steps = len(spec.steps)
+    # maximum 2 at least: a slider from 1 to 1 has no track (it is not interactive then anyway)
+    return {"step": gr.Slider(value=step + 1, minimum=1, maximum=max(n_steps, 2), interactive=n_steps > 1),
+            "inspector": step_html(spec, step, total)}
 
 
 def _window(frame: Frame) -> int | None:
