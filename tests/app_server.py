@@ -98,10 +98,10 @@ def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35, read: list 
     `seconds` more, so a status heartbeat (every second from the second on) sees the prefill's progress.
     `read`: a list each chunk read appends its count of tokens read so far to."""
     import specviz.engine.generate as generate
-    from specviz.ui import runner
+    from specviz.run import race
 
     monkeypatch.setattr(generate, "PREFILL_CHUNK", chunk)
-    real = runner.speculative_generate
+    real = race.speculative_generate
 
     def told(done, total, on_prefill):
         time.sleep(seconds)
@@ -112,7 +112,7 @@ def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35, read: list 
     def slow(*args, on_prefill, **kwargs):
         return real(*args, on_prefill=lambda done, total: told(done, total, on_prefill), **kwargs)
 
-    monkeypatch.setattr(runner, "speculative_generate", slow)
+    monkeypatch.setattr(race, "speculative_generate", slow)
 
 
 def free_port() -> int:

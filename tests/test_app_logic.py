@@ -22,12 +22,12 @@ from specviz.engine.generate import GenerationConfig, collect, speculative_gener
 from specviz.modeling import models as real_models
 from specviz.render import Trace
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
-from specviz.ui import runner
+from specviz.ui.live import runner
 from specviz.run.settings import BOUNDS
-from specviz.ui.compare import compare_drafters
+from specviz.ui.live.compare import compare_drafters
 from specviz.ui.handlers import Session
 from specviz.ui.limits import Deadline
-from specviz.ui.runner import Frame, throttle
+from specviz.ui.live.runner import Frame, throttle
 from specviz.ui.layout import SAMPLING_TEMPERATURE
 from specviz.ui.views import playground_summary, playground_values
 

@@ -9,7 +9,7 @@ import pytest
 from specviz.core.errors import SpecvizError
 from specviz.render import Trace
 from specviz.run.prepare import Step
-from specviz.ui import runner
+from specviz.ui.live import runner
 
 
 def test_a_silent_load_phase_counts_its_seconds(monkeypatch):
@@ -38,7 +38,9 @@ def test_the_app_loads_a_draft_model_where_the_target_is_and_a_stopped_load_is_n
     and a load Stop cut short came back as None, which is drafter 'none' (plain steps under the drafter's name)."""
     import torch
 
-    from specviz.run.spec import parse
+    from specviz.engine.generate import GenerationConfig
+    from specviz.run.arms import parse_arm
+    from specviz.run.race import Race
 
     asked, stop = [], threading.Event()
 
@@ -49,8 +51,9 @@ def test_the_app_loads_a_draft_model_where_the_target_is_and_a_stopped_load_is_n
 
     frame = runner.Frame(base=Trace("baseline", speculative=False), runs=[Trace("spec")])
     target = types.SimpleNamespace(device=torch.device("cpu"), dtype=torch.bfloat16)
-    made = runner.make_drafter(types.SimpleNamespace(load=load), parse("some/draft-model"), target, frame,
-                               lambda: bool(asked) and (stop.set() or True))
+    target.eos_token_ids = ()
+    race = Race(types.SimpleNamespace(load=load), target, [1], {0: parse_arm("some/draft-model", GenerationConfig())})
+    made = runner.stepping(race.prepare(), frame, lambda: bool(asked) and (stop.set() or True))
     with pytest.raises(runner.Stopped):
         for _ in made:
             pass

@@ -300,8 +300,9 @@ def test_the_playground_and_compare_run_it_like_every_drafter(app_models):  # no
     from specviz.modeling import models as real_models
     from specviz.render.inspect import step_html
     from specviz.run.settings import Settings
-    from specviz.ui import Policy, runner
-    from specviz.ui.compare import compare_drafters
+    from specviz.ui import Policy
+    from specviz.ui.live import runner
+    from specviz.ui.live.compare import compare_drafters
 
     never = lambda: False  # noqa: E731
     s = Settings(prompt=PROMPT, target=app_models["target"], drafter=app_models["block"], max_new_tokens=12, k=4)

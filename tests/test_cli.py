@@ -209,21 +209,21 @@ def test_text_never_ends_in_half_a_character(capsys, folders, monkeypatch):
     """A run cut mid-emoji (the token limit came before its last byte) has no U+FFFD: the
     --json text, the baseline's and the printed answer keep the open character back."""
     from specviz.core.events import RunEnd, RunStats, TokenEvent
-    from specviz.engine import generate as engine
+    from specviz.run import race as engine  # the race's streams
 
     target = models.load(str(folders["target"]))
     ids = models.encode_prompt(target, "hi 👋", chat=False)[:-1]
     assert models.decode(target, ids).endswith("\ufffd")
     stats = RunStats(len(ids), len(ids), len(ids) + 1, 0, 0, 0.1, 0.0, 0.1, 0.2, "max_new_tokens")
 
-    def speculative(target_model, drafter, prompt, cfg, should_stop=None, remember=True):
+    def speculative(target_model, drafter, prompt, cfg, should_stop=None, remember=True, on_prefill=None):
         for n, t in enumerate(ids):
             yield StepEvent(step=n, position=n, draft=(), q=None, p=(), accept_prob=(), draws=None, accepted=0,
                             token=t, token_p=0.9, token_kind="bonus", emitted=(t,), top=(), draft_time=0.0,
                             verify_time=0.01, elapsed=0.01 * (n + 1), greedy=True)
         yield RunEnd(tuple(ids), stats)
 
-    def baseline(target_model, prompt, cfg, should_stop=None):
+    def baseline(target_model, prompt, cfg, should_stop=None, on_prefill=None):
         for n, t in enumerate(ids):
             yield TokenEvent(step=n, token=t, p=0.9, time=0.01, elapsed=0.01 * (n + 1))
         yield RunEnd(tuple(ids), stats)

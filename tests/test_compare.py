@@ -16,7 +16,7 @@ from specviz.modeling import forward
 from specviz.modeling import models as real_models
 from specviz.render.compare import compare_rows, table_values
 from specviz.ui import Policy, Settings
-from specviz.ui.compare import compare_drafters
+from specviz.ui.live.compare import compare_drafters
 
 
 def never() -> bool:

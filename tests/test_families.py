@@ -244,7 +244,8 @@ def test_the_app_loads_each_family_from_a_folder_and_runs_it(family, family_dirs
     """What a user who brings their own model does: type its folder into the app and press Generate."""
     from app_server import PROMPT
     from specviz.modeling import models
-    from specviz.ui import Policy, Settings, runner
+    from specviz.ui import Policy, Settings
+    from specviz.ui.live import runner
     from specviz.ui.views import playground_summary
 
     s = Settings(prompt=PROMPT, target=family_dirs(family), drafter="prompt lookup", max_new_tokens=8)
@@ -263,7 +264,8 @@ def test_a_model_the_engine_cannot_verify_is_refused_on_the_page_and_the_command
 
     from specviz.cli.main import main as cli_main
     from specviz.modeling import models
-    from specviz.ui import Policy, Settings, runner
+    from specviz.ui import Policy, Settings
+    from specviz.ui.live import runner
 
     tokenizer = _make_tokenizer(list(WORDS), "bytelevel")
     v = len(tokenizer)

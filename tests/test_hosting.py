@@ -10,7 +10,8 @@ from app_server import PROMPT, app_models  # noqa: F401 (app_models is a fixture
 
 from specviz.core.errors import SpecvizError
 from specviz.modeling import models as real_models
-from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env, runner
+from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
+from specviz.ui.live import runner
 from specviz.ui.limits import Busy, Line
 from specviz.ui.policy import TARGETS, exposed
 

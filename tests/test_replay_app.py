@@ -25,7 +25,7 @@ from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
 from specviz.ui.replay import Replay, offer_download, open_trace, pause, play_phases, race, step, step_through
-from specviz.ui.runner import Frame
+from specviz.ui.live.runner import Frame
 
 
 class Clock:
@@ -169,7 +169,7 @@ def test_a_long_compare_race_costs_a_frame_the_same_as_a_short_one(sampled):  # 
     """Compare's side-by-side panels drew every token of every run each frame: three runs and the baseline
     at 1,024 steps were 6.4 MB of HTML a frame. While the race goes each panel draws its last WINDOW tokens,
     as the Playground's do; its last frame draws every token, once."""
-    from specviz.ui.compare import CompareFrame
+    from specviz.ui.live.compare import CompareFrame
     from specviz.ui.views import compare_values
 
     rec, _ = sampled

@@ -9,7 +9,8 @@ import pytest
 
 from specviz.cli.main import main as cli_main
 from specviz.modeling import models
-from specviz.ui import Policy, Settings, runner
+from specviz.ui import Policy, Settings
+from specviz.ui.live import runner
 from tiny_folder import make_tiny_model_dir
 
 CONTEXT = 40  # positions the short model has: the prompt and a few tokens fill it

@@ -107,11 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 def generate(args) -> int:
     from ..core.divergence import first_divergence, tie_tolerance
     from ..core.events import event_to_dict
-    from ..engine.generate import baseline_generate, speculative_generate
     from ..modeling import models
-    from ..render.trace import Trace
-    from ..run.prepare import on_stderr, prepare, run_here, warm
-    from ..run.race import race
+    from ..run.prepare import on_stderr, prepare, run_here
+    from ..run.race import Race, baseline
     from ..run.arms import parse_arm
 
     # The run's settings as the page's are read (run/settings.py), checked before any model loads. The chat
@@ -128,21 +126,20 @@ def generate(args) -> int:
     target, prompt, cfg, drafter = p.target, p.ids, p.cfg, p.drafter
     # Chosen now, after loading, from what the machine is doing as the run starts.
     print(f"specviz: {threads.for_run('batch')}", file=sys.stderr, flush=True)
+    # The race the app runs (run/race.py), labelled as the app labels it ("prompt lookup" for pld): the summary,
+    # the JSON and a saved trace alike; each token's text as the app shows it.
+    arm = replace(arm, label=f"{arm.label}, {cfg.controller}" if cfg.controller else arm.label, cfg=cfg)
+    race = Race(models, target, prompt, {"spec": arm} | ({} if args.no_baseline else {"base": baseline(cfg)}),
+                {"spec": drafter})
     # The curve only where it is shown: --json and a trace keep it, the coloured text has no place for it.
-    curve = run_here(warm(p, curve=bool(args.json or args.trace)))
-
-    runs = {"spec": speculative_generate(target.model, drafter, prompt, cfg)}
-    if not args.no_baseline:
-        runs["base"] = baseline_generate(target.model, prompt, cfg)
-    # Labelled as the app labels it ("prompt lookup" for pld): the summary, the JSON and a saved trace alike.
-    traces = {"spec": Trace(f"{arm.label}, {cfg.controller}" if cfg.controller else arm.label, k=cfg.k), "base": Trace("baseline", speculative=False)}
-    for which, ev, labels in race(models, target, prompt, runs):  # labels: each token's text, as the app shows it
-        traces[which].add(ev, labels)
-    steps, end, base = traces["spec"].steps, traces["spec"].end, traces["base"].end
+    curve = run_here(race.warm(cfg, curve=bool(args.json or args.trace)))
+    for _ in race.run():  # each turn's event lands in its run's trace
+        pass
+    traces = race.traces
+    steps, end, base = traces["spec"].steps, traces["spec"].end, traces.get("base") and traces["base"].end
     if memory is not None:
         memory.save(args.suffix_memory)
-    rec = trace_command.recording(args, target, cfg, traces["spec"], None if args.no_baseline else traces["base"],
-                                  curve)
+    rec = trace_command.recording(args, target, cfg, traces["spec"], traces.get("base"), curve)
     if args.trace:
         trace_command.save(args.trace, rec)
 

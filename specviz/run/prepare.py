@@ -111,10 +111,16 @@ def on_stderr() -> Progress:
 
 
 def run_here(steps: Steps, progress: Progress | None = None):
-    """Run every step where the caller stands (the CLI), a load's progress to `progress`; what the steps return."""
+    """Run every step where the caller stands (the CLI), a load's progress to `progress`; what the steps return.
+    A step's error goes back into the steps, which may set it aside (a race's arm whose drafter could not load)."""
     try:
         step = next(steps)
         while True:
-            step = steps.send(step.work(progress))
+            try:
+                done = step.work(progress)
+            except Exception as e:
+                step = steps.throw(e)
+                continue
+            step = steps.send(done)
     except StopIteration as done:
         return done.value

@@ -17,7 +17,7 @@ from ..render.status import status_html
 from ..render.trace import Trace
 from ..run import draft_control
 from ..run.arms import parse_arm
-from . import runner
+from .live import runner
 from .page import Page
 from .policy import Policy
 

@@ -26,7 +26,7 @@ from ..render.html import VISIBLE_WHITESPACE
 from ..render.status import status_html
 from ..render.trace import Trace
 from ..run.arms import parse_arm
-from . import runner
+from .live import runner
 from .handlers import STOPPING
 from .limits import Line
 from .page import Page

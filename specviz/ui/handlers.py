@@ -15,11 +15,11 @@ import gradio as gr
 from ..drafters.suffix_memory import DEFAULT_TOKENS, SuffixMemory
 from ..render import step_html
 from ..run.spec import NONE
-from . import runner
-from .compare import compare_drafters
+from .live import runner
+from .live.compare import compare_drafters
 from .limits import Line
 from .policy import Policy
-from .runner import Frame
+from .live.runner import Frame
 from ..run.settings import Settings
 from .views import compare_values, error_frame, playground_values
 

@@ -2,7 +2,7 @@
 in the Playground's own panels, charts and inspector with no model loaded: as a race at
 the speed the two runs really went (scaled), or step by step.
 
-The replay fills the same Frame a live run fills (runner.py), so every picture is drawn
+The replay fills the same Frame a live run fills (live/runner.py), so every picture is drawn
 by the code that draws a live run. The file is parsed by trace_file.load (JSON only,
 size-capped by the policy, every field checked), and everything shown from it is escaped
 by the renderers like any model text.
@@ -29,7 +29,7 @@ from ..traces.trace_file import Recording, RunInfo, describe_device, load, save,
 from . import stepping, uploads
 from .page import Page, named
 from .policy import Policy
-from .runner import Frame, throttle
+from .live.runner import Frame, throttle
 from .views import error_frame, playground_values
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from .following import follow
 from .limits import WAIT_POLL, Deadline, Line
 from .page import Page, named
 from .policy import MEASURED_LOAD, Policy
-from .runner import readable
+from .live.runner import readable
 from ..run.settings import Settings
 
 UPDATE_EVERY, CHARTS_EVERY = 0.3, 2.0  # seconds, as in the playground (handlers.py)

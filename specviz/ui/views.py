@@ -10,7 +10,7 @@ from ..render.compare import HEADERS
 from ..render.html import WINDOW
 from ..render.status import count
 from ..render.trace import Trace
-from .runner import Frame
+from .live.runner import Frame
 
 
 def _run_note(trace: Trace) -> str:

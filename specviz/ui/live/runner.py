@@ -12,23 +12,23 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Generator, Iterator
 
 import torch
 
-from ..core.errors import SpecvizError
-from ..drafters.suffix_memory import SuffixMemory
-from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
-from ..render import Trace
-from ..render.status import count
-from ..run.race import race
-from ..run.prepare import Prepared, Step, Steps, drafter_steps, prepare, warm
-from ..run.arms import Arm, parse_arm
-from ..run.spec import NONE, DrafterSpec, model_name
-from .limits import Deadline
-from .policy import Policy
-from ..run.settings import Settings
+from ...core.errors import SpecvizError
+from ...drafters.suffix_memory import SuffixMemory
+from ...engine.generate import GenerationConfig
+from ...render import Trace
+from ...render.status import count
+from ...run.race import Race, baseline
+from ...run.prepare import Prepared, Step, Steps, prepare
+from ...run.arms import Arm, parse_arm
+from ...run.spec import NONE, model_name
+from ..limits import Deadline
+from ..policy import Policy
+from ...run.settings import Settings
 
 log = logging.getLogger(__name__)
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", MemoryError), MemoryError)
@@ -108,9 +108,6 @@ def loading(step: Step, frame: Frame, should_stop) -> Generator[Frame, None, obj
     return box["loaded"]
 
 
-_DONE = object()
-
-
 class Worker:
     """One helper thread for a whole run: the warm-up, the curve and every engine step run on
     it in turn, while the handler's thread keeps the page told (see waiting). One thread, not
@@ -173,32 +170,27 @@ def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str],
 
 def stepping(steps: Steps, frame: Frame, should_stop, worker: Worker | None = None) -> Generator[Frame, None, object]:
     """Run run/prepare.py's steps (what the CLI runs where it stands), each load on a thread of its own with
-    its progress, the rest on `worker`, the frame saying each with its seconds; what the steps return."""
+    its progress, the rest on `worker`, the frame saying each with its seconds; what the steps return. A step's
+    error goes back into the steps, which may set it aside (a race's arm whose drafter could not load)."""
     try:
         step = next(steps)
         while True:
-            if step.load:
-                done = yield from loading(step, frame, should_stop)
-            else:
-                frame.state, frame.message, frame.fraction = "running", f"{step.says}…", None
-                yield frame
-                done = yield from waiting(lambda: step.work(None), frame, lambda s: f"{step.says}… {s} s",
-                                          worker=worker)
+            try:
+                if step.load:
+                    done = yield from loading(step, frame, should_stop)
+                else:
+                    frame.state, frame.message, frame.fraction = "running", f"{step.says}…", None
+                    yield frame
+                    done = yield from waiting(lambda: step.work(None), frame, lambda s: f"{step.says}… {s} s",
+                                              worker=worker)
+            except Stopped:
+                raise
+            except Exception as e:
+                step = steps.throw(e)
+                continue
             step = steps.send(done)
     except StopIteration as finished:
         return finished.value
-
-
-def make_drafter(models, spec: DrafterSpec, target, frame: Frame, should_stop, cache_bytes: int | None = None,
-                 memory=None):
-    """The drafter `spec` names (a generator: loading a draft model reports progress); raises Stopped
-    when Stop was pressed while it loaded, so a stopped load is never taken for 'none' (None).
-
-    memory: the visitor's suffix memory (handlers.Session); None gives suffix decoding a fresh
-    one for this run alone. Never the process's: the app's visitors share the process."""
-    memory = memory if memory is not None else SuffixMemory()
-    return (yield from stepping(drafter_steps(spec, target, models, memory, cache_bytes=cache_bytes), frame,
-                                should_stop))
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
@@ -282,7 +274,7 @@ def draft_shape(drafter, cfg: GenerationConfig) -> str:
 
 def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bool],
                memory: SuffixMemory | None = None) -> Iterator[Frame]:
-    """The speculative run and the baseline, advanced in turn (never concurrently). memory: the
+    """The speculative run and the baseline, raced (run/race.py: in turn, never concurrently). memory: the
     visitor's suffix memory, which the speculative run reads and then adds its answer to."""
     frame = Frame(base=Trace("baseline", speculative=False), runs=[Trace(s.drafter, k=s.k)],
                   greedy=s.greedy, target=s.target)
@@ -293,12 +285,12 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
         frame.spec.label = arm.label
         with Worker() as worker:  # the run's one thread for the model's work
             p = yield from preparing(s, policy, models, frame, should_stop, arm, memory, worker)
-            frame.spec.eos = frame.base.eos = p.cfg.eos_token_ids  # the end-of-turn token is not text
-            frame.spec.shape = draft_shape(p.drafter, p.cfg)
+            race = Race(models, p.target, p.ids, {"spec": replace(arm, cfg=p.cfg), "base": baseline(p.cfg)},
+                        {"spec": p.drafter})
             if should_stop():
                 raise Stopped
-            frame.curve = yield from stepping(warm(p), frame, should_stop, worker)  # the steps generate takes
-            yield from _run_steps(frame, models, p, should_stop, time.monotonic, worker)
+            frame.curve = yield from stepping(race.warm(p.cfg, curve=True), frame, should_stop, worker)
+            yield from _run_steps(frame, race, should_stop, time.monotonic, worker)
         finish_frame(frame, should_stop)
     except Exception as e:
         error = e
@@ -308,23 +300,18 @@ def playground(s: Settings, policy: Policy, models, should_stop: Callable[[], bo
     yield frame
 
 
-def _run_steps(frame: Frame, models, p: Prepared, should_stop: Deadline, clock, worker: Worker):
+def _run_steps(frame: Frame, race: Race, should_stop: Deadline, clock, worker: Worker):
     """Both runs advanced in turn, the status naming each phase with its seconds: reading the prompt
     (prefill of N tokens), then tokens so far."""
-    target, drafter, ids, cfg = p.target, p.drafter, p.ids, p.cfg
-    name, n = model_name(target.name), f"{len(ids):,} token{'' if len(ids) == 1 else 's'}"  # "4,000 tokens"
-    frame.dtype = str(target.dtype)
+    ids = race.ids
+    name, n = model_name(race.target.name), f"{len(ids):,} token{'' if len(ids) == 1 else 's'}"  # "4,000 tokens"
+    frame.dtype = str(race.target.dtype)
     should_stop.start()
     started = clock()
-    read = {"spec": 0, "base": 0}  # prompt tokens each run's prefill has read (the engine reads in chunks)
-
-    def reading(which: str):
-        return lambda done, _total: read.__setitem__(which, done)
-
-    steps = race(models, target, ids,
-                 {"spec": speculative_generate(target.model, drafter, ids, cfg, should_stop, on_prefill=reading("spec")),
-                  "base": baseline_generate(target.model, ids, cfg, should_stop, on_prefill=reading("base"))})
-    traces = {"spec": frame.spec, "base": frame.base}
+    turns = race.run(should_stop)
+    traces, read = race.traces, race.read
+    frame.runs, frame.base = [traces["spec"]], traces["base"]
+    frame.spec.shape = draft_shape(race.drafters["spec"], race.arms["spec"].cfg)
 
     def prefill(which: str) -> str:
         """"prefill of N tokens", with how far it has read once a long prompt's first chunk is in
@@ -347,12 +334,7 @@ def _run_steps(frame: Frame, models, p: Prepared, should_stop: Deadline, clock, 
 
     frame.message = say()
     yield frame
-    while True:
-        item = yield from waiting(lambda: next(steps, _DONE), frame, say, clock, worker=worker)
-        if item is _DONE:
-            return
-        which, event, labels = item
-        traces[which].add(event, labels)
+    while (yield from waiting(lambda: next(turns, None), frame, say, clock, worker=worker)) is not None:
         frame.message = say()
         yield frame
 
