@@ -1,9 +1,6 @@
-"""The race: the baseline and each arm on one prompt of one target, as the CLI's generate, the Playground and
-Compare all run it: each arm's drafter prepared, every racer warmed up (untimed), then the runs advanced in
-turn (engine/interleave.py: the one with the fewest tokens goes next, ties to the first listed), each event
-labelled with its tokens' text in context and added to its run's Trace (replay.py plays a recorded race back
-in the same turns). Each caller keeps its presentation: the app's worker thread and status words, the CLI's
-printing.
+"""The race: the baseline and each arm on one prompt of one target, as generate, the Playground and Compare run
+it: drafters prepared, every racer warmed up, then the runs in turn (engine/interleave.py: fewest tokens next,
+ties to the first listed), each event labelled in context and added to its Trace. Callers keep their presentation.
 """
 from __future__ import annotations
 
@@ -29,11 +26,11 @@ def baseline(cfg: GenerationConfig) -> Arm:
 
 @dataclass(frozen=True)
 class Turn:
-    """One turn of the race: the run `name`'s next event."""
+    """One turn of the race: the run `name`'s next event, its tokens' text in context (None for a RunEnd)."""
 
-    name: Hashable  # the arm's key in the race
-    event: object  # a StepEvent or TokenEvent, or the run's RunEnd
-    labels: Labels | None  # its tokens' text in context; None for a RunEnd
+    name: Hashable
+    event: object
+    labels: Labels | None
 
 
 class Race:
