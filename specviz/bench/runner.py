@@ -163,7 +163,13 @@ def plan_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: lis
             arms.append(Arm(f"{dyn}{rule}", spec, c, drafter=d.name))
             arms += [Arm(f"{dyn} conf={conf:g}{rule}", spec, replace(c, draft_confidence=conf), drafter=d.name)
                      for conf in config.confidences]
-    model_drafters = [d for d in drafters if d.model is not None]
+    return arms + _peer_arms(drafters, config, peer_names, base)
+
+
+def _peer_arms(drafters: list[BenchDrafter], config: BenchConfig, peer_names: list[str],
+               base: GenerationConfig) -> list[Arm]:
+    """Each transformers peer at each k (hf-assisted: with each draft model)."""
+    arms, model_drafters = [], [d for d in drafters if d.model is not None]
     for peer in peer_names:
         if peer not in peers.PEERS:
             raise SpecvizError(f"unknown peer {peer!r}: choose from {', '.join(peers.PEERS)}")
