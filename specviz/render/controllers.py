@@ -59,13 +59,20 @@ def race_html(pairs: list) -> str:
     body = "".join(
         f"<tr><th scope=\"row\">{escape(r.controller)}</th><td>{r.tokens_per_pass:.2f}</td><td>{run.tokens_per_pass:.2f}</td>"
         f"<td>{r.tokens_per_s:.1f}</td><td>{run.tokens_per_s:.1f}</td>"
-        f"<td>{'yes' if agrees else 'no' if r.exact else 'in expectation'}</td></tr>" for r, run, agrees in pairs)
+        f"<td>{_same(r, run, agrees)}</td></tr>" for r, run, agrees in pairs)
     return ('<div class="sv-controllers"><table class="sv-controllers-table"><caption>The top two raced live: '
             "greedy replays and live runs draft the same, so tokens per pass are equal</caption>"
             "<thead><tr><th scope=\"col\">controller</th><th scope=\"col\">replayed tokens per pass</th>"
             "<th scope=\"col\">live tokens per pass</th><th scope=\"col\">predicted tok/s</th>"
             "<th scope=\"col\">measured tok/s</th><th scope=\"col\">same drafts</th></tr>"
             f"</thead><tbody>{body}</tbody></table></div>")
+
+
+def _same(r, run, agrees: bool) -> str:
+    """The verdict on a live run: one stopped early drafted only part of the run, which says nothing against it."""
+    if getattr(run, "stopped", False):
+        return f"stopped after {run.tokens} of {r.tokens} tokens (not compared)"
+    return "yes" if agrees else "no" if r.exact else "in expectation"
 
 
 def raced(replays: list) -> list:
