@@ -15,7 +15,9 @@ RACED = 2  # controllers raced live: the replay's two fastest
 
 def k_figure(replays: list) -> go.Figure:
     """k per step against the output position it started at, one step line per controller."""
-    fig = styled(figure(), "Draft length over the run, per controller", "output position", "tokens drafted")
+    fig = styled(figure(), "Draft length over the run, per controller", "output position", "tokens drafted", 400)
+    # A dozen controllers wrap the legend into rows: start it below the x-axis title, with room for them.
+    fig.update_layout(legend=dict(y=-0.3), margin=dict(b=140))
     if not replays:
         return waiting_for(fig, "press Replay controllers after a run")
     for i, r in enumerate(replays):
