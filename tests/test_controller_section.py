@@ -45,3 +45,21 @@ def _plain() -> Trace:
     for i in range(12):
         trace.add(step(i, (100 + i,), 1, 200 + i), Labels(draft=(f"a{i}",), token=f"b{i}"))
     return trace
+
+
+def test_a_race_stopped_early_says_so_instead_of_a_no_under_same_drafts():
+    from specviz.run.draft_control import Live
+
+    r = replay(HALF, "fixed:4")
+    whole = Live(r.controller, (), r.drafted, r.tokens, r.passes, 1.0)
+    cut = Live(r.controller, (), r.drafted[:3], 9, 3, 0.1, stopped=True)
+    assert ">yes<" in view.race_html([(r, whole, True)])
+    html = view.race_html([(r, cut, False)])
+    assert f"stopped after 9 of {r.tokens} tokens" in html and ">no<" not in html
+
+
+def test_the_step_charts_legend_starts_below_its_x_axis_title():
+    fig = view.k_figure(replay_all(HALF, ["specviz", "fixed:1", "fixed:16"]))
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert -fig.layout.legend.y * plot_px > 50  # tick labels and the title take ~40 px below the axis
+    assert fig.layout.margin.b > 100  # and the legend's rows have room under it

@@ -272,3 +272,16 @@ def test_bench_adds_replayed_and_live_controller_arms_to_its_table_and_json(tmp_
             assert r["live"]["tokens_per_pass"] == r["tokens_per_pass"]
     assert main(["bench", "--target", str(folder), "--suite", str(suite), "--controllers", "nope"]) == 2
     assert "unknown controller 'nope'" in capsys.readouterr().err
+
+
+def test_a_saved_record_replays_offline_as_the_bench_replayed_it():
+    import json
+
+    from specviz.bench import controllers as bench_controllers
+
+    rec = constructed(12, lambda i: 3 if i % 4 else 0)
+    saved = [{"prompt": "p", "category": "c", "drafter": "pld", "record": rec.to_dict()}]
+    doc = bench_controllers.replayed(json.loads(json.dumps(saved)), ["fixed:2", "specviz"])
+    by = {r["controller"]: r for r in doc["rows"]}
+    assert by["fixed:2"]["passes"] == replay(rec, "fixed:2").passes
+    assert by["hindsight best"]["of_best"] == 1.0 and all(r["of_best"] <= 1.0 + 1e-9 for r in doc["rows"])

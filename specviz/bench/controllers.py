@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ..core.errors import SpecvizError
 from ..engine import controller_names
+from ..engine.draft_record import DraftRecord
 from ..engine.draft_replay import HINDSIGHT
 from ..engine.generate import GenerationConfig
 from ..run import draft_control
@@ -27,19 +28,15 @@ def run(target, drafters: list[BenchDrafter], encoded: list, cfg, wanted: list[s
     curve: its VerifyCurve on this machine; cfg: the BenchConfig."""
     gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, sampling=cfg.sampling, eos_token_ids=cfg.eos_token_ids,
                            raw_top=0)
-    rows = []
+    rows, records = [], []
     for d in drafters:
         if d.drafter is None:
             continue  # 'none' drafts nothing to size
         for prompt, ids in encoded:
             rec = draft_control.record(target, d.drafter, ids, gen, d.name, curve)
-            replays = draft_control.replay_all(rec, wanted)
-            best = replays[-1].tokens_per_s
-            for r in replays:
-                row = {"prompt": prompt.id, "category": prompt.category, "drafter": d.name, "controller": r.controller,
-                       "exact": r.exact, "tokens": r.tokens, "passes": r.passes, "tokens_per_pass": r.tokens_per_pass,
-                       "predicted_tokens_per_s": r.tokens_per_s, "of_best": r.tokens_per_s / best if best else 0.0,
-                       "ks": list(r.ks)}
+            records.append({"prompt": prompt.id, "category": prompt.category, "drafter": d.name,
+                            "record": rec.to_dict()})
+            for row, r in _replayed(records[-1], rec, wanted):
                 if live and r.controller != HINDSIGHT:
                     ran = draft_control.live(target, d.drafter, ids, replace(gen), rec, r.controller, d.name)
                     row["live"] = {"tokens_per_pass": ran.tokens_per_pass, "tokens_per_s": ran.tokens_per_s,
@@ -48,7 +45,25 @@ def run(target, drafters: list[BenchDrafter], encoded: list, cfg, wanted: list[s
                 rows.append(row)
                 if progress:
                     progress(f"{d.name} {r.controller} {prompt.id}")
-    return {"names": wanted, "live": live, "rows": rows, "summary": summarise(rows)}
+    return {"names": wanted, "live": live, "rows": rows, "summary": summarise(rows), "records": records}
+
+
+def replayed(records: list[dict], wanted: list[str]) -> dict:
+    """The controllers' rows and means replayed on records a bench saved (its JSON's controllers.records):
+    no model runs, so a rule can be changed and judged again on the same texts and prices."""
+    rows = [row for saved in records for row, _ in _replayed(saved, DraftRecord.from_dict(saved["record"]), wanted)]
+    return {"names": wanted, "live": False, "rows": rows, "summary": summarise(rows)}
+
+
+def _replayed(saved: dict, rec: DraftRecord, wanted: list[str]):
+    """(row, Replayed) per controller on one record, the hindsight best last."""
+    replays = draft_control.replay_all(rec, wanted)
+    best = replays[-1].tokens_per_s
+    for r in replays:
+        yield {"prompt": saved["prompt"], "category": saved["category"], "drafter": saved["drafter"],
+               "controller": r.controller, "exact": r.exact, "tokens": r.tokens, "passes": r.passes,
+               "tokens_per_pass": r.tokens_per_pass, "predicted_tokens_per_s": r.tokens_per_s,
+               "of_best": r.tokens_per_s / best if best else 0.0, "ks": list(r.ks)}, r
 
 
 def summarise(rows: list[dict]) -> list[dict]:

@@ -15,7 +15,9 @@ RACED = 2  # controllers raced live: the replay's two fastest
 
 def k_figure(replays: list) -> go.Figure:
     """k per step against the output position it started at, one step line per controller."""
-    fig = styled(figure(), "Draft length over the run, per controller", "output position", "tokens drafted")
+    fig = styled(figure(), "Draft length over the run, per controller", "output position", "tokens drafted", 400)
+    # A dozen controllers wrap the legend into rows: start it below the x-axis title, with room for them.
+    fig.update_layout(legend=dict(y=-0.3), margin=dict(b=140))
     if not replays:
         return waiting_for(fig, "press Replay controllers after a run")
     for i, r in enumerate(replays):
@@ -59,13 +61,20 @@ def race_html(pairs: list) -> str:
     body = "".join(
         f"<tr><th scope=\"row\">{escape(r.controller)}</th><td>{r.tokens_per_pass:.2f}</td><td>{run.tokens_per_pass:.2f}</td>"
         f"<td>{r.tokens_per_s:.1f}</td><td>{run.tokens_per_s:.1f}</td>"
-        f"<td>{'yes' if agrees else 'no' if r.exact else 'in expectation'}</td></tr>" for r, run, agrees in pairs)
+        f"<td>{_same(r, run, agrees)}</td></tr>" for r, run, agrees in pairs)
     return ('<div class="sv-controllers"><table class="sv-controllers-table"><caption>The top two raced live: '
             "greedy replays and live runs draft the same, so tokens per pass are equal</caption>"
             "<thead><tr><th scope=\"col\">controller</th><th scope=\"col\">replayed tokens per pass</th>"
             "<th scope=\"col\">live tokens per pass</th><th scope=\"col\">predicted tok/s</th>"
             "<th scope=\"col\">measured tok/s</th><th scope=\"col\">same drafts</th></tr>"
             f"</thead><tbody>{body}</tbody></table></div>")
+
+
+def _same(r, run, agrees: bool) -> str:
+    """The verdict on a live run: one stopped early drafted only part of the run, which says nothing against it."""
+    if getattr(run, "stopped", False):
+        return f"stopped after {run.tokens} of {r.tokens} tokens (not compared)"
+    return "yes" if agrees else "no" if r.exact else "in expectation"
 
 
 def raced(replays: list) -> list:

@@ -51,6 +51,7 @@ class Live(Rates):
     tokens: int
     passes: int
     seconds: float
+    stopped: bool = False  # cut short (Stop, or a hosted app's time limit) before the run's end
 
 
 def live(target, drafter, ids, cfg: GenerationConfig, rec: DraftRecord, name: str, drafter_name: str,
@@ -68,7 +69,8 @@ def live(target, drafter, ids, cfg: GenerationConfig, rec: DraftRecord, name: st
         elif isinstance(e, RunEnd):
             end = e
     s = end.stats
-    return Live(controller.name, end.token_ids, tuple(steps), s.tokens, s.steps, s.elapsed)
+    return Live(controller.name, end.token_ids, tuple(steps), s.tokens, s.steps, s.elapsed,
+                s.stop_reason == "cancelled")
 
 
 def agrees(r: Replayed, run: Live) -> bool:
