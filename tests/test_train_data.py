@@ -14,11 +14,11 @@ from specviz.core.errors import SpecvizError
 from specviz.engine.generate import GenerationConfig, baseline_generate, collect
 from specviz.modeling import models
 from specviz.train import data as data_mod
-from specviz.train import prompts as prompts_mod
+from specviz.train import prompt_sources as prompts_mod
 from specviz.train.command import parse_sources
 from specviz.train.data import Corpus, Seq, build_data, bytes_per_token, load_data
 from specviz.train.generate import draw, generate, teacher_force, write_and_force
-from specviz.train.prompts import (PROMPTS, gather, row, self_written, shares_bench_text, user_header,
+from specviz.train.prompt_sources import (PROMPTS, gather, row, self_written, shares_bench_text, user_header,
                                    user_turn_ok)
 from specviz.train.tasks import doc_files, doc_tasks, passages_of
 

@@ -34,7 +34,7 @@ from ..modeling.layers import KVCache, RMSNorm, inverse_frequencies, rope, rotar
 from ..modeling.packing import linear
 from .base import Draft, Drafter, autoregressive_draft, empty_draft
 from .drawn import depth_of, draw_tree
-from .eagle import Block, _mix, _qkv
+from .eagle import Block, mix, qkv
 from .medusa import TargetHead, beside, with_weights
 
 BLOCK = 16  # the largest block trained by default: DFlash's
@@ -90,7 +90,7 @@ class BlockHead(nn.Module):
         if positions.dim() == 2:  # one row of positions per batch row (training): broadcast over the heads
             cos, sin = (t.view(*positions.shape, -1)[:, None] for t in (cos, sin))
         for n, layer in enumerate(self.layers):
-            x = _mix(layer, x, attend(n, *_qkv(layer, layer.ln1(x), cos, sin, self.heads, self.kv_heads)))
+            x = mix(layer, x, attend(n, *qkv(layer, layer.ln1(x), cos, sin, self.heads, self.kv_heads)))
         return self.norm(x)
 
     def inputs(self, pending: torch.Tensor) -> torch.Tensor:

@@ -82,7 +82,7 @@ class Block(nn.Module):
         self.gate, self.up, self.down = nn.Linear(h, m, bias=False), nn.Linear(h, m, bias=False), nn.Linear(m, h, bias=False)
 
 
-def _qkv(layer: nn.Module, a: torch.Tensor, cos, sin, heads: int, kv_heads: int):
+def qkv(layer: nn.Module, a: torch.Tensor, cos, sin, heads: int, kv_heads: int):
     """A layer's queries, keys and values (B, heads, T, head_dim) from its attention input a (B, T, ·)."""
     B, T, _ = a.shape
     q = rope(linear(layer.q, a).view(B, T, heads, -1).transpose(1, 2), cos, sin)
@@ -91,7 +91,7 @@ def _qkv(layer: nn.Module, a: torch.Tensor, cos, sin, heads: int, kv_heads: int)
     return q, k, v
 
 
-def _mix(layer: nn.Module, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+def mix(layer: nn.Module, x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
     """A layer's residual stream x (B, T, H) after its attention output att and its MLP."""
     B, T, _ = x.shape
     x = x + linear(layer.o, att.transpose(1, 2).reshape(B, T, -1))
@@ -174,9 +174,9 @@ class EagleHead(nn.Module):
         queries see (a cache, a tree's mask, training's unrolled chain) is the caller's."""
         x, a = self.pair(h, e)
         cos, sin = rotary(self.inv_freq, positions, x.dtype)
-        x = _mix(self, x, attend(0, *_qkv(self, a, cos, sin, self.heads, self.kv_heads)))
+        x = mix(self, x, attend(0, *qkv(self, a, cos, sin, self.heads, self.kv_heads)))
         for n, block in enumerate(self.blocks, 1):
-            x = _mix(block, x, attend(n, *_qkv(block, block.ln1(x), cos, sin, self.heads, self.kv_heads)))
+            x = mix(block, x, attend(n, *qkv(block, block.ln1(x), cos, sin, self.heads, self.kv_heads)))
         return self.norm(x)
 
     def pair(self, h: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -152,7 +152,7 @@ def noise(spec: Trace, base: Trace) -> float | None:
     return max(moved) if moved else None
 
 
-def _card(label: str, value: str, hint: str, key: str) -> tuple[str, str, str, str]:
+def card(label: str, value: str, hint: str, key: str) -> tuple[str, str, str, str]:
     """One headline card, drawn by cards_html with the others."""
     return label, value, hint, key
 
@@ -224,26 +224,26 @@ def headline_html(h: Headline) -> str:
                       "costs about the same whatever the block's size)" if best is not None else "")
                    + prefill + wait)
     cards = [
-        _card("measured speedup", _x(h.speedup, h),
+        card("measured speedup", _x(h.speedup, h),
               f"speculative tokens/s divided by baseline tokens/s, measured (engine time, prefill included){wait}",
               "speedup"),
-        _card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
+        card("predicted speedup" + ("" if h.v is None else f" (verify {h.v:.2f}×)"),
               _x(h.predicted, h), formula, "predicted"),
-        _card("α acceptance rate", f"{h.alpha:.2f}",
+        card("α acceptance rate", f"{h.alpha:.2f}",
               "α: the share of drafted tokens the target accepted (accepted / drafted"
               + (", along the branch the target followed)" if h.trees else ")"),
               "alpha"),
-        _card("τ tokens per step", f"{h.tau:.2f}",
+        card("τ tokens per step", f"{h.tau:.2f}",
               "τ: tokens each target pass produced, on average: accepted drafts plus the target's own token "
               "(plain decoding: 1)" + (f"; a tree of {h.k:.1f} candidates a step can run deeper than the draft "
                                        "length k, so τ can pass k + 1" if h.trees else ""), "tau"),
-        _card("target passes saved", f"{h.calls_saved} of {h.base_calls}",
+        card("target passes saved", f"{h.calls_saved} of {h.base_calls}",
               f"forward passes of the target that speculation avoided: {count(h.base_calls, 'token')} cost plain decoding {count(h.base_calls, 'target pass', 'target passes')}"
               f" (one per token); the speculative run made them in "
               f"{count(h.base_calls - h.calls_saved, 'pass', 'passes')}. Passes are counted while generating: "
               "the prefill, one pass over the prompt, is the same for both runs", "calls"),
-        _card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
-        _card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
+        card("tokens/s speculative", f"{h.spec_tps:.1f}", "engine time, prefill included", "spec-tps"),
+        card("tokens/s baseline", f"{h.base_tps:.1f}", "engine time, prefill included", "base-tps"),
     ]
     return cards_html(cards) + gap_html(h)
 

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from ..render.charts import COLORS, acceptance_bars, figure, position_bars, speed_lines, styled, waiting_for
 from ..render.html import spoken, token_focus, token_list
-from ..render.numbers import MIN_TOKENS, _card, cards_html
+from ..render.numbers import MIN_TOKENS, card, cards_html
 from ..render.status import count
 from .records import ServerRun, SpecStats
 from .speed import SAID, compare, rate
@@ -119,15 +119,15 @@ def headline_html(spec: ServerRun | None, base: ServerRun | None) -> str:
     spec_tps, spec_said = _tps(spec)
     base_tps, base_said = _tps(base) if base is not None and base.chunks else ("—", "")
     cards = [
-        _card("measured speedup", "—" if x is None else f"{x:.2f}×", said, "speedup"),
-        _card("α acceptance rate", "—" if s is None else f"{s.acceptance_rate:.2f}",
+        card("measured speedup", "—" if x is None else f"{x:.2f}×", said, "speedup"),
+        card("α acceptance rate", "—" if s is None else f"{s.acceptance_rate:.2f}",
               "accepted draft tokens / drafted tokens, from the engine's own per-request fields", "alpha"),
-        _card("τ tokens per step", "—" if tau is None else f"{tau:.2f}",
+        card("τ tokens per step", "—" if tau is None else f"{tau:.2f}",
               "kept drafts plus the target's own token, per verify step that drafted", "tau"),
-        _card("tokens/s speculative", spec_tps, spec_said, "spec-tps"),
-        _card("tokens/s plain", base_tps, "the baseline server, same prompt and settings" +
+        card("tokens/s speculative", spec_tps, spec_said, "spec-tps"),
+        card("tokens/s plain", base_tps, "the baseline server, same prompt and settings" +
               (f"; {base_said}" if base_said else ""), "base-tps"),
-        _card("time to first token", "—" if ttft is None else f"{ttft * 1000:.0f} ms",
+        card("time to first token", "—" if ttft is None else f"{ttft * 1000:.0f} ms",
               "speculative server; plain server: " + ("—" if base is None or base.ttft_s is None
                                                       else f"{base.ttft_s * 1000:.0f} ms"), "ttft"),
     ]

@@ -249,7 +249,7 @@ def starting_taps(args, out: pathlib.Path) -> tuple[int, ...]:
 def _build(args, target, folder: pathlib.Path, sources: dict[str, int]) -> None:
     """Self-distillation data: the target answers the prompt pool (or --prompts) into `folder`."""
     from .data import build_data
-    from .prompts import gather
+    from .prompt_sources import gather
 
     minutes = args.data_minutes or (None if args.data_tokens else 30.0)
     say(f"building training data in {folder}" + (f" for up to {minutes:g} min" if minutes else "")
@@ -300,7 +300,7 @@ def _same_taps(taps: tuple[int, ...], flag: tuple[int, ...] | None, config: dict
 
 def parse_sources(spec: str) -> dict[str, int]:
     """--sources "written,self:500,code:4000" -> {"written": 0, "self": 500, "code": 4000} (0: the whole set)."""
-    from .prompts import SOURCES
+    from .prompt_sources import SOURCES
 
     out = {}
     for part in filter(None, (x.strip() for x in spec.split(","))):

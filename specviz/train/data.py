@@ -33,7 +33,7 @@ import torch
 
 from ..core.errors import SpecvizError
 from .generate import can_write_and_force, generate, teacher_force, write_and_force
-from .prompts import PROMPTS, read_prompts
+from .prompt_sources import PROMPTS, read_prompts
 
 TOP_K = 32  # how many of the target's next-token probabilities each position keeps
 FORMAT = 1

@@ -232,7 +232,7 @@ def _setting(name: str, value) -> str:
     return f"{name} {bdi(str(value))}"
 
 
-def _card(r: Replay) -> str:
+def card(r: Replay) -> str:
     """What the loaded trace is, for the block: file, models, settings, machine, date."""
     info = r.recording.info
     settings = ", ".join(_setting(k, v) for k, v in info.config.items() if k in ("k", "dynamic_k", "max_new_tokens"))
@@ -276,7 +276,7 @@ def open_trace(path, session, policy: Policy):
     n = playback.step_count(r.recording)
     session.pinned = None
     message = f"{_about(r)}. {n} steps: Play race, or Next step to go one at a time."
-    return {**_values(_frame(r, spec, base, "done", message), session, r), "about": _card(r),
+    return {**_values(_frame(r, spec, base, "done", message), session, r), "about": card(r),
             "prompt": r.recording.info.prompt, "upload": gr.skip()}
 
 
