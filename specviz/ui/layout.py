@@ -12,7 +12,8 @@ from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_
                       status_html, step_html)
 from ..render.compare import HEADERS, WIDTHS
 from ..run.spec import parse
-from . import controllers, distribution, exactness, hardware, reading, replay, serving
+from . import distribution, exactness, hardware, reading, replay, serving
+from .blocks import controllers
 from .views import CHARTS
 from .examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
