@@ -459,7 +459,7 @@ def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkey
 
 def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_it(app_models):
     from specviz.engine import verify_cost
-    from specviz.ui import hardware, replay
+    from specviz.ui.blocks import hardware, replay
     from specviz.ui.handlers import Session
 
     model = real_models.load(app_models["target"]).model
@@ -498,7 +498,7 @@ def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_i
 
 
 def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():
-    from specviz.ui import hardware
+    from specviz.ui.blocks import hardware
     from specviz.ui.handlers import Session
 
     demo = build_app(Policy(), examples=[])

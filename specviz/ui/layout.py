@@ -12,14 +12,13 @@ from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_
                       status_html, step_html)
 from ..render.compare import HEADERS, WIDTHS
 from ..run.spec import parse
-from . import distribution, exactness, hardware, reading, replay, serving
-from .blocks import controllers
+from .blocks import boxes, controllers, distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
-from .examples import Example, load_examples, note_html
+from .blocks.examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
 from .page import Page, named
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
-from . import boxes, requests
+from . import requests
 from .requests import count_values
 from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings, in_words
 

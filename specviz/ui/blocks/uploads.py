@@ -12,7 +12,7 @@ import json
 
 import gradio as gr
 
-from ..render.status import megabytes, status_html
+from ...render.status import megabytes, status_html
 
 # A capturing listener on the document runs before Gradio's own on the file box's input (or drop).
 GUARD = """

@@ -21,16 +21,16 @@ from typing import Iterator
 
 import gradio as gr
 
-from ..core.errors import SpecvizError
-from ..core.events import StepEvent
-from ..render.status import bdi, isolated, status_html, step_label
-from ..run import replay as playback
-from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
+from ...core.errors import SpecvizError
+from ...core.events import StepEvent
+from ...render.status import bdi, isolated, status_html, step_label
+from ...run import replay as playback
+from ...traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
-from .page import Page, named
-from .policy import Policy
-from .runner import Frame, throttle
-from .views import error_frame, playground_values
+from ..page import Page, named
+from ..policy import Policy
+from ..runner import Frame, throttle
+from ..views import error_frame, playground_values
 
 log = logging.getLogger(__name__)
 UPDATE_EVERY = 0.3  # seconds between page updates during a race, as during a live run
