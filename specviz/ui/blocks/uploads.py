@@ -8,42 +8,10 @@ status lines named. The server keeps its check (a script does not run this).
 """
 from __future__ import annotations
 
-import json
-
 import gradio as gr
 
 from ...render.status import megabytes, status_html
-
-# A capturing listener on the document runs before Gradio's own on the file box's input (or drop).
-GUARD = """
-window.svGuards = window.svGuards || {};
-if (!window.svGuards[RULE.box]) {
-  window.svGuards[RULE.box] = true;
-  const mb = (n) => (n / 1e6).toFixed(1).replace(/\\.0$/, '') + ' MB';
-  const refuse = (e, file) => {
-    e.preventDefault();
-    e.stopImmediatePropagation();
-    const said = RULE.sentence.replace('{name}', file.name).replace('{size}', mb(file.size));
-    for (const where of RULE.shown_in) {
-      const box = document.querySelector(where + ' .prose');
-      if (!box) continue;
-      box.innerHTML = RULE.status;
-      box.querySelector('.sv-status-text').textContent = said;  // text, never markup: a file name is anyone's
-    }
-  };
-  const over = (files) => [...(files || [])].find(f => f.size > RULE.limit);
-  const inside = (e) => e.target.closest && e.target.closest(RULE.box);
-  document.addEventListener('change', (e) => {
-    if (!inside(e) || e.target.type !== 'file') return;
-    const file = over(e.target.files);
-    if (file) { refuse(e, file); e.target.value = ''; }
-  }, true);
-  document.addEventListener('drop', (e) => {
-    const file = inside(e) && over(e.dataTransfer && e.dataTransfer.files);
-    if (file) refuse(e, file);
-  }, true);
-}
-"""
+from ..page import said
 
 
 def guard(box: str, limit: int, sentence, shown_in: tuple[str, ...]) -> gr.HTML:
@@ -52,5 +20,4 @@ def guard(box: str, limit: int, sentence, shown_in: tuple[str, ...]) -> gr.HTML:
     megabytes() says them), in the status blocks `shown_in`."""
     rule = dict(box=box, limit=limit, shown_in=list(shown_in), status=status_html("", "error"),
                 sentence=sentence("{name}", "{size}", megabytes(limit)))
-    return gr.HTML("", js_on_load=f"const RULE = {json.dumps(rule)};\n{GUARD}", container=False,
-                   elem_classes="sv-hidden")
+    return said("upload-rule", rule)  # assets/specviz.js refuses by it
