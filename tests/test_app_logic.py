@@ -256,7 +256,7 @@ def test_a_stop_ends_every_run_of_the_visitor_and_no_runs_end_clears_another():
 def test_every_update_after_stop_says_stopping_not_the_runs_count(monkeypatch):
     """Stop pressed while a prefill is read: the status went on counting its pieces ("prefill: 1,536
     of 3,082 tokens read"), and a teacher pressed Stop again. From the press (the page's script says
-    it at once, layout.STOPPING_JS) every update of the run says "Stopping…" until it has stopped."""
+    it at once, svStopping in assets/specviz.js) every update of the run says "Stopping…" until it has stopped."""
     from specviz.ui import handlers as page
 
     monkeypatch.setattr(page, "UPDATE_EVERY", 0.0)  # every frame shown
@@ -459,7 +459,7 @@ def test_gpu_decorator_is_applied_only_when_the_spaces_package_is_present(monkey
 
 def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_it(app_models):
     from specviz.engine import verify_cost
-    from specviz.ui import hardware, replay
+    from specviz.ui.blocks import hardware, replay
     from specviz.ui.handlers import Session
 
     model = real_models.load(app_models["target"]).model
@@ -498,7 +498,7 @@ def test_a_run_measures_the_verify_curve_first_and_the_hardware_block_re_times_i
 
 
 def test_the_hardware_block_is_on_the_page_and_waits_for_a_run():
-    from specviz.ui import hardware
+    from specviz.ui.blocks import hardware
     from specviz.ui.handlers import Session
 
     demo = build_app(Policy(), examples=[])

@@ -170,7 +170,8 @@ def test_the_views_fill_the_outputs_the_layout_names_and_a_slip_fails_loudly():
     filling one it is not wired to, raises instead of leaving a block blank."""
     import gradio as gr
 
-    from specviz.ui import layout, serving
+    from specviz.ui import layout
+    from specviz.ui.blocks import serving
     from specviz.ui.page import named
     from specviz.ui.policy import Policy
     from specviz.ui.views import compare_values, error_frame, playground_values

@@ -438,7 +438,7 @@ def test_the_worked_example_by_hand():
 def test_the_inspector_shows_both_rules_on_the_same_draws(rule):
     from specviz.render.inspect import step_html
     from specviz.render.trace import Labels, Trace
-    from specviz.ui.stepping import phases
+    from specviz.ui.blocks.stepping import phases
 
     e = worked_step(rule=rule)
     labels = Labels(draft=("a", "b"), token="b")

@@ -149,7 +149,7 @@ def test_the_card_quotes_the_drafted_token_with_its_spaces():
 
 def test_a_step_plays_in_the_engine_s_phases():
     from specviz.core.events import StepEvent
-    from specviz.ui.stepping import phases
+    from specviz.ui.blocks.stepping import phases
 
     e = StepEvent(step=0, position=0, draft=(5, 6, 7), q=(0.5, 0.4, 0.3), p=(0.6, 0.1, 0.2),
                   accept_prob=(1.0, 0.25, 0.66), draws=(0.3, 0.8, 0.1), accepted=1, token=9, token_p=0.4,
@@ -198,7 +198,7 @@ def test_a_sampled_tree_step_plays_its_sibling_walk_child_by_child():
     from test_render import kinds, walked_step
 
     from specviz.render.html import phase_spans
-    from specviz.ui.stepping import phases
+    from specviz.ui.blocks.stepping import phases
 
     e, labels = walked_step()
     got = phases(e, labels)

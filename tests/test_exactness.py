@@ -45,7 +45,7 @@ def test_matches_scipy_where_it_is_installed():
 def test_the_draws_wait_their_turn_in_the_apps_one_line():
     """The draws are model work: they queue behind a playground run, are refused when the
     line is full, and leave the line when done (a hosted app never runs two at once)."""
-    from specviz.ui.exactness import queued
+    from specviz.ui.blocks.exactness import queued
     from specviz.ui.handlers import Session
     from specviz.ui.limits import Line
 
@@ -74,7 +74,8 @@ def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  #
     page's) now ends the draws after the current one."""
     from specviz.audit import engines
     from specviz.modeling import models
-    from specviz.ui import Policy, exactness
+    from specviz.ui import Policy
+    from specviz.ui.blocks import exactness
 
     runs = []
     real = engines.speculative_generate
@@ -93,7 +94,7 @@ def test_stop_ends_the_draws_and_judges_those_drawn(app_models, monkeypatch):  #
 def test_enough_draws_get_a_p_value_and_too_few_get_a_sentence_not_consistent():
     from collections import Counter
 
-    from specviz.ui.exactness import MIN_DRAWS, verdict_html
+    from specviz.ui.blocks.exactness import MIN_DRAWS, verdict_html
 
     nine = verdict_html(Counter({1: 9}), Counter({1: 9}))  # stopped after 9: p = 1, which proves nothing
     assert "Too few draws to judge: 9 each way" in nine and "consistent" not in nine
@@ -102,7 +103,7 @@ def test_enough_draws_get_a_p_value_and_too_few_get_a_sentence_not_consistent():
 
 
 def test_no_drafts_get_no_verdict_however_many_draws():
-    from specviz.ui.exactness import verdict_html
+    from specviz.ui.blocks.exactness import verdict_html
 
     html = verdict_html(Counter({1: 30, 2: 30}), Counter({1: 31, 2: 29}), drafted=0)
     assert "Nothing was drafted in 60 draws" in html and "consistent" not in html and 'data-p="none"' in html
@@ -112,7 +113,8 @@ def test_the_check_points_at_transformers_generate_and_at_the_operators_servers(
     """The same draws, verdict and progress with transformers' generate as the engine that
     speculates (prompt lookup: its drafts are counted); a serving engine needs the operator's pair."""
     from specviz.modeling import models
-    from specviz.ui import Policy, exactness
+    from specviz.ui import Policy
+    from specviz.ui.blocks import exactness
 
     controls = dict(prompt=PROMPT, target=app_models["target"], mode="sampling", temperature=1.0, k=2,
                     max_new_tokens=8)

@@ -17,7 +17,7 @@ import sqlite3
 import pytest
 
 from specviz.engine.generate import GenerationConfig
-from specviz.ui import examples as app_examples
+from specviz.ui.blocks import examples as app_examples
 
 
 def words(text: str) -> list[str]:
@@ -110,7 +110,7 @@ def test_an_examples_button_and_note_say_one_speed_from_one_run_on_the_cpu_named
     """Issue 66 (3): the button said 2.0x, its note 2.04x, the page measured 2.38x. Both now say the
     range over the committed run's repeats, and the note names the CPU and date it was measured on and
     says the reader's own speed depends on theirs."""
-    from specviz.ui.examples import machine_said, note_html
+    from specviz.ui.blocks.examples import machine_said, note_html
 
     machine = machine_said(app_examples.load_results())
     assert "AMD EPYC" in machine or "Intel" in machine, machine
@@ -124,7 +124,7 @@ def test_an_examples_button_and_note_say_one_speed_from_one_run_on_the_cpu_named
 
 
 def test_the_first_steps_sentence_says_what_the_record_holds():
-    from specviz.ui.examples import first_steps_said
+    from specviz.ui.blocks.examples import first_steps_said
 
     assert first_steps_said({}) == ""
     said = first_steps_said({"steps": 4, "drafted": 7, "kept": 2, "refused": 2})

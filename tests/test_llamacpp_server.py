@@ -65,7 +65,7 @@ def test_the_serving_tab_draws_llamacpps_steps(urls):
     from specviz.ui import Policy
     from specviz.ui.handlers import Session
     from specviz.ui.limits import Line
-    from specviz.ui.serving import ServingRuns
+    from specviz.ui.blocks.serving import ServingRuns
 
     spec, base = urls
     policy = Policy()

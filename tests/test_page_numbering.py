@@ -16,7 +16,7 @@ from specviz.render.numbers import Headline, headline_html
 from specviz.render.status import step_label
 from specviz.ui import Policy, Settings
 from specviz.ui.handlers import Handlers, Session
-from specviz.ui.replay import play_phases, race, ready, step, step_through
+from specviz.ui.blocks.replay import play_phases, race, ready, step, step_through
 from specviz.ui.live.runner import Frame
 from specviz.ui.views import playground_values
 

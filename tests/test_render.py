@@ -632,7 +632,7 @@ def test_one_acceptance_for_a_tree_run_in_the_engine_the_page_compare_and_the_ex
     stats, the page's card, Compare's column and the bench (tests/test_bench.py); the tree's other
     candidates are counted apart, as candidates, which drafting and verifying cost."""
     from specviz import GenerationConfig, speculative_generate
-    from specviz.ui.examples import K, Example, note_html
+    from specviz.ui.blocks.examples import K, Example, note_html
     from test_heads import make
 
     drafter = make("medusa", target, tree=3)

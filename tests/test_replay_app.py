@@ -24,7 +24,7 @@ from specviz.traces import trace_file
 from specviz.ui import Policy, Settings, hosted_policy
 from specviz.ui.handlers import Session
 from specviz.ui.layout import launch_options
-from specviz.ui.replay import Replay, offer_download, open_trace, pause, play_phases, race, step, step_through
+from specviz.ui.blocks.replay import Replay, offer_download, open_trace, pause, play_phases, race, step, step_through
 from specviz.ui.live.runner import Frame
 
 
@@ -250,7 +250,7 @@ def test_an_uploaded_trace_is_re_timed_with_the_costs_of_the_machine_that_record
     curve and says whose it is, not this machine's; this session's own run says 'measured'."""
     from dataclasses import replace
 
-    from specviz.ui import hardware
+    from specviz.ui.blocks import hardware
     from test_trace_file import H200
 
     rec, _ = sampled

@@ -19,7 +19,7 @@ from specviz.serving.records import Chunk, ServerRun, SpecStats
 from specviz.ui import Policy, build_app, hosted_policy, policy_from_env
 from specviz.ui.handlers import Session
 from specviz.ui.limits import Line
-from specviz.ui.serving import ServingRuns
+from specviz.ui.blocks.serving import ServingRuns
 
 SPEC, PLAIN = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -204,7 +204,7 @@ def test_runs_wait_in_the_line_and_stop_while_waiting():
 def test_a_silent_server_is_left_at_stop_and_its_request_ends_at_its_next_chunk():
     import threading
 
-    from specviz.ui.following import follow
+    from specviz.ui.blocks.following import follow
     from specviz.ui.limits import Deadline
 
     stop, ended = threading.Event(), threading.Event()
@@ -301,7 +301,7 @@ def test_the_api_page_names_every_serving_output_and_a_hosted_app_without_a_serv
 # ---- the load sweep -------------------------------------------------------------------------
 
 def test_a_load_sweep_file_is_drawn_and_a_bad_one_gets_a_sentence(tmp_path, monkeypatch):
-    monkeypatch.setattr("specviz.ui.serving.MAX_LOAD_BYTES", 1_000_000)
+    monkeypatch.setattr("specviz.ui.blocks.serving.MAX_LOAD_BYTES", 1_000_000)
     runs = serving(engines=fake_engines({}))
     good, bad, big = tmp_path / "load.json", tmp_path / "bad.json", tmp_path / "big.json"
     good.write_text(json.dumps({"format": "specviz-load", "version": 1}))

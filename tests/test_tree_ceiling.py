@@ -145,7 +145,7 @@ def test_the_inspector_shows_a_tree_step_against_its_ceiling():
     assert ("children of the text so far: “the” refused, then “a” refused, then “an” kept</li>"
             "<li>children of “an”: “&lt;b&gt;” refused") in html
     assert step_html(spec_trace(walked_step(greedy=True)), 0).count("sv-ceiling") == 0  # greedy: no coins to average
-    from specviz.ui.stepping import phases
+    from specviz.ui.blocks.stepping import phases
 
     said = dict(phases(*walked_step()))["accept/reject"]
     assert said.endswith("the walk keeps 0.94 of the 4, the most any exact rule keeps from this tree")

@@ -359,7 +359,7 @@ def test_the_inspector_and_step_through_show_a_drawn_step():
     from specviz.render.rules import expected, rules_html
     from specviz.render.trace import Labels, Trace
     from specviz.traces import trace_file
-    from specviz.ui.stepping import phases
+    from specviz.ui.blocks.stepping import phases
 
     _, (steps, end) = _run("eagle", "drawn", Sampling(temperature=1.0, seed=2), tokens=8)
     trace = Trace("eagle", k=3)

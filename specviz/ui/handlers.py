@@ -25,7 +25,7 @@ from .views import compare_values, error_frame, playground_values
 
 UPDATE_EVERY = 0.3  # seconds between page updates during a run (the final state always shows)
 # What the status says from the press of Stop to the run's end (the page's script says it at the
-# press, layout.STOPPING_JS; each update says it again, where the run's count would overwrite it).
+# press, svStopping in assets/specviz.js; each update says it again, where the run's count would overwrite it).
 STOPPING = "Stopping…"
 EMPTY_DRAFTER = "The drafter box was empty, so this ran as plain decoding (drafter 'none')."
 

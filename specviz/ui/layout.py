@@ -2,7 +2,6 @@
 Playground, Compare and Serving engine tabs, on the right."""
 from __future__ import annotations
 
-import json
 import pathlib
 
 import gradio as gr
@@ -12,13 +11,13 @@ from ..render import (Trace, compare_figures, empty_figures, legend_html, panel_
                       status_html, step_html)
 from ..render.compare import HEADERS, WIDTHS
 from ..run.spec import parse
-from . import controllers, distribution, exactness, hardware, reading, replay, serving
+from .blocks import controllers, distribution, exactness, hardware, reading, replay, serving
 from .views import CHARTS
-from .examples import Example, load_examples, note_html
+from .blocks.examples import Example, load_examples, note_html
 from .handlers import STOPPING, Handlers, Session, zero_gpu
-from .page import Page, named
+from .page import Page, named, said
 from .policy import MAX_TRACE_BYTES, Policy, policy_from_env
-from . import boxes, requests
+from . import requests
 from .requests import count_values
 from ..run.settings import BOUNDS, GREEDY, SAMPLING, Settings, in_words
 
@@ -40,35 +39,6 @@ SKIP = ('<nav class="sv-skip" aria-label="Skip to">'
         '<a href="#sv-generate" data-focus="#sv-generate">Skip to Generate</a>'
         '<a href="#sv-inspector-box" data-focus="#sv-inspector">Skip to step inspector</a>'
         '<a href="#sv-chart-acceptance" data-focus="#sv-chart-acceptance .js-plotly-plot">Skip to charts</a></nav>')
-# A skip link moves focus (an anchor alone only scrolls), opening the Playground tab if another is shown.
-# A run's status says "Stopping…" the moment Stop is pressed: a prefill piece or a step may take
-# a moment to end, and a status still counting made a teacher press Stop again.
-STOPPING_JS = f"""() => {{
-  for (const status of document.querySelectorAll('.sv-status[data-state="running"], .sv-status[data-state="loading"]')) {{
-    status.querySelector('.sv-status-text').textContent = {json.dumps(STOPPING)};
-  }}
-}}"""
-SKIP_JS = """
-if (!window.svSkip) {
-  window.svSkip = true;
-  document.addEventListener('click', (e) => {
-    const link = e.target.closest && e.target.closest('.sv-skip a[data-focus]');
-    if (!link) return;
-    e.preventDefault();
-    let to = document.querySelector(link.dataset.focus);
-    if (to && !to.checkVisibility()) {
-      [...document.querySelectorAll('[role=tab]')].find(t => t.textContent.trim() === 'Playground')?.click();
-    }
-    requestAnimationFrame(() => {
-      to = document.querySelector(link.dataset.focus);
-      if (!to) return;
-      if (to.tabIndex < 0 && !to.hasAttribute('tabindex')) to.tabIndex = -1;  // the inspector, a chart: focusable
-      to.focus({preventScroll: true});
-      to.scrollIntoView({block: to.offsetHeight > innerHeight / 2 ? 'start' : 'center'});
-    });
-  });
-}
-"""
 READY = "Ready: pick a drafter and press Generate."
 WAITING = "Press Generate: the tokens appear here as they are decoded."
 
@@ -93,6 +63,7 @@ def theme() -> gr.themes.Base:
 def launch_options() -> dict:
     """The launch() arguments that style the page (Gradio 6 takes theme and css there)."""
     return {"theme": theme(), "css": (ASSETS / "style.css").read_text(encoding="utf-8"),
+            "head": f'<script>{(ASSETS / "specviz.js").read_text(encoding="utf-8")}</script>',  # before any block
             "max_file_size": MAX_TRACE_BYTES,  # the page's only upload is a trace to replay
             "app_kwargs": requests.handlers()}  # a malformed body: specviz's sentence, not FastAPI's bare 422
 
@@ -334,10 +305,11 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
     instant = dict(queue=False, api_visibility="private")
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         session = gr.State(Session(policy.suffix_memory_tokens))
-        boxes.guard({f"sv-{name.replace('_', '-')}": in_words(name) for name in BOUNDS})  # a typed -5: a sentence
+        # a typed -5 said in a sentence, a field named as sentences name it; Stop's word at the press (assets/specviz.js)
+        said("box-names", {f"sv-{name.replace('_', '-')}": in_words(name) for name in BOUNDS})
+        said("stopping", STOPPING)
         gr.HTML(f'{SKIP}<div class="sv-header"><h1>specviz</h1><div class="sv-intro"><p>{INTRO}</p>{primer_html()}'
-                '</div></div>',
-                js_on_load=SKIP_JS)
+                '</div></div>')
         with gr.Row(equal_height=False, elem_classes="sv-main"):
             with gr.Column(scale=1, min_width=300, elem_classes="sv-controls"):
                 controls = _settings(policy)
@@ -384,7 +356,7 @@ def build_app(policy: Policy | None = None, models=None, examples: list[Example]
         cmp_stop.click(handlers.stop, session, session, queue=False, api_visibility="private", **cancels)
         # said at the press, before the server hears it: every Stop ends all of the visitor's runs
         for button in (stop, cmp_stop, exact_controls.stop, server_controls.stop):
-            button.click(None, js=STOPPING_JS, queue=False, api_visibility="private")
+            button.click(None, js="svStopping", queue=False, api_visibility="private")
         # always_last: a drag sends many values; the one it ends on must arrive, and last
         page.step.input(handlers.inspect, [session, page.step], shown["inspector"], trigger_mode="always_last",
                         **instant)

@@ -7,7 +7,9 @@ is wired to disagree, so adding an output is one name in layout.py and one in vi
 from __future__ import annotations
 
 import functools
+import html
 import inspect
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -39,6 +41,13 @@ def named(fn: Callable, outputs: dict[str, gr.components.Component]) -> Callable
     def once(*args, **kwargs):
         return by_component(fn(*args, **kwargs))
     return once
+
+
+def said(name: str, value) -> gr.HTML:
+    """`value` on the page, as JSON, for its scripts (assets/specviz.js reads it as svData(name)):
+    the words and limits they use are Python's, and no code lives here."""
+    return gr.HTML(f'<span data-sv="{name}" data-value="{html.escape(json.dumps(value))}"></span>',
+                   container=False, elem_classes="sv-hidden")
 
 
 @dataclass

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..core.errors import SpecvizError
-from ..render.status import MB, count, megabytes, status_html
-from ..serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures
-from ..serving.speed import DECODE, compare
-from ..serving.state import explain
+from ...core.errors import SpecvizError
+from ...render.status import MB, count, megabytes, status_html
+from ...serving.figures import groups_html, headline_html, rate, run_dict, run_note, serving_figures
+from ...serving.speed import DECODE, compare
+from ...serving.state import explain
 from . import uploads
 from .following import follow
-from .limits import WAIT_POLL, Deadline, Line
-from .page import Page, named
-from .policy import MEASURED_LOAD, Policy
-from .live.runner import readable
-from ..run.settings import Settings
+from ..limits import WAIT_POLL, Deadline, Line
+from ..page import Page, named
+from ..policy import MEASURED_LOAD, Policy
+from ..live.runner import readable
+from ...run.settings import Settings
 
 UPDATE_EVERY, CHARTS_EVERY = 0.3, 2.0  # seconds, as in the playground (handlers.py)
 REQUEST_TIMEOUT = 120.0  # seconds for one request when the policy sets no time limit
@@ -50,9 +50,9 @@ def sweep_too_large(name: str, size: str, limit: str) -> str:
 def default_backend():
     """specviz.serving's client and load report, imported at the first run: the page works without them."""
     try:
-        from ..serving.client import stream_completion
-        from ..serving.load_report import load_figure, read_json as read_result
-        from ..serving.state import probe
+        from ...serving.client import stream_completion
+        from ...serving.load_report import load_figure, read_json as read_result
+        from ...serving.state import probe
     except ImportError as e:
         raise SpecvizError(f"this specviz has no serving client ({e})") from None
     return types.SimpleNamespace(stream_completion=stream_completion, read_result=read_result,

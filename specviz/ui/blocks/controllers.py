@@ -9,17 +9,17 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..core.errors import SpecvizError
-from ..engine import controller_names
-from ..render import controllers as view
-from ..render.degeneracy import EMPTY, meter_html
-from ..render.status import status_html
-from ..render.trace import Trace
-from ..run import draft_control
-from ..run.arms import parse_arm
-from .live import runner
-from .page import Page
-from .policy import Policy
+from ...core.errors import SpecvizError
+from ...engine import controller_names
+from ...render import controllers as view
+from ...render.degeneracy import EMPTY, meter_html
+from ...render.status import status_html
+from ...render.trace import Trace
+from ...run import draft_control
+from ...run.arms import parse_arm
+from ..live import runner
+from ..page import Page
+from ..policy import Policy
 
 
 def meter_box() -> gr.HTML:

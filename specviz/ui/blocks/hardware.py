@@ -13,11 +13,11 @@ from html import escape
 
 import gradio as gr
 
-from ..core.errors import SpecvizError
-from ..core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
-from ..render.hardware import curve_caption, curve_figure, retime_figure, retime_html
-from ..render.numbers import headline
-from .page import Page
+from ...core.errors import SpecvizError
+from ...core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
+from ...render.hardware import curve_caption, curve_figure, retime_figure, retime_html
+from ...render.numbers import headline
+from ..page import Page
 
 THIS, GPU, CUSTOM = "this machine, as measured", "GPU-like (verify flat to 16 tokens)", "custom"
 SLOPE, C = 0.10, 0.05  # the custom sliders' start: roughly this project's CPU with a small draft model

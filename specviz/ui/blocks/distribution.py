@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..render import distribution as view
-from .page import Page
+from ...render import distribution as view
+from ..page import Page
 
 
 @dataclass(frozen=True)

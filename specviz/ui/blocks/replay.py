@@ -9,7 +9,6 @@ by the renderers like any model text.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -21,16 +20,16 @@ from typing import Iterator
 
 import gradio as gr
 
-from ..core.errors import SpecvizError
-from ..core.events import StepEvent
-from ..render.status import bdi, isolated, status_html, step_label
-from ..run import replay as playback
-from ..traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
+from ...core.errors import SpecvizError
+from ...core.events import StepEvent
+from ...render.status import bdi, isolated, status_html, step_label
+from ...run import replay as playback
+from ...traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
-from .page import Page, named
-from .policy import Policy
-from .live.runner import Frame, throttle
-from .views import error_frame, playground_values
+from ..page import Page, named, said
+from ..policy import Policy
+from ..live.runner import Frame, throttle
+from ..views import error_frame, playground_values
 
 log = logging.getLogger(__name__)
 UPDATE_EVERY = 0.3  # seconds between page updates during a race, as during a live run
@@ -107,6 +106,7 @@ def controls(steps: Stepper, policy: Policy) -> Controls:
             upload = gr.File(label="Replay a trace (.json)", type="filepath",
                              elem_id="sv-replay-file", scale=3, height=120)
         about = gr.HTML(elem_id="sv-replay-about")
+        said("reading", READING)
         uploads.guard("#sv-replay-file", policy.max_trace_bytes, too_large, ("#sv-status", "#sv-replay-about"))
     return Controls(download, upload, about, steps)
 
@@ -129,7 +129,7 @@ def wire(c: Controls, page: Page) -> None:
     opening = page.shown(replay=state, about=c.about, prompt=page.prompt, upload=c.upload)
     # Said at once (a big file takes seconds to check), and registered before the reading itself, which
     # Gradio then answers after it: registered after, the sentence overwrote the loaded trace's status.
-    c.upload.upload(None, js=READING_JS, **instant)
+    c.upload.upload(None, js="svReading", **instant)
     opened = c.upload.upload(named(lambda path, s: open_trace(path, s, page.policy), opening),
                              [c.upload, page.session], list(opening.values()), **instant)
     opened.then(ready, [state, page.session], s.buttons, **instant)
@@ -248,13 +248,6 @@ def card(r: Replay) -> str:
 
 # The status while an uploaded trace is read and checked: it said "Ready" for the 23 s a 23 MB file took.
 READING = "Reading the trace file: every step is checked before anything is drawn…"
-READING_JS = f"""() => {{
-  const status = document.querySelector('#sv-status .sv-status');
-  if (status) {{
-    status.dataset.state = 'loading';
-    status.querySelector('.sv-status-text').textContent = {json.dumps(READING)};
-  }}
-}}"""
 
 
 def open_trace(path, session, policy: Policy):

@@ -15,8 +15,8 @@ import json
 import pathlib
 from dataclasses import dataclass, field
 
-from ..run.suites import ASSETS, load_suite
-from ..run.spec import parse
+from ...run.suites import ASSETS, load_suite
+from ...run.spec import parse
 
 RESULTS = ASSETS / "examples-k4.json"
 K = 4  # the k the results were measured at (the page's default)

@@ -12,8 +12,8 @@ import threading
 from dataclasses import replace
 from typing import Callable, Generator
 
-from ..serving.records import ServerRun
-from .limits import Deadline
+from ...serving.records import ServerRun
+from ..limits import Deadline
 
 _DONE = object()
 

@@ -1,4 +1,4 @@
-"""Step-through mode: the replay's stepper (ui/replay.py) for the run just made, and one step
+"""Step-through mode: the replay's stepper (ui/blocks/replay.py) for the run just made, and one step
 played in its phases (draft, verify, accept/reject, then the corrected or bonus token), each
 phase held on screen for a time the speed slider sets. A sampled tree step plays its sibling
 walk between verify and accept/reject, one phase per child judged (render/tree.py).
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 
-from ..core.events import StepEvent
-from ..render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
-from ..render.rules import backward_pass, comparable, expected, summary, token_source
-from ..render.status import step_label
-from ..render.tree import before_text, ordinal, sibling_walk, walk_end
-from ..run import replay as playback
-from .views import inspected
+from ...core.events import StepEvent
+from ...render.html import RESIDUAL, RESIDUAL_GLOSS, VISIBLE_WHITESPACE
+from ...render.rules import backward_pass, comparable, expected, summary, token_source
+from ...render.status import step_label
+from ...render.tree import before_text, ordinal, sibling_walk, walk_end
+from ...run import replay as playback
+from ..views import inspected
 
 PHASE_SECONDS = 1.5  # each phase's time on screen at speed 1
 

@@ -17,21 +17,21 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import plotly.graph_objects as go
 
-from ..audit.engines import Generate, Local, Server, draws
-from ..audit.stats import MIN_DRAWS  # where the slider starts; Stop can end sooner
-from ..core.errors import SpecvizError
-from ..core.exactness import chi_square
-from ..render.charts import COLORS, FONT, distinct, figure as new_figure
-from ..render.html import VISIBLE_WHITESPACE
-from ..render.status import status_html
-from ..render.trace import Trace
-from ..run.arms import parse_arm
-from .live import runner
-from .handlers import STOPPING
-from .limits import Line
-from .page import Page
-from .policy import Policy
-from ..run.settings import Settings
+from ...audit.engines import Generate, Local, Server, draws
+from ...audit.stats import MIN_DRAWS  # where the slider starts; Stop can end sooner
+from ...core.errors import SpecvizError
+from ...core.exactness import chi_square
+from ...render.charts import COLORS, FONT, distinct, figure as new_figure
+from ...render.html import VISIBLE_WHITESPACE
+from ...render.status import status_html
+from ...render.trace import Trace
+from ...run.arms import parse_arm
+from ..live import runner
+from ..handlers import STOPPING
+from ..limits import Line
+from ..page import Page
+from ..policy import Policy
+from ...run.settings import Settings
 
 SHOWN = 15  # tokens on the histogram's axis; the rest are one bar
 ENGINES = ("specviz", "transformers generate", "serving engine")
@@ -134,8 +134,8 @@ def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, pro
                 (policy.server_url, policy.baseline_server_url)]
         return *pair, lambda d: d.text
     if engine == "transformers generate":
-        from ..drafters.draft_model import DraftModel
-        from ..drafters.prompt_lookup import PromptLookup
+        from ...drafters.draft_model import DraftModel
+        from ...drafters.prompt_lookup import PromptLookup
 
         if isinstance(made, PromptLookup):
             peer, assistant = "hf-pld", None

@@ -1,0 +1,1 @@
+"""The page's blocks, one file each: `controls()` builds a block, `wire(c, page)` connects it."""
