@@ -26,7 +26,7 @@ from specviz.ui.live import runner
 from specviz.run.settings import BOUNDS
 from specviz.ui.live.compare import compare_drafters
 from specviz.ui.handlers import Session
-from specviz.ui.limits import Deadline
+from specviz.ui.live.limits import Deadline
 from specviz.ui.live.runner import Frame, throttle
 from specviz.ui.layout import SAMPLING_TEMPERATURE
 from specviz.ui.views import playground_summary, playground_values
@@ -227,7 +227,7 @@ def test_a_stop_ends_every_run_of_the_visitor_and_no_runs_end_clears_another():
     an exactness check left the check's Stop ignored (busy was already false) or undone. A Stop pressed
     with nothing running stops nothing later either."""
     from specviz.ui import handlers as page
-    from specviz.ui.limits import Line
+    from specviz.ui.live.limits import Line
 
     handlers, session, line, checks = page.Handlers(Policy(), real_models), Session(), Line(slots=2), {}
 

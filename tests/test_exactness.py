@@ -47,7 +47,7 @@ def test_the_draws_wait_their_turn_in_the_apps_one_line():
     line is full, and leave the line when done (a hosted app never runs two at once)."""
     from specviz.ui.blocks.exactness import queued
     from specviz.ui.handlers import Session
-    from specviz.ui.limits import Line
+    from specviz.ui.live.limits import Line
 
     ran = []
 

@@ -12,7 +12,7 @@ from specviz.core.errors import SpecvizError
 from specviz.modeling import models as real_models
 from specviz.ui import Policy, Settings, build_app, hosted_policy, policy_from_env
 from specviz.ui.live import runner
-from specviz.ui.limits import Busy, Line
+from specviz.ui.live.limits import Busy, Line
 from specviz.ui.policy import TARGETS, exposed
 
 GIB = 1 << 30

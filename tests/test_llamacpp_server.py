@@ -64,7 +64,7 @@ def test_the_serving_tab_draws_llamacpps_steps(urls):
     """The app's Serving engine handler (what the tab and its /serving API run) on the real servers."""
     from specviz.ui import Policy
     from specviz.ui.handlers import Session
-    from specviz.ui.limits import Line
+    from specviz.ui.live.limits import Line
     from specviz.ui.blocks.serving import ServingRuns
 
     spec, base = urls

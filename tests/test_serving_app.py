@@ -18,7 +18,7 @@ from specviz.serving.figures import aligned, groups_html, serving_figures
 from specviz.serving.records import Chunk, ServerRun, SpecStats
 from specviz.ui import Policy, build_app, hosted_policy, policy_from_env
 from specviz.ui.handlers import Session
-from specviz.ui.limits import Line
+from specviz.ui.live.limits import Line
 from specviz.ui.blocks.serving import ServingRuns
 
 SPEC, PLAIN = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
@@ -205,7 +205,7 @@ def test_a_silent_server_is_left_at_stop_and_its_request_ends_at_its_next_chunk(
     import threading
 
     from specviz.ui.blocks.following import follow
-    from specviz.ui.limits import Deadline
+    from specviz.ui.live.limits import Deadline
 
     stop, ended = threading.Event(), threading.Event()
 

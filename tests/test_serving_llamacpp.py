@@ -27,7 +27,7 @@ from specviz.serving.records import ServerRun, SpecStats
 from specviz.serving.steps import COUNTERS, steps
 from specviz.ui import Policy
 from specviz.ui.handlers import Session
-from specviz.ui.limits import Line
+from specviz.ui.live.limits import Line
 from specviz.ui.blocks.serving import ServingRuns
 
 PROMPT_N, CACHE_N = 30, 0

@@ -17,7 +17,7 @@ from ..render import step_html
 from ..run.spec import NONE
 from .live import runner
 from .live.compare import compare_drafters
-from .limits import Line
+from .live.limits import Line
 from .policy import Policy
 from .live.runner import Frame
 from ..run.settings import Settings

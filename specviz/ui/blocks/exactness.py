@@ -28,7 +28,7 @@ from ...render.trace import Trace
 from ...run.arms import parse_arm
 from ..live import runner
 from ..handlers import STOPPING
-from ..limits import Line
+from ..live.limits import Line
 from ..page import Page
 from ..policy import Policy
 from ...run.settings import Settings

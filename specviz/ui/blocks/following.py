@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Callable, Generator
 
 from ...serving.records import ServerRun
-from ..limits import Deadline
+from ..live.limits import Deadline
 
 _DONE = object()
 

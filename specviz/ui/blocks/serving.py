@@ -25,7 +25,7 @@ from ...serving.speed import DECODE, compare
 from ...serving.state import explain
 from . import uploads
 from .following import follow
-from ..limits import WAIT_POLL, Deadline, Line
+from ..live.limits import WAIT_POLL, Deadline, Line
 from ..page import Page, named
 from ..policy import MEASURED_LOAD, Policy
 from ..live.runner import readable

@@ -26,7 +26,7 @@ from ...render.status import count
 from ...run.race import Race, baseline
 from ...run.arms import parse_arm
 from ...run.spec import NONE
-from ..limits import Deadline
+from .limits import Deadline
 from ..policy import Policy
 from .runner import Frame, Worker, end_frame, finish_frame, preparing, readable, stepping, waiting
 from ...run.settings import Settings

@@ -26,7 +26,7 @@ from ...run.race import Race, baseline
 from ...run.prepare import Prepared, Step, Steps, prepare
 from ...run.arms import Arm, parse_arm
 from ...run.spec import NONE, model_name
-from ..limits import Deadline
+from .limits import Deadline
 from ..policy import Policy
 from ...run.settings import Settings
 

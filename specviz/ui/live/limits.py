@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable
 
-from ..core.errors import SpecvizError
+from ...core.errors import SpecvizError
 
 WAIT_POLL = 1.0  # seconds between a waiting run's updates (and checks for Stop)
 
