@@ -23,11 +23,25 @@ function svHide(hide) {
 
 // A run's status says "Stopping…" the moment Stop is pressed: a prefill piece or a step may take
 // a moment to end, and a status still counting made a teacher press Stop again.
+// Said again after any redraw until the run has ended: an update sent before the press could land after it
+// and put the count back (CI once read "Drawn 1 of 500" where "Stopping…" had been written).
 function svStopping() {
+  window.svStopped ??= new Set();
   for (const status of document.querySelectorAll('.sv-status[data-state="running"], .sv-status[data-state="loading"]')) {
     status.querySelector('.sv-status-text').textContent = svData('stopping')[0];
+    const box = status.closest('[id]');
+    if (box) window.svStopped.add(box.id);
   }
 }
+
+svEachChange(() => {
+  for (const id of window.svStopped || []) {
+    const status = document.getElementById(id)?.querySelector('.sv-status');
+    const text = status?.querySelector('.sv-status-text');
+    if (!status || !['running', 'loading'].includes(status.dataset.state)) window.svStopped.delete(id);
+    else if (text && text.textContent !== svData('stopping')[0]) text.textContent = svData('stopping')[0];
+  }
+});
 
 // The status while an uploaded trace is read and checked (ui/blocks/replay.py): it said "Ready" for
 // the 23 s a 23 MB file took.
