@@ -34,11 +34,9 @@ from ..engine.timing import ForwardClock, forward_costs
 from ..render.rules import comparable, expected, kept
 from . import peers
 from .drafters import KINDS, BenchDrafter
-from ..run.arms import Arm, parse_arm
+from ..run.arms import BASELINE, Arm, parse_arm
 from ..run.spec import check_length
 from ..run.suites import BenchPrompt
-
-BASELINE = "baseline"
 
 
 # Half of generate's default on purpose: the bench runs every arm on every prompt, repeat

@@ -17,12 +17,15 @@ SUFFIXES = {**{rule: ({"verification": rule}, RULE_NAMES[rule]) for rule in VERI
             "chain": ({"chains": True}, "chains"), **{d: ({"tree_drafting": d}, f"{d} trees") for d in TREE_DRAFTINGS}}
 
 
+BASELINE = "baseline"  # the engine (and label) of the plain run, in the bench and the race
+
+
 @dataclass(frozen=True)
 class Arm:
     label: str  # as a person reads it: "EAGLE (block verification)"; the bench's, unique: "eagle@chain k=4 block"
     spec: DrafterSpec | None  # None: no drafter of specviz's (the bench's baseline and its peers)
     cfg: GenerationConfig  # the run's config with what the name's '@' suffix asked for
-    engine: str = "specviz"  # the bench's others: "baseline" or a peer ("hf", "hf-pld", "hf-assisted")
+    engine: str = "specviz"  # the others: BASELINE or a bench peer ("hf", "hf-pld", "hf-assisted")
     drafter: str | None = None  # the drafter's name as the bench was given it ("eagle@chain"), for its records
 
 

@@ -12,11 +12,9 @@ from ..engine.generate import GenerationConfig, baseline_generate, speculative_g
 from ..engine.interleave import interleave_all
 from ..render.trace import Labels, Trace
 from ..traces.labels import Labeler
-from .arms import Arm
+from .arms import BASELINE, Arm
 from .prepare import Prepared, Steps, drafter_steps, warm
 from .spec import check_length
-
-BASELINE = "baseline"  # the engine (and label) of the plain run
 
 
 def baseline(cfg: GenerationConfig) -> Arm:
