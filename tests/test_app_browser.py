@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 
 import pytest
 from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
@@ -169,6 +170,41 @@ def test_compare_tab_runs_baseline_prompt_lookup_and_a_draft_model(browser, url)
     assert "prompt lookup" in page.locator("#sv-compare-table").inner_text()
     page.screenshot(path=str(OUT / "compare.png"), full_page=True)
     page.close()
+
+
+def test_compare_status_stops_saying_reading_the_prompt_once_every_run_has_read_it(browser, app_models, monkeypatch):
+    """Issue 66.4: "reading the prompt first" stayed 12 s into generation. Every step is slowed here
+    (0.1 s), so each round's generation lasts seconds after the prompt is read: the page must show the
+    round's status without those words while the runs are still going (a wait for a state, not a read
+    of each frame: the page may drop a throttled frame)."""
+    from specviz.run import race
+
+    def slowed(real):
+        def run(*args, **kwargs):
+            for event in real(*args, **kwargs):
+                time.sleep(0.1)
+                yield event
+        return run
+
+    for name in ("speculative_generate", "baseline_generate"):
+        monkeypatch.setattr(race, name, slowed(getattr(race, name)))
+    with serve_app(app_policy(app_models, max_new_tokens=16)) as address:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(address)
+        page.get_by_role("tab", name="Compare drafters").click()
+        page.locator("#sv-compare").click()
+        seen = page.wait_for_function("""() => {
+            const status = document.querySelector('#sv-compare-status');
+            const text = status ? status.innerText : '';
+            if (status && status.querySelector('[data-state="done"], [data-state="error"], [data-state="stopped"]'))
+                return 'ended: ' + text;  // over without the state sought: fail below, not at HANG
+            return /Round \\d+ of \\d+: 3 runs taking turns/.test(text) && !text.includes('reading the prompt')
+                && 'seen';
+        }""", timeout=HANG).json_value()
+        assert seen == "seen", seen
+        page.locator("#sv-compare-stop").click()  # seen: the rest of the rounds would only cost time
+        page.wait_for_selector('#sv-compare-status [data-state="stopped"]', timeout=HANG)
+        page.close()
 
 
 def test_compare_with_ten_drafters_shows_every_row_inside_the_tables_box(browser, app_models):
