@@ -23,7 +23,9 @@ def test_a_finished_run_shows_its_controllers_side_by_side_and_races_the_top_two
         page.locator("#sv-generate").click()
         page.wait_for_selector('#sv-status [data-state="done"]', timeout=HANG)
         meter = page.locator("#sv-degeneracy .sv-degeneracy")
-        meter.wait_for(timeout=HANG // 10)
+        # The meter's box stands from the first screen, its words come with the run's last update, which
+        # a loaded machine can paint a moment after the status says done: wait for the words themselves.
+        page.wait_for_selector('#sv-degeneracy .sv-degeneracy:has-text("distinct-2")', timeout=HANG // 10)
         assert "distinct-2" in meter.inner_text()
         assert meter.bounding_box()["y"] < page.locator("#sv-chart-acceptance").bounding_box()["y"]
         page.locator("#sv-controllers-box button").first.click()  # open the block
