@@ -115,6 +115,22 @@ def slow_prefill(monkeypatch, chunk: int = 4, seconds: float = 0.35, read: list 
     monkeypatch.setattr(race, "speculative_generate", slow)
 
 
+def slow_steps(monkeypatch, seconds: float = 0.1) -> None:
+    """Every event of the app's runs (plain and speculative) comes `seconds` later, so a status the
+    page shows while the runs go on stays up long enough for a browser to read it."""
+    from specviz.run import race
+
+    def slowed(real):
+        def run(*args, **kwargs):
+            for event in real(*args, **kwargs):
+                time.sleep(seconds)
+                yield event
+        return run
+
+    for name in ("speculative_generate", "baseline_generate"):
+        monkeypatch.setattr(race, name, slowed(getattr(race, name)))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

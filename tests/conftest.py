@@ -104,8 +104,9 @@ def pytest_xdist_auto_num_workers(config):
     spend much of their time waiting on the page (frames, Gradio's queue), and a third worker on
     2 cores fills those waits: the whole suite took 356 s instead of 404 s on a quiet 2-vCPU AMD EPYC
     (2026-12-07), every test passing."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(cores + 1, 4)
+    from specviz.modeling import threads
+
+    return min(threads.usable_cores() + 1, 4)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-import time
 
 import pytest
-from app_server import PROMPT, app_models, app_policy, serve_app  # noqa: F401 (app_models is a fixture)
+from app_server import PROMPT, app_models, app_policy, serve_app, slow_steps  # noqa: F401 (app_models is a fixture)
 
 # slow: drives a real browser. One worker takes the whole module (its apps start once).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("app-browser")]
@@ -177,17 +176,7 @@ def test_compare_status_stops_saying_reading_the_prompt_once_every_run_has_read_
     (0.1 s), so each round's generation lasts seconds after the prompt is read: the page must show the
     round's status without those words while the runs are still going (a wait for a state, not a read
     of each frame: the page may drop a throttled frame)."""
-    from specviz.run import race
-
-    def slowed(real):
-        def run(*args, **kwargs):
-            for event in real(*args, **kwargs):
-                time.sleep(0.1)
-                yield event
-        return run
-
-    for name in ("speculative_generate", "baseline_generate"):
-        monkeypatch.setattr(race, name, slowed(getattr(race, name)))
+    slow_steps(monkeypatch, 0.1)
     with serve_app(app_policy(app_models, max_new_tokens=16)) as address:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(address)
