@@ -110,17 +110,32 @@ def on_stderr() -> Progress:
     return progress
 
 
-def run_here(steps: Steps, progress: Progress | None = None):
-    """Run every step where the caller stands (the CLI), a load's progress to `progress`; what the steps return.
-    A step's error goes back into the steps, which may set it aside (a race's arm whose drafter could not load)."""
+def drive(steps: Steps, work: Callable, through: tuple = ()):
+    """Run every step by `work(step)`, a generator returning the step's result (what it yields passes on: the
+    page's frames); what the steps return. A step's error goes back into the steps, which may set it aside (a
+    race's arm whose drafter could not load); an error in `through` ends the run."""
     try:
         step = next(steps)
         while True:
             try:
-                done = step.work(progress)
+                done = yield from work(step)
+            except through:
+                raise
             except Exception as e:
                 step = steps.throw(e)
                 continue
             step = steps.send(done)
+    except StopIteration as finished:
+        return finished.value
+
+
+def run_here(steps: Steps, progress: Progress | None = None):
+    """Run every step where the caller stands (the CLI), a load's progress to `progress`; what the steps return."""
+    def work(step):
+        return step.work(progress)
+        yield  # a generator that yields nothing, so drive ends at its first next()
+
+    try:
+        next(drive(steps, work))
     except StopIteration as done:
         return done.value

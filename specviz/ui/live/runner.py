@@ -23,7 +23,7 @@ from ...engine.generate import GenerationConfig
 from ...render import Trace
 from ...render.status import count
 from ...run.race import Race, baseline
-from ...run.prepare import Prepared, Step, Steps, prepare
+from ...run.prepare import Prepared, Step, Steps, drive, prepare
 from ...run.arms import Arm, parse_arm
 from ...run.spec import NONE, model_name
 from .limits import Deadline
@@ -170,27 +170,15 @@ def waiting(work: Callable[[], object], frame: Frame, say: Callable[[int], str],
 
 def stepping(steps: Steps, frame: Frame, should_stop, worker: Worker | None = None) -> Generator[Frame, None, object]:
     """Run run/prepare.py's steps (what the CLI runs where it stands), each load on a thread of its own with
-    its progress, the rest on `worker`, the frame saying each with its seconds; what the steps return. A step's
-    error goes back into the steps, which may set it aside (a race's arm whose drafter could not load)."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                if step.load:
-                    done = yield from loading(step, frame, should_stop)
-                else:
-                    frame.state, frame.message, frame.fraction = "running", f"{step.says}…", None
-                    yield frame
-                    done = yield from waiting(lambda: step.work(None), frame, lambda s: f"{step.says}… {s} s",
-                                              worker=worker)
-            except Stopped:
-                raise
-            except Exception as e:
-                step = steps.throw(e)
-                continue
-            step = steps.send(done)
-    except StopIteration as finished:
-        return finished.value
+    its progress, the rest on `worker`, the frame saying each with its seconds; what the steps return."""
+    def work(step: Step):
+        if step.load:
+            return (yield from loading(step, frame, should_stop))
+        frame.state, frame.message, frame.fraction = "running", f"{step.says}…", None
+        yield frame
+        return (yield from waiting(lambda: step.work(None), frame, lambda s: f"{step.says}… {s} s", worker=worker))
+
+    return (yield from drive(steps, work, through=(Stopped,)))
 
 
 def readable(error: BaseException, hosted: bool = False) -> str:
