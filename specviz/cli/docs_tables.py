@@ -374,15 +374,12 @@ def audit_caption(doc: dict, path: str) -> str:
             f"Results: [`{path}`](/{path}).{servers}{' Amended ' + doc['amended'] + '.' if doc.get('amended') else ''}")
 
 
+# The bench file's tables, by the kind after "bench-": one run, so one caption serves them all.
+BENCH = {"headline": bench_headline, "arms": bench_arms, "categories": bench_categories, "rules": bench_rules,
+         "rule-means": bench_rule_means, "tree-drafting": bench_tree_drafting, "verify": bench_verify,
+         "kernels": bench_kernels}
 KINDS = {
-    "bench-headline": (bench_headline, bench_caption),
-    "bench-arms": (bench_arms, bench_caption),
-    "bench-categories": (bench_categories, bench_caption),
-    "bench-rules": (bench_rules, bench_caption),
-    "bench-rule-means": (bench_rule_means, bench_caption),
-    "bench-tree-drafting": (bench_tree_drafting, bench_caption),
-    "bench-verify": (bench_verify, bench_caption),
-    "bench-kernels": (bench_kernels, bench_caption),
+    **{f"bench-{kind}": (table, bench_caption) for kind, table in BENCH.items()},
     "load": (load_table, load_caption),
     "engine-speed": (engine_speed_table, engine_speed_caption),
     "matrix": (matrix_table, matrix_caption),

@@ -152,6 +152,47 @@ def verify_chain(target, cache, context: int, pending: torch.Tensor, draft: Draf
     )
 
 
+def _greedy_path(p: torch.Tensor, parents: tuple, reported: tuple):
+    """The walk down the target's argmax, brought to the host with `reported` in the step's one transfer."""
+    best, g = p.max(-1)
+    *reported, argmax, best_p = to_host(*reported, g, best)
+    path, token = greedy_walk([int(x) for x in reported[0]], parents, [int(x) for x in argmax])
+    return path, token, best_p[path[-1] + 1 if path else 0], reported, ((),) * 5
+
+
+def _sampled_path(p: torch.Tensor, draft: Draft, parents: tuple, generator: torch.Generator, reported: tuple):
+    """The sibling walk (chosen children) or recursive rejection sampling (drawn from q: the draft has q), then the
+    target's token; each node's accept_prob, coin, residual mass and q_j(x) come with `reported`, in one transfer."""
+    draws = torch.rand(len(parents), generator=generator, device=draft.tokens.device)
+    drawn = draft.q is not None
+    s = sample_drawn_tree(draft.tokens, parents, p, draft.q, draws) if drawn else \
+        sample_tree(draft.tokens, parents, p, draws)
+    token = sample(s.dist, generator)
+    host = to_host(*reported, token, p[s.row, token], s.on_path, s.tried, s.accept_prob, s.residual_mass, draws,
+                   *([s.q_x] if drawn else []))
+    token, token_p, on_path, tried, a, left, u, *qx = host[len(reported):]
+    path, walk = walk_order(parents, on_path, tried)
+    return path, int(token[0]), token_p[0], host[:len(reported)], (walk, a, u, left, qx)
+
+
+def _chain_view(parents: tuple, path: list, a, u, greedy: bool):
+    """The chain view: the accepted path then the first child that missed, with their accept_prob and draws."""
+    last = path[-1] if path else -1
+    missed = next((i for i, parent in enumerate(parents) if parent == last), None)
+    shown = [*path, *([missed] if missed is not None else [])]
+    if greedy:
+        return shown, (1.0,) * len(path) + (0.0,) * (len(shown) - len(path)), None
+    return shown, tuple(a[i] for i in shown), tuple(u[i] for i in shown)
+
+
+def _walked_tree(tokens: list, parents: tuple, path: list, node_p, walk, a, u, left, qx) -> TreeDraft:
+    """The step's TreeDraft: every node and the path; sampled, each judged node's numbers in walk order."""
+    return TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
+                     accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
+                     residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else (),
+                     keep=tuple(keep_chances(parents, a)) if qx else ())
+
+
 def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, processor: Processor,
                 generator: torch.Generator, *, greedy: bool, top: int, hidden: bool | tuple = False) -> Verdict:
     """Verify a tree draft: one forward over the root and every node with the tree mask, then
@@ -178,51 +219,25 @@ def verify_tree(target, cache: KVCache, pending: torch.Tensor, draft: Draft, pro
     node_p = p[parent_rows, draft.tokens]
     width = min(top, p.shape[-1])
     top_v, top_i = torch.topk(p, width) if width else (p.new_zeros(m + 1, 0), parent_rows.new_zeros(m + 1, 0))
-    walk = a = u = left = qx = ()
-    drawn = draft.q is not None and not greedy
     # A block drafter's chosen tree: each depth's q, the same for every node there, for the chain view's rows.
     depth_q = draft.position_q if draft.position_q is not None and width else None
-    if depth_q is not None:
-        q_v, q_i = torch.topk(depth_q, min(width, depth_q.shape[-1]))
-    else:
-        q_v = q_i = node_p.new_zeros(0, 0)
-    if greedy:
-        best, g = p.max(-1)
-        # the one host transfer of the step
-        argmax, best_p, tokens, node_p, top_v, top_i, q_v, q_i = to_host(g, best, draft.tokens, node_p, top_v,
-                                                                         top_i, q_v, q_i)
-        path, token = greedy_walk([int(x) for x in tokens], parents, [int(x) for x in argmax])
-        token_p = best_p[path[-1] + 1 if path else 0]
-    else:
-        draws = torch.rand(m, generator=generator, device=device)
-        s = sample_drawn_tree(draft.tokens, parents, p, draft.q, draws) if drawn else \
-            sample_tree(draft.tokens, parents, p, draws)
-        token = sample(s.dist, generator)
-        (token, token_p, tokens, node_p, top_v, top_i, q_v, q_i, on_path, tried, a, left, u, *qx) = to_host(
-            token, p[s.row, token], draft.tokens, node_p, top_v, top_i, q_v, q_i, s.on_path, s.tried,
-            s.accept_prob, s.residual_mass, draws, *([s.q_x] if drawn else []))
-        path, walk = walk_order(parents, on_path, tried)
-        token, token_p = int(token[0]), token_p[0]
+    q_v, q_i = torch.topk(depth_q, min(width, depth_q.shape[-1])) if depth_q is not None else \
+        (node_p.new_zeros(0, 0),) * 2
+    reported = (draft.tokens, node_p, top_v, top_i, q_v, q_i)
+    path, token, token_p, reported, judged = _greedy_path(p, parents, reported) if greedy else \
+        _sampled_path(p, draft, parents, generator, reported)
+    tokens, node_p, top_v, top_i, q_v, q_i = reported
     tokens = [int(x) for x in tokens]
     row = path[-1] + 1 if path else 0
     keep = [0] + [i + 1 for i in path]
     cache.keep_rows(start, keep)
-
-    last = path[-1] if path else -1
-    missed = next((i for i, parent in enumerate(parents) if parent == last), None)
-    shown = [*path, *([missed] if missed is not None else [])]
-    n = len(path)
+    shown, accept_prob, draws = _chain_view(parents, path, judged[1], judged[2], greedy)
     rows = _rows(top_v, top_i, width)  # every node's; the chain view's are the root's and the shown nodes'
     q_rows = _rows(q_v, q_i, len(q_i) // len(depth_q)) if depth_q is not None else ()
-    walked = TreeDraft(tuple(tokens), parents, tuple(path), tuple(node_p), walk=tuple(walk),
-                       accept_prob=tuple(a[i] for i in walk), draws=tuple(u[i] for i in walk),
-                       residual_mass=tuple(left[i] for i in walk), q=tuple(qx[0][i] for i in walk) if qx else (),
-                       keep=tuple(keep_chances(parents, a)) if qx else ())
     return Verdict(
-        draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown),
-        accept_prob=(1.0,) * n + (0.0,) * (len(shown) - n) if greedy else tuple(a[i] for i in shown),
-        draws=None if greedy else tuple(u[i] for i in shown), accepted=n, token=token,
-        token_p=token_p, top=rows[row] if width else (), tree=walked, hidden=h[keep].float() if hidden else None,
+        draft=tuple(tokens[i] for i in shown), q=None, p=tuple(node_p[i] for i in shown), accept_prob=accept_prob,
+        draws=draws, accepted=len(path), token=token, token_p=token_p, top=rows[row] if width else (),
+        tree=_walked_tree(tokens, parents, path, node_p, *judged), hidden=h[keep].float() if hidden else None,
         p_top=tuple(rows[r] for r in [0, *(i + 1 for i in shown)]) if width else (),
         q_top=tuple(q_rows[d] for d in range(len(shown))) if q_rows else (),
     )

@@ -100,6 +100,67 @@ def _shape(trace: Trace) -> str:
     return f'<p class="sv-muted sv-shape">Why this shape: {escape(trace.shape)}.</p>' if trace.shape else ""
 
 
+def _rule(e: StepEvent) -> str:
+    """The rule the verifier applied this step, in words, for the head line."""
+    if e.greedy:
+        return ("greedy: a draft is kept only if it is the target's top token (its argmax); "
+                "q and p are shown for information")
+    if e.tree is not None and e.tree.q:  # drawn children: recursive rejection sampling
+        return ("sampling, a drawn tree (recursive rejection sampling): each node's children were drawn from the "
+                "drafter's q without replacement; child j is kept if u < min(1, p′(x) / q_j(x)), q_j being q without "
+                "the earlier siblings, renormalised, and p′ starting as the target's p there; a refusal sets "
+                "p′ to max(p′ − q_j, 0), renormalised; if every child is refused, the target's token is drawn "
+                "from the final p′")
+    if e.tree is not None:  # the sibling walk: one-hot children, no ratio
+        return (f"sampling, a tree (the sibling walk): at each node {WALK_RULE}, p′ starting as the target's p "
+                f"there; {WALK_RESIDUAL}; if every child is refused, the target's token is drawn from the final p′")
+    if e.verification == "block":
+        return ("sampling, block verification: the block judged as a whole, the backward pass below deciding "
+                "how many drafts are kept (the token-wise columns are shown for comparison)")
+    return (f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
+            f"{RESIDUAL}, {RESIDUAL_GLOSS}")
+
+
+def _walk_html(e: StepEvent, labels) -> str:
+    """Every child the sibling walk judged, in order, in place of the chain view's rows."""
+    end = walk_end(e, labels.tree)
+    note = ('<p class="sv-muted sv-drawn">Drawn, not chosen: each child is a draw from the drafter\'s q, so '
+            "the ratio divides by the q it was drawn from (a first child is kept with 1 − TV(p, q) on average, "
+            "a chosen one only with p(x)).</p>" if e.tree.q else
+            '<p class="sv-muted sv-no-q">q: none. A tree\'s children are the drafter\'s likeliest tokens, '
+            "chosen and not drawn, so each is a one-hot guess and there is no ratio p/q: p′ alone decides.</p>")
+    return f'{walk_table(e.tree, labels.tree)}<p class="sv-walk-end">{escape(end[:1].upper() + end[1:])}.</p>' + note
+
+
+def _drafts_html(e: StepEvent, labels) -> str:
+    """The chain view: one row per draft, q, p, the rule's columns and the verdict."""
+    rows = [_row(e, labels, j) for j in range(len(e.draft))]
+    if not rows:
+        rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
+    return ('<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
+            f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>{_no_q(e)}')
+
+
+def _target_choice(trace: Trace, e: StepEvent, labels, walked: bool) -> str:
+    """The token the target itself chose and its top tokens where it chose, or why none was output."""
+    own = "corrected token" if e.token_kind == "corrected" else "bonus token"
+    if len(e.emitted) <= e.accepted:  # the run ended inside the step: what the target would have added was never output
+        why = "with the end-of-turn token" if ended_at(e, trace.end_ids()) else "at its token limit"
+        return f'<p class="sv-inspect-end">The run ended {why} (draft {len(e.emitted)}): no {own} was output.</p>'
+    where = ("node where the walk stopped" if walked else
+             "first rejection" if e.token_kind == "corrected" else "bonus position")
+    top_rows = "".join(
+        f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
+        for (t, p), text in zip(e.top, labels.top)
+    )
+    return (f'<p>The target\'s {own}: {_tok(labels.token)} '
+            f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
+            f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
+            f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr>'
+            f"</thead><tbody>{top_rows}</tbody></table></div>")
+
+
 def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     """HTML for step `index` (from 0) of a speculative trace (clamped to the steps there are).
     `total`: the steps the whole run has, when more than the trace holds yet (a replay)."""
@@ -109,65 +170,15 @@ def step_html(trace: Trace, index: int | None, total: int | None = None) -> str:
     i = min(max(int(index or 0), 0), len(steps) - 1)
     e, labels = steps[i]
     walk = [] if e.greedy else sibling_walk(e.tree)
-    if e.greedy:
-        rule = ("greedy: a draft is kept only if it is the target's top token (its argmax); "
-                "q and p are shown for information")
-    elif e.tree is not None and e.tree.q:  # drawn children: recursive rejection sampling
-        rule = ("sampling, a drawn tree (recursive rejection sampling): each node's children were drawn from the "
-                "drafter's q without replacement; child j is kept if u < min(1, p′(x) / q_j(x)), q_j being q without "
-                "the earlier siblings, renormalised, and p′ starting as the target's p there; a refusal sets "
-                "p′ to max(p′ − q_j, 0), renormalised; if every child is refused, the target's token is drawn "
-                "from the final p′")
-    elif e.tree is not None:  # the sibling walk: one-hot children, no ratio
-        rule = (f"sampling, a tree (the sibling walk): at each node {WALK_RULE}, p′ starting as the target's p "
-                f"there; {WALK_RESIDUAL}; if every child is refused, the target's token is drawn from the final p′")
-    elif e.verification == "block":
-        rule = ("sampling, block verification: the block judged as a whole, the backward pass below deciding "
-                "how many drafts are kept (the token-wise columns are shown for comparison)")
-    else:
-        rule = (f"sampling: keep draft i if u < min(1, p/q); after a rejection the target draws from the residual "
-                f"{RESIDUAL}, {RESIDUAL_GLOSS}")
-    if walk:  # every child the walk judged, in order, in place of the chain view's rows
-        end = walk_end(e, labels.tree)
-        note = ('<p class="sv-muted sv-drawn">Drawn, not chosen: each child is a draw from the drafter\'s q, so '
-                "the ratio divides by the q it was drawn from (a first child is kept with 1 − TV(p, q) on average, "
-                "a chosen one only with p(x)).</p>" if e.tree.q else
-                '<p class="sv-muted sv-no-q">q: none. A tree\'s children are the drafter\'s likeliest tokens, '
-                "chosen and not drawn, so each is a one-hot guess and there is no ratio p/q: p′ alone decides.</p>")
-        table = (f'{walk_table(e.tree, labels.tree)}<p class="sv-walk-end">{escape(end[:1].upper() + end[1:])}.</p>'
-                 + note)
-    else:
-        rows = [_row(e, labels, j) for j in range(len(e.draft))]
-        if not rows:
-            rows.append('<tr><td colspan="7" class="sv-muted">the drafter proposed nothing this step</td></tr>')
-        table = ('<div class="sv-scroll"><table class="sv-table sv-drafts"><thead><tr><th>#</th><th>draft</th>'
-                 f'<th>q (drafter)</th><th>p (target)</th>{_rule_heads(e)}<th>verdict</th></tr></thead>'
-                 f'<tbody>{"".join(rows)}</tbody></table></div>{_no_q(e)}')
-    where = ("node where the walk stopped" if walk else
-             "first rejection" if e.token_kind == "corrected" else "bonus position")
+    table = _walk_html(e, labels) if walk else _drafts_html(e, labels)
     table_is = ("every child the sibling walk tried, in order" if walk else "the branch the target followed")
     drafted = (f"a tree of {count(len(e.tree.tokens), 'candidate')} drafted (the table: {table_is}; "
                "the whole tree further down)" if e.tree is not None else f"{len(e.draft)} drafted")
-    top_rows = "".join(
-        f'<tr class="{"sv-chosen" if t == e.token else ""}"><td>{_tok(text)}</td><td>{_num(p)}</td></tr>'
-        for (t, p), text in zip(e.top, labels.top)
-    )
-    own = "corrected token" if e.token_kind == "corrected" else "bonus token"
-    if len(e.emitted) > e.accepted:
-        chosen = (f'<p>The target\'s {own}: {_tok(labels.token)} '
-                  f'<span class="tok tok-{e.token_kind} sv-swatch">{e.token_kind}</span></p>'
-                  f"<p class=\"sv-muted\">Target's top {len(e.top)} at the {where}:</p>"
-                  f'<div class="sv-scroll"><table class="sv-table sv-top"><thead><tr><th>token</th><th>p</th></tr>'
-                  f"</thead><tbody>{top_rows}</tbody></table></div>")
-    else:  # the run ended inside the step: what the target would have added was never output
-        why = "with the end-of-turn token" if ended_at(e, trace.end_ids()) else "at its token limit"
-        chosen = (f'<p class="sv-inspect-end">The run ended {why} (draft {len(e.emitted)}): '
-                  f"no {own} was output.</p>")
     return (
         f'<div class="sv-inspect" data-step="{e.step}">'
         f'<p class="sv-inspect-head">{step_label(i, max(total or 0, len(steps)))} · {drafted}'
-        f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(rule)}</p>'
+        f'{" by " + escape(e.source) if e.source else ""}, {e.accepted} accepted · {escape(_rule(e))}</p>'
         f'{_shape(trace)}'
-        f"{table}{block_html(e, labels)}{rules_html(e, labels)}{chosen}"
+        f"{table}{block_html(e, labels)}{rules_html(e, labels)}{_target_choice(trace, e, labels, bool(walk))}"
         f'{tree_html(e.tree, labels.tree) if e.tree is not None else ""}</div>'
     )

@@ -6,6 +6,7 @@ is wired to disagree, so adding an output is one name in layout.py and one in vi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import inspect
@@ -48,6 +49,14 @@ def said(name: str, value) -> gr.HTML:
     the words and limits they use are Python's, and no code lives here."""
     return gr.HTML(f'<span data-sv="{name}" data-value="{html.escape(json.dumps(value))}"></span>',
                    container=False, elem_classes="sv-hidden")
+
+
+@contextlib.contextmanager
+def accordion(title: str, elem_id: str, intro: str, open: bool = False):
+    """A block's accordion, its intro first; closed unless `open`, as most blocks are questions for after a run."""
+    with gr.Accordion(title, open=open, elem_id=elem_id) as box:
+        gr.Markdown(intro)
+        yield box
 
 
 @dataclass

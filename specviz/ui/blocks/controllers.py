@@ -18,7 +18,7 @@ from ...render.trace import Trace
 from ...run import draft_control
 from ...run.arms import parse_arm
 from ..live import runner
-from ..page import Page
+from ..page import Page, accordion
 from ..policy import Policy
 
 
@@ -54,11 +54,11 @@ class Controls:
 
 def controls() -> Controls:
     # Closed at first: a question for after a run, as the distributions and exactness blocks are
-    with gr.Accordion("Draft-length controllers on this run", open=False, elem_id="sv-controllers-box"):
-        gr.Markdown("How would other engines' rules for choosing k have done on this run? The run is recorded once "
-                    "(at every position, the longest draft there and how far the target keeps it), then every "
-                    "controller is replayed on the record beside the hindsight best, which knows where each draft "
-                    "breaks. Racing the top two live checks the replay.")
+    with accordion("Draft-length controllers on this run", "sv-controllers-box",
+                   "How would other engines' rules for choosing k have done on this run? The run is recorded once "
+                   "(at every position, the longest draft there and how far the target keeps it), then every "
+                   "controller is replayed on the record beside the hindsight best, which knows where each draft "
+                   "breaks. Racing the top two live checks the replay."):
         with gr.Row(elem_classes="sv-actions"):
             replay = gr.Button("Replay controllers on this run", variant="primary", elem_id="sv-controllers-replay")
             race = gr.Button("Race the top two live", elem_id="sv-controllers-race", interactive=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ...render import distribution as view
-from ..page import Page
+from ..page import Page, accordion
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,10 @@ class Controls:
 
 def controls() -> Controls:
     # Closed at first: a deep look at one step, opened when the lesson gets there (the page was ~3,600 px)
-    with gr.Accordion("Distributions at this step", open=False, elem_id="sv-dist-box"):
-        gr.Markdown("The target's p and the drafter's q at one position of the step chosen above. "
-                    "Move temperature or top-p to see how the same step would have gone. A sampled tree step "
-                    "shows, at each depth, the children tried in order and p′ after each refusal.")
+    with accordion("Distributions at this step", "sv-dist-box",
+                   "The target's p and the drafter's q at one position of the step chosen above. "
+                   "Move temperature or top-p to see how the same step would have gone. A sampled tree step "
+                   "shows, at each depth, the children tried in order and p′ after each refusal."):
         with gr.Row():
             row = gr.Slider(1, 2, value=1, step=1, label="position (1 = first draft; last = bonus)",
                             elem_id="sv-dist-row", min_width=160)

@@ -29,7 +29,7 @@ from ...run.arms import parse_arm
 from ..live import runner
 from ..handlers import STOPPING
 from ..live.limits import Line
-from ..page import Page
+from ..page import Page, accordion
 from ..policy import Policy
 from ...run.settings import Settings
 
@@ -55,11 +55,11 @@ class Controls:
 
 
 def controls(policy: Policy) -> Controls:
-    with gr.Accordion("Is sampling exact? (first token, many seeds)", open=False, elem_id="sv-exact-box"):
-        gr.Markdown("With sampling the two panels differ by chance, so the greedy check cannot apply. "
-                    "This draws the first token N times each way with the decoding settings (beside the tabs; "
-                    "above them on a phone) and the drafter above (seeds 0..N-1) and asks whether the two "
-                    "histograms could come from one distribution.")
+    with accordion("Is sampling exact? (first token, many seeds)", "sv-exact-box",
+                   "With sampling the two panels differ by chance, so the greedy check cannot apply. "
+                   "This draws the first token N times each way with the decoding settings (beside the tabs; "
+                   "above them on a phone) and the drafter above (seeds 0..N-1) and asks whether the two "
+                   "histograms could come from one distribution."):
         with gr.Row(elem_classes="sv-actions"):
             n = gr.Slider(MIN_DRAWS, limit(policy), value=min(100, limit(policy)), step=10, label="draws each way (N)",
                           elem_id="sv-exact-n", scale=3, min_width=160)

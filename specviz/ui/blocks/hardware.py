@@ -17,7 +17,7 @@ from ...core.errors import SpecvizError
 from ...core.retime import as_measured, custom, draft_cost, from_curve, gpu_like, retime, run_timing
 from ...render.hardware import curve_caption, curve_figure, retime_figure, retime_html
 from ...render.numbers import headline
-from ..page import Page
+from ..page import Page, accordion
 
 THIS, GPU, CUSTOM = "this machine, as measured", "GPU-like (verify flat to 16 tokens)", "custom"
 SLOPE, C = 0.10, 0.05  # the custom sliders' start: roughly this project's CPU with a small draft model
@@ -42,8 +42,7 @@ class Controls:
 
 
 def controls() -> Controls:
-    with gr.Accordion("Why checking is cheap · on other hardware", open=True, elem_id="sv-hardware-box"):
-        gr.Markdown(INTRO)
+    with accordion("Why checking is cheap · on other hardware", "sv-hardware-box", INTRO, open=True):
         with gr.Row(equal_height=False):
             with gr.Column(min_width=300):
                 curve = gr.Plot(curve_figure(None), label="verify cost curve", show_label=False,

@@ -26,7 +26,7 @@ from ...render.status import bdi, isolated, status_html, step_label
 from ...run import replay as playback
 from ...traces.trace_file import Recording, RunInfo, describe_device, load, save, too_large
 from . import stepping, uploads
-from ..page import Page, named, said
+from ..page import Page, accordion, named, said
 from ..policy import Policy
 from ..live.runner import Frame, throttle
 from ..views import error_frame, playground_values
@@ -95,10 +95,9 @@ def controls(steps: Stepper, policy: Policy) -> Controls:
     """The Export-and-replay block, placed under the Playground's results; `steps`, the row
     above the panels that plays what is loaded here. A file over the policy's limit is refused
     in the browser, before it is sent (uploads.py), in the status and under the file box."""
-    with gr.Accordion("Export and replay (download this run as a trace, or load one)", open=False,
-                      elem_id="sv-replay-box"):
-        gr.Markdown("Save a run as a trace file, or load one to replay it here with no model: the buttons "
-                    "above the panels play it as a race at the speed it ran, or one step at a time.")
+    with accordion("Export and replay (download this run as a trace, or load one)", "sv-replay-box",
+                   "Save a run as a trace file, or load one to replay it here with no model: the buttons "
+                   "above the panels play it as a race at the speed it ran, or one step at a time."):
         with gr.Row():
             download = gr.DownloadButton("Download trace", visible=False, elem_id="sv-download", scale=1)
             # No file_types: Gradio refuses another kind with a bare "Error" that stays in the
