@@ -154,10 +154,36 @@ LAWS = [
     (edited("spec.1.position", 0), "speculative event 2 is damaged: it starts at token 0, where the steps before it"),
     (lambda doc: flipped_kind(doc), "is damaged: it is a bonus step with"),
     (edited("spec.0.top.1.1", 0.9), "its top probabilities sum to"),
+    (edited("spec.0.p_top.0.0.1", 1.2), "its p_top holds 1.2"),
 ]
 
 
-@pytest.mark.parametrize("make, words", LAWS)
+def shortened(path: str):
+    """The good trace with the last item of one list dropped: `path` is "spec.0.draws" (run, event, keys)."""
+    def make(doc):
+        role, index, *keys = path.split(".")
+        node = doc["runs"][0 if role == "spec" else 1]["events"][int(index)]
+        for key in keys:
+            node = node[int(key) if isinstance(node, list) else key]
+        node.pop()
+        return json.dumps(doc)
+    return make
+
+
+# The shapes the renderers rely on (trace_file._check): each refused with its own sentence
+SHAPES = [
+    (edited("base.0.token", -1), "baseline event 1 is damaged: a negative token id"),
+    (shortened("spec.0.draws"), "speculative event 1 is damaged: its q or draws do not match its draft"),
+    (shortened("spec.0.p_top"), "speculative event 1 is damaged: its top-k rows do not match its draft"),
+    (edited("spec.0.token_kind", "lucky"), "speculative event 1 is damaged: its token kind or ids are invalid"),
+    (edited("spec.0.draft.0", 2**31), "speculative event 1 is damaged: a token id is above 2147483647"),
+    (edited("spec.0.verification", "vibes"), "speculative event 1 is damaged: its verification rule 'vibes' is unknown"),
+    (shortened("spec.0.text.top"), "speculative event 1 is damaged: its top texts do not match its top tokens"),
+    (shortened("spec.0.text.p_top.0"), "speculative event 1 is damaged: its p_top texts do not match its p_top tokens"),
+]
+
+
+@pytest.mark.parametrize("make, words", LAWS + SHAPES)
 def test_a_file_that_breaks_a_law_of_its_numbers_is_refused_in_one_sentence(sampled, make, words):
     with pytest.raises(TraceFileError) as info:
         trace_file.loads(make(good_doc(sampled)))

@@ -13,7 +13,7 @@ ended a run is not text: a small "end of answer" mark stands after the text inst
 Each token element carries `data-kind` (accepted | rejected | corrected | bonus | baseline),
 `data-step` and `data-tip` (the hover card's text) for the stylesheet, tests and scripts. A run's
 text is one ARIA listbox and each token an option in it (`token_list`): the whole panel is one Tab
-stop, and the arrow keys, Home and End move between its tokens (ui/reading.py), where a token a
+stop, and the arrow keys, Home and End move between its tokens (ui/blocks/reading.py), where a token a
 Tab stop each put the step inspector ~100 Tab presses past Generate. A screen reader hears a
 token's `aria-label`, built from the same event as the card: "accepted draft token 'Paris',
 target p 0.91, drafter q 0.80, step 3", not only "Paris". A token that shows no text (the first
@@ -82,7 +82,7 @@ _ANY_STOP = re.compile(r'( tabindex=")-1"')
 
 def token_list(spans: list[str], label: str, run: str = "", before: str = "") -> str:
     """A run's tokens as one ARIA listbox named `label`: one Tab stop (its first kept token), the
-    arrow keys between tokens (ui/reading.py moves the stop); `before`, the text before them when
+    arrow keys between tokens (ui/blocks/reading.py moves the stop); `before`, the text before them when
     only the last are drawn (tokens_html's window)."""
     body = "".join(spans)
     body, found = _FIRST_STOP.subn(r'\g<1>0"', body, count=1)
@@ -229,7 +229,7 @@ def step_spans(e: StepEvent, labels: Labels, eos=frozenset()) -> list[str]:
     return [html for _, html in _step_pieces(e, labels, eos)]
 
 
-# One step played in phases (ui/stepping.py): its drafts pending, then being checked, then judged,
+# One step played in phases (ui/blocks/stepping.py): its drafts pending, then being checked, then judged,
 # then the whole step. The names are stepping.phases' own.
 # A sampled tree's sibling walk is played child by child between verify and accept/reject: the
 # drafts stay boxed while the walk judges them.

@@ -113,24 +113,13 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
     predicted = 0  # llama.cpp: tokens its running timings.predicted_n so far accounts for
     untimed = False  # has a chunk with text but no timings come since that count?
     timings = []  # llama.cpp: each chunk's running draft counters
-    for raw in response:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:"):].strip()
-        if data == "[DONE]":
-            break
-        event = json.loads(data)
+    for event in _events(response):
         t = time.perf_counter() - start
         if "error" in event and not event.get("choices"):
             run.error = f"the server reported: {str(event['error'])[:300]}"
             break
         usage = event.get("usage") or {}
-        text, finish = "", None
-        for choice in event.get("choices") or []:
-            piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-            text += piece or ""
-            finish = choice.get("finish_reason") or finish
+        text, finish = _choices_text(event, chat)
         tokens, drafts = None, None
         timed = event.get("timings") if isinstance(event.get("timings"), dict) else None
         if usage.get("completion_tokens") is not None:
@@ -165,9 +154,31 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
         if stop is not None and stop():
             run.error = "stopped"
             break
-    stepped = engines.llamacpp_spec_from_chunks(timings) if timings else None
+    stepped = engines.llamacpp_spec_from_chunks(timings)  # None when no chunk had timings
     if stepped is not None:  # llama.cpp: the totals, plus the steps between the chunks' counters
         run.spec = stepped
+
+
+def _events(response):
+    """Each `data: {json}` line's event, up to `data: [DONE]`; other lines (comments, blanks) are skipped."""
+    for raw in response:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+
+
+def _choices_text(event: dict, chat: bool) -> tuple[str, str | None]:
+    """A chunk's text (a chat delta's content, a completion's text) and its finish reason, if any."""
+    text, finish = "", None
+    for choice in event.get("choices") or []:
+        piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        text += piece or ""
+        finish = choice.get("finish_reason") or finish
+    return text, finish
 
 
 def _request(url: str, body: dict | None = None) -> urllib.request.Request:

@@ -125,7 +125,7 @@ def save(path, recording: Recording) -> None:
 
 def too_large(name: str, size: str, limit: str) -> str:
     """The sentence that refuses a trace file over a size limit (sizes as render.status.megabytes
-    says them): load's, and the page's own, said in the browser before a file is sent (ui/uploads.py)."""
+    says them): load's, and the page's own, said in the browser before a file is sent (ui/blocks/uploads.py)."""
     return f"{name} is {size}: this app replays trace files of up to {limit}"
 
 
@@ -350,6 +350,20 @@ def _convert(value, tp, where: str):
 ROUNDING = 1e-6  # a probability computed in float32 may pass 1 by this much
 
 
+def _probabilities(e) -> list[tuple[str, typing.Sequence[float]]]:
+    """Every probability an event holds, in groups by the name a refusal gives them."""
+    probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
+    if isinstance(e, StepEvent):
+        tree = e.tree
+        probs += [("q", e.q or ()), ("min(1, p/q)", e.accept_prob), ("draws u", e.draws or ()),
+                  ("token p", (e.token_p,)), ("p_top", [p for row in e.p_top for _, p in row]),
+                  ("q_top", [p for row in e.q_top for _, p in row])]
+        if tree is not None:
+            probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
+                      ("tree residual mass", tree.residual_mass), ("tree q", tree.q), ("tree keep chances", tree.keep)]
+    return probs
+
+
 def _law(e) -> str | None:
     """The first law of probability or time an event breaks, in words (None: it keeps them all).
     The inspector showed an edited file's "p (target) 7.500", and negative times turned a 2.98x
@@ -362,15 +376,8 @@ def _law(e) -> str | None:
     too_long = _too_long(*times, ("elapsed time", e.elapsed))
     if too_long:
         return too_long
-    probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
+    probs = _probabilities(e)
     if isinstance(e, StepEvent):
-        tree = e.tree
-        probs += [("q", e.q or ()), ("min(1, p/q)", e.accept_prob), ("draws u", e.draws or ()),
-                  ("token p", (e.token_p,)), ("p_top", [p for row in e.p_top for _, p in row]),
-                  ("q_top", [p for row in e.q_top for _, p in row])]
-        if tree is not None:
-            probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
-                      ("tree residual mass", tree.residual_mass), ("tree q", tree.q), ("tree keep chances", tree.keep)]
         for name, rows in (("p_raw", e.p_raw), ("q_raw", e.q_raw)):  # log-probabilities: at most 0
             if any(lp > ROUNDING for row in rows for _, lp in row):
                 return f"a log-probability in its {name} is above 0, so its probability is above 1"
@@ -395,28 +402,11 @@ def _law(e) -> str | None:
 def _check(e, labels: Labels, where: str) -> None:
     """What the renderers rely on beyond types: lengths that agree, counts in range, and the laws
     its probabilities and times obey."""
-    problem = None
     if isinstance(e, TokenEvent):
         problem = (e.token < 0 and "a negative token id" or
                    e.token > MAX_TOKEN_ID and f"a token id above {MAX_TOKEN_ID}, more than any vocabulary holds")
     else:
-        n = len(e.draft)
-        if not (len(e.p) == len(e.accept_prob) == n and 0 <= e.accepted <= n and len(labels.draft) == n):
-            problem = "its draft, p, acceptance and texts disagree in length"
-        elif any(x is not None and len(x) != n for x in (e.q, e.draws)):
-            problem = "its q or draws do not match its draft"
-        elif any(len(r) not in (0, n + 1) for r in (e.p_top, e.p_raw)) or any(len(r) not in (0, n) for r in (e.q_top, e.q_raw)):
-            problem = "its top-k rows do not match its draft"
-        elif e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
-            problem = "its token kind or ids are invalid"
-        elif max((e.token, *e.draft, *e.emitted)) > MAX_TOKEN_ID:
-            problem = f"a token id is above {MAX_TOKEN_ID}, more than any vocabulary holds"
-        elif e.tree is not None:
-            problem = _tree_problem(e.tree)
-        elif e.block is not None and any(len(x) != n for x in (e.block.weight, e.block.residual_mass, e.block.stop_prob)):
-            problem = "its block verification does not match its draft"
-        elif e.verification not in VERIFICATIONS:
-            problem = f"its verification rule {e.verification!r} is unknown"
+        problem = _step_problem(e, labels)
     problem = problem or _law(e)
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
     for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
@@ -428,6 +418,29 @@ def _check(e, labels: Labels, where: str) -> None:
             problem = problem or f"its {name} texts do not match its {name} tokens"
     if problem:
         raise TraceFileError(f"{where} is damaged: {problem}")
+
+
+def _step_problem(e: StepEvent, labels: Labels) -> str | None:
+    """The first of a step's lengths, kinds and ids that disagrees with its draft or is out of range."""
+    n = len(e.draft)
+    if not (len(e.p) == len(e.accept_prob) == n and 0 <= e.accepted <= n and len(labels.draft) == n):
+        return "its draft, p, acceptance and texts disagree in length"
+    if any(x is not None and len(x) != n for x in (e.q, e.draws)):
+        return "its q or draws do not match its draft"
+    if (any(len(r) not in (0, n + 1) for r in (e.p_top, e.p_raw))
+            or any(len(r) not in (0, n) for r in (e.q_top, e.q_raw))):
+        return "its top-k rows do not match its draft"
+    if e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
+        return "its token kind or ids are invalid"
+    if max((e.token, *e.draft, *e.emitted)) > MAX_TOKEN_ID:
+        return f"a token id is above {MAX_TOKEN_ID}, more than any vocabulary holds"
+    if e.tree is not None:
+        return _tree_problem(e.tree)
+    if e.block is not None and any(len(x) != n for x in (e.block.weight, e.block.residual_mass, e.block.stop_prob)):
+        return "its block verification does not match its draft"
+    if e.verification not in VERIFICATIONS:
+        return f"its verification rule {e.verification!r} is unknown"
+    return None
 
 
 def _tree_problem(tree) -> str | None:
