@@ -140,22 +140,8 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for name in names:
-            path = PATHS[name]
-            try:
-                for it in used:
-                    if path.prepare and name not in it.copies:
-                        it.copies[name] = path.prepare(it.weight)
-                        made.add((id(it), name))
-            except (RuntimeError, NotImplementedError):
-                continue
-            for i, rows in enumerate(BUCKETS):
-                if path.rows is not None and rows != path.rows:
-                    continue
-                xs = {k: torch.randn(rows, it.weight.shape[1], generator=g).to(it.weight.dtype)
-                      for k, it in first.items()}
-                ok = {k: _works(path, xs[k], it) for k, it in first.items()}
-                for k, seconds in _time(path, xs, used, keys, ok, scratch).items():
-                    ms[k][name][i] = seconds * 1e3
+            if _make_copies(PATHS[name], used, made):
+                _time_buckets(PATHS[name], first, used, keys, scratch, g, ms)
     plans = {}
     for k, by_path in ms.items():
         plans[k] = Plan(tuple(choose(by_path, i) for i in range(len(BUCKETS))), by_path)
@@ -165,6 +151,29 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
         for name in [n for n in it.copies if (id(it), n) in made and n not in plans[k].paths]:
             del it.copies[name]
     return plans
+
+
+def _make_copies(path: Path, used, made: set) -> bool:
+    """Give each item the copy `path` multiplies by, noting in `made` those made here; False: none can be."""
+    try:
+        for it in used:
+            if path.prepare and path.name not in it.copies:
+                it.copies[path.name] = path.prepare(it.weight)
+                made.add((id(it), path.name))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def _time_buckets(path: Path, first, used, keys, scratch, g, ms) -> None:
+    """ms[shape][path.name][bucket]: a multiply's ms, None where the path disagrees with F.linear."""
+    for i, rows in enumerate(BUCKETS):
+        if path.rows is not None and rows != path.rows:
+            continue
+        xs = {k: torch.randn(rows, it.weight.shape[1], generator=g).to(it.weight.dtype) for k, it in first.items()}
+        ok = {k: _works(path, xs[k], it) for k, it in first.items()}
+        for k, seconds in _time(path, xs, used, keys, ok, scratch).items():
+            ms[k][path.name][i] = seconds * 1e3
 
 
 def choose(by_path: dict[str, list], i: int) -> str:
