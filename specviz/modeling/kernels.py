@@ -146,7 +146,7 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
     for k, by_path in ms.items():
         plans[k] = Plan(tuple(choose(by_path, i) for i in range(len(BUCKETS))), by_path)
         if say:
-            say(f"{k}: " + ", ".join(f"{b} rows {p}" for b, p in zip(BUCKETS, paths)))
+            say(f"{k}: " + ", ".join(f"{b} rows {p}" for b, p in zip(BUCKETS, plans[k].paths)))
     for it, k in zip(used, keys):
         for name in [n for n in it.copies if (id(it), n) in made and n not in plans[k].paths]:
             del it.copies[name]
