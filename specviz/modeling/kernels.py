@@ -140,8 +140,15 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for name in names:
-            if _make_copies(PATHS[name], used, made):
-                _time_buckets(PATHS[name], first, used, keys, scratch, g, ms)
+            path = PATHS[name]
+            try:
+                for it in used:
+                    if path.prepare and name not in it.copies:
+                        it.copies[name] = path.prepare(it.weight)
+                        made.add((id(it), name))
+            except (RuntimeError, NotImplementedError):
+                continue
+            _time_buckets(path, first, used, keys, scratch, g, ms)
     plans = {}
     for k, by_path in ms.items():
         plans[k] = Plan(tuple(choose(by_path, i) for i in range(len(BUCKETS))), by_path)
@@ -151,18 +158,6 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
         for name in [n for n in it.copies if (id(it), n) in made and n not in plans[k].paths]:
             del it.copies[name]
     return plans
-
-
-def _make_copies(path: Path, used, made: set) -> bool:
-    """Give each item the copy `path` multiplies by, noting in `made` those made here; False: none can be."""
-    try:
-        for it in used:
-            if path.prepare and path.name not in it.copies:
-                it.copies[path.name] = path.prepare(it.weight)
-                made.add((id(it), path.name))
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
 
 
 def _time_buckets(path: Path, first, used, keys, scratch, g, ms) -> None:

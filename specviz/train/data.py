@@ -335,7 +335,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     settings = {"format": FORMAT, "top_k": top_k, "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "target": target_loaded.name, "vocab": target_loaded.vocab_size}
     meta = _open_meta(folder, settings, rows, prompts)
-    done = set(tuple(x) for x in meta["done"])
+    done = set(map(tuple, meta["done"]))
 
     encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
     lengths = {k: len(v) for k, v in encoded.items()}

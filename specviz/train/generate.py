@@ -263,12 +263,8 @@ def _force(model, sequences, top_k, pad):
 def _records(flat, lengths, head, top_k):
     """Split (hidden, top_p, top_ids) per sequence from the stacked final states `flat`
     (the LM head runs in chunks, so the logits stay small)."""
-    top_p, top_ids = [], []
-    for a in range(0, len(flat), LOGIT_ROWS):
-        p, t = _top(head(flat[a:a + LOGIT_ROWS]), top_k)
-        top_p.append(p)
-        top_ids.append(t)
-    top_p, top_ids = torch.cat(top_p).split(lengths), torch.cat(top_ids).split(lengths)
+    chunks = [_top(head(flat[a:a + LOGIT_ROWS]), top_k) for a in range(0, len(flat), LOGIT_ROWS)]
+    top_p, top_ids = (torch.cat(x).split(lengths) for x in zip(*chunks))
     hidden = flat.float().half().cpu().split(lengths)
     return list(zip(hidden, top_p, top_ids))
 
