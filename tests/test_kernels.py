@@ -124,8 +124,10 @@ def test_the_fastest_path_that_agrees_wins_and_one_that_disagrees_never_does(mon
     monkeypatch.setitem(kernels.PATHS, "packed", kernels.Path("packed", p.dtypes, lambda *a: p.run(*a) + 1.0,
                                                               p.prepare))
     probe = packing._Probe(torch.randn(64, 32))
-    plan, = kernels.measure([probe], kernels.candidates(torch.float32, 2)).values()
+    said = []
+    plan, = kernels.measure([probe], kernels.candidates(torch.float32, 2), said.append).values()
     assert plan.paths == ("mkl",) + ("onednn",) * (len(kernels.BUCKETS) - 1)
+    assert said == ["64x32 float32: 1 rows mkl, " + ", ".join(f"{b} rows onednn" for b in kernels.BUCKETS[1:])]
     assert all(v is None for v in plan.ms["packed"]), "a path that disagrees is not timed"
     assert set(probe.copies) == {"mkl"}, "the copies of the paths that won are kept, the others dropped"
 

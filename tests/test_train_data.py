@@ -369,6 +369,17 @@ def test_the_build_records_the_written_pool_first(tiny, tmp_path):
     assert load_data(tiny, tmp_path).meta["written_pool"] == meta["written_pool"]
 
 
+@pytest.mark.parametrize("bad", [dict(batch=0), dict(max_new_tokens=0), dict(passes=0), dict(top_k=0),
+                                 dict(budget_tokens=0), dict(budget_tokens=-5)])
+def test_the_build_refuses_sizes_below_one_before_touching_the_folder(tiny, tmp_path, bad):
+    rows = [{"id": "w0", "prompt": "say 0"}]
+    with pytest.raises(SpecvizError, match="must all be positive"):
+        build_data(tiny, tmp_path / "d", prompts=rows, progress=False, **bad)
+    assert not (tmp_path / "d").exists()
+    build_data(tiny, tmp_path / "d", prompts=rows, passes=1, max_new_tokens=2, batch=1, top_k=1, budget_tokens=None,
+               progress=False)  # the smallest sizes, and no token budget, are taken
+
+
 def test_build_order_takes_turns_by_source_so_a_budget_cut_holds_every_source():
     rows = ([row("written", "chat", f"question {i}") for i in range(12)]
             + [row("docs", "summarisation", f"summarise passage {i}") for i in range(120)]

@@ -148,23 +148,27 @@ def measure(items, names: list[str], say: Callable[[str], None] | None = None) -
                         made.add((id(it), name))
             except (RuntimeError, NotImplementedError):
                 continue
-            for i, rows in enumerate(BUCKETS):
-                if path.rows is not None and rows != path.rows:
-                    continue
-                xs = {k: torch.randn(rows, it.weight.shape[1], generator=g).to(it.weight.dtype)
-                      for k, it in first.items()}
-                ok = {k: _works(path, xs[k], it) for k, it in first.items()}
-                for k, seconds in _time(path, xs, used, keys, ok, scratch).items():
-                    ms[k][name][i] = seconds * 1e3
+            _time_buckets(path, first, used, keys, scratch, g, ms)
     plans = {}
     for k, by_path in ms.items():
         plans[k] = Plan(tuple(choose(by_path, i) for i in range(len(BUCKETS))), by_path)
         if say:
-            say(f"{k}: " + ", ".join(f"{b} rows {p}" for b, p in zip(BUCKETS, paths)))
+            say(f"{k}: " + ", ".join(f"{b} rows {p}" for b, p in zip(BUCKETS, plans[k].paths)))
     for it, k in zip(used, keys):
         for name in [n for n in it.copies if (id(it), n) in made and n not in plans[k].paths]:
             del it.copies[name]
     return plans
+
+
+def _time_buckets(path: Path, first, used, keys, scratch, g, ms) -> None:
+    """ms[shape][path.name][bucket]: a multiply's ms, None where the path disagrees with F.linear."""
+    for i, rows in enumerate(BUCKETS):
+        if path.rows is not None and rows != path.rows:
+            continue
+        xs = {k: torch.randn(rows, it.weight.shape[1], generator=g).to(it.weight.dtype) for k, it in first.items()}
+        ok = {k: _works(path, xs[k], it) for k, it in first.items()}
+        for k, seconds in _time(path, xs, used, keys, ok, scratch).items():
+            ms[k][path.name][i] = seconds * 1e3
 
 
 def choose(by_path: dict[str, list], i: int) -> str:

@@ -326,7 +326,7 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
 
     from ..modeling import models
 
-    if batch < 1 or max_new_tokens < 1 or passes < 1 or top_k < 1 or (budget_tokens is not None and budget_tokens < 1):
+    if min(batch, max_new_tokens, passes, top_k, 1 if budget_tokens is None else budget_tokens) < 1:
         raise SpecvizError("batch, max new tokens, passes, top-k and the token budget must all be positive")
     say = log or (lambda m: None)
     folder = pathlib.Path(folder) if folder else data_dir(target_loaded)
@@ -334,22 +334,8 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     rows = read_prompts(prompts) if isinstance(prompts, (str, pathlib.Path)) else list(prompts)
     settings = {"format": FORMAT, "top_k": top_k, "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "target": target_loaded.name, "vocab": target_loaded.vocab_size}
-    meta = _read_meta(folder)
-    if meta and meta.get("settings") != settings:
-        raise SpecvizError(f"{folder} holds data built with other settings {meta.get('settings')}; "
-                           "delete it or use another folder")
-    meta = {"settings": settings, "seconds": 0.0, "tokens": 0, "response_tokens": 0, "done": [], **meta,
-            "shards": _shards(folder, meta), "vocab": target_loaded.vocab_size}
-    counts = Counter(source_of(r) for r in rows)  # what a model card quotes
-    meta["prompts"] = (f"{pathlib.Path(prompts).name} ({len(rows)} prompts)" if isinstance(prompts, (str, pathlib.Path))
-                       else f"{len(rows):,} prompts ({', '.join(f'{k} {v}' for k, v in counts.items())})")
-    done = set(tuple(x) for x in meta["done"])
-    # The written prompts held-out ones are drawn from (Corpus.split): every one in any pool
-    # this folder was built from, recorded before the first batch so a cut-short build has it.
-    pool = sorted(set(meta.get("written_pool", ())) | {r["id"] for r in rows if source_of(r) == "written"})
-    if pool != meta.get("written_pool"):
-        meta["written_pool"] = pool
-        _write_meta(folder, meta)
+    meta = _open_meta(folder, settings, rows, prompts)
+    done = set(map(tuple, meta["done"]))
 
     encoded = {r["id"]: models.encode_prompt(target_loaded, r["prompt"]) for r in rows}
     lengths = {k: len(v) for k, v in encoded.items()}
@@ -375,23 +361,15 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
         prompt_ids = [encoded[r["id"]] for _, r in chunk]
         sampling = dict(temperature=None if pass_no == 0 else temperature,
                         generator=torch.Generator().manual_seed(seed * 1_000_003 + j))
-        if one_pass:  # the target writes and its decode steps are the teacher-forced states
-            pairs = write_and_force(writer, prompt_ids, max_new_tokens, eos, top_k, **sampling)
-            responses, forced = [r for r, _ in pairs], [f for _, f in pairs]
-        else:
-            responses = generate(writer, prompt_ids, max_new_tokens, eos, pad, **sampling)
+        responses, forced = _write_batch(writer, one_pass, prompt_ids, max_new_tokens, eos, pad, top_k, sampling)
         t1 = time.perf_counter()
         seqs = [torch.tensor(q + r, dtype=torch.long) for q, r in zip(prompt_ids, responses)]
         if not one_pass:  # teacher-force: the target itself over the finished sequences
             forced = teacher_force(target_loaded.model, seqs, top_k, pad)
         t2 = time.perf_counter()
-        out = [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
-                "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}",
-                "source": source_of(r)}
-               for ids, q, (h, p, i), (n, r) in zip(seqs, prompt_ids, forced, chunk)]
         # save: the shard first, then meta.json that lists it (a kill in between redoes it)
         name = f"shard-{len(meta['shards']):05d}.pt"
-        torch.save(out, folder / f".{name}.tmp")
+        torch.save(_stored(chunk, seqs, prompt_ids, forced), folder / f".{name}.tmp")
         (folder / f".{name}.tmp").replace(folder / name)
         written = sum(map(len, responses))
         done.update((r["id"], n) for n, r in chunk)
@@ -409,6 +387,41 @@ def build_data(target_loaded, folder: str | pathlib.Path | None = None, *,
     say(f"data: {meta['response_tokens']:,} target-written tokens ({meta['tokens']:,} with prompts) in "
         f"{len(meta['shards'])} shards, {meta['seconds'] / 60:.1f} min of building so far")
     return folder
+
+
+def _open_meta(folder: pathlib.Path, settings: dict, rows: list[dict], prompts) -> dict:
+    """The folder's meta.json (refused when built with other settings), with what this build adds."""
+    meta = _read_meta(folder)
+    if meta and meta.get("settings") != settings:
+        raise SpecvizError(f"{folder} holds data built with other settings {meta.get('settings')}; "
+                           "delete it or use another folder")
+    meta = {"settings": settings, "seconds": 0.0, "tokens": 0, "response_tokens": 0, "done": [], **meta,
+            "shards": _shards(folder, meta), "vocab": settings["vocab"]}
+    counts = Counter(source_of(r) for r in rows)  # what a model card quotes
+    meta["prompts"] = (f"{pathlib.Path(prompts).name} ({len(rows)} prompts)" if isinstance(prompts, (str, pathlib.Path))
+                       else f"{len(rows):,} prompts ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    # The written prompts held-out ones are drawn from (Corpus.split): every one in any pool
+    # this folder was built from, recorded before the first batch so a cut-short build has it.
+    pool = sorted(set(meta.get("written_pool", ())) | {r["id"] for r in rows if source_of(r) == "written"})
+    if pool != meta.get("written_pool"):
+        meta["written_pool"] = pool
+        _write_meta(folder, meta)
+    return meta
+
+
+def _write_batch(writer, one_pass, prompt_ids, max_new_tokens, eos, pad, top_k, sampling):
+    """A batch's responses, and their teacher-forced states where the target wrote them (else None)."""
+    if one_pass:  # the target writes and its decode steps are the teacher-forced states
+        pairs = write_and_force(writer, prompt_ids, max_new_tokens, eos, top_k, **sampling)
+        return [r for r, _ in pairs], [f for _, f in pairs]
+    return generate(writer, prompt_ids, max_new_tokens, eos, pad, **sampling), None
+
+
+def _stored(chunk, seqs, prompt_ids, forced) -> list[dict]:
+    """A shard's records: each sequence with where its response starts and the target's states."""
+    return [{"ids": ids.int(), "response_start": len(q), "hidden": h, "top_ids": i.int(), "top_p": p,
+             "prompt_id": r["id"], "variant": "greedy" if n == 0 else f"sample{n}", "source": source_of(r)}
+            for ids, q, (h, p, i), (n, r) in zip(seqs, prompt_ids, forced, chunk)]
 
 
 def _check_disk(folder, target_loaded, top_k, todo, encoded, budget_tokens, meta, max_new_tokens, say) -> None:

@@ -114,28 +114,12 @@ def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator, 
     it (a row's last token is fed once more for that). Returns (responses, records or None)."""
     from ..modeling import llama_fast
 
-    cfg, dtype = model.config, next(model.parameters()).dtype
     n, width = len(prompts), max(len(q) for q in prompts)
-    cache = llama_fast.new_cache(model)
-    shape = (n, cache.kv_heads, width + max_new_tokens, cache.head_dim)
-    ks = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
-    vs = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_hidden_layers)]
-    visible = torch.zeros(n, width + max_new_tokens, dtype=torch.bool)
-    last, states = [], []
-    for i, q in enumerate(prompts):
-        one = llama_fast.new_cache(model)
-        h = llama_fast.hidden_states(model, torch.tensor(q, dtype=torch.long), one)
-        last.append(h[-1])
-        if top_k:
-            states.append(h)
-        at = width - len(q)
-        for big, small in zip((*ks, *vs), (*one.k, *one.v)):
-            big[i, :, at:width] = small[:, :len(q)]
-        visible[i, at:width] = True
+    ks, vs, visible, states = _prefill(model, prompts, width + max_new_tokens)
     head = lambda x: llama_fast.head(model, x)  # noqa: E731
     # kept[i]: row i's recorded (hidden, top_p, top_ids) blocks, the prompt's first
     kept = [[r] for r in _records(torch.cat(states), [len(q) for q in prompts], head, top_k)] if top_k else None
-    logits = head(torch.stack(last))
+    logits = head(torch.stack([h[-1] for h in states]))
     rows = torch.arange(n)  # which prompt each batch row is
     alive = torch.ones(n, dtype=torch.bool)  # still writing
     positions = torch.tensor([len(q) for q in prompts])
@@ -166,15 +150,41 @@ def _generate_fast(model, prompts, max_new_tokens, eos, temperature, generator, 
             break
         logits = head(h)
         if top_k:  # the step's states and top-K are the written tokens' records
-            p, t = _top(logits[wrote], top_k)
-            for r, *block in zip(rows[wrote].tolist(), h[wrote].half(), p, t):
-                kept[r].append([x[None] for x in block])
+            _record_step(kept, rows[wrote], h[wrote], logits[wrote], top_k)
             if not bool(alive.any()):
                 break
         positions = positions + 1
     if not top_k:
         return out, None
     return out, [tuple(torch.cat(x) for x in zip(*blocks)) for blocks in kept]
+
+
+def _prefill(model, prompts, columns):
+    """Each prompt prefilled alone into its row of one shared cache `columns` wide, right-aligned at
+    the widest prompt: (keys, values per layer, visible (rows, columns), each prompt's states)."""
+    from ..modeling import llama_fast
+
+    width, dtype = max(len(q) for q in prompts), next(model.parameters()).dtype
+    cache = llama_fast.new_cache(model)
+    shape = (len(prompts), cache.kv_heads, columns, cache.head_dim)
+    ks = [torch.zeros(shape, dtype=dtype) for _ in range(model.config.num_hidden_layers)]
+    vs = [torch.zeros(shape, dtype=dtype) for _ in range(model.config.num_hidden_layers)]
+    visible = torch.zeros(len(prompts), columns, dtype=torch.bool)
+    states = []
+    for i, q in enumerate(prompts):
+        one = llama_fast.new_cache(model)
+        states.append(llama_fast.hidden_states(model, torch.tensor(q, dtype=torch.long), one))
+        for big, small in zip((*ks, *vs), (*one.k, *one.v)):
+            big[i, :, width - len(q):width] = small[:, :len(q)]
+        visible[i, width - len(q):width] = True
+    return ks, vs, visible, states
+
+
+def _record_step(kept, rows, h, logits, top_k) -> None:
+    """Each written token's (hidden, top_p, top_ids) block onto its prompt's records."""
+    p, t = _top(logits, top_k)
+    for r, *block in zip(rows.tolist(), h.half(), p, t):
+        kept[r].append([x[None] for x in block])
 
 
 @torch.inference_mode()
@@ -253,12 +263,8 @@ def _force(model, sequences, top_k, pad):
 def _records(flat, lengths, head, top_k):
     """Split (hidden, top_p, top_ids) per sequence from the stacked final states `flat`
     (the LM head runs in chunks, so the logits stay small)."""
-    top_p, top_ids = [], []
-    for a in range(0, len(flat), LOGIT_ROWS):
-        p, t = _top(head(flat[a:a + LOGIT_ROWS]), top_k)
-        top_p.append(p)
-        top_ids.append(t)
-    top_p, top_ids = torch.cat(top_p).split(lengths), torch.cat(top_ids).split(lengths)
+    chunks = [_top(head(flat[a:a + LOGIT_ROWS]), top_k) for a in range(0, len(flat), LOGIT_ROWS)]
+    top_p, top_ids = (torch.cat(x).split(lengths) for x in zip(*chunks))
     hidden = flat.float().half().cpu().split(lengths)
     return list(zip(hidden, top_p, top_ids))
 
