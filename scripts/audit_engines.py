@@ -233,7 +233,7 @@ def audit(name, engine, drafter, extra, control, args, store, servers) -> dict:
     try:
         a = build_parser().parse_args([*asked, "--draws", str(args.draws), "--temperature", str(args.temperature)])
         command.check(a)
-        make, show, what = command.engines(a)
+        make, show, what, _ = command.engines(a)
         start, results = time.monotonic(), []
         for i, s in enumerate(command.settings(a)):
             if args.setting is None or i == args.setting:

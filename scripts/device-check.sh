@@ -7,7 +7,7 @@
 #      on tiny models) on CUDA; greedy output of every arm identical to plain decoding (or parted at
 #      a near-tie the precision explains) in fp32, bf16 and fp16, with the whole model on one device
 #      and spread by accelerate's device_map="auto"; sampled runs against the target's exact
-#      distribution (scripts/sampling_check.py) on a tiny pair and on the embedded model's EAGLE trees.
+#      distribution (`specviz audit --against target`) on a tiny pair and on the embedded model's EAGLE trees.
 #   3. where the Hub is reachable, a real pair ($PAIR_TARGET with $PAIR_DRAFT, 1-3B) and a released
 #      EAGLE-3 head ($EAGLE3_TARGET with $EAGLE3_HEAD) in bf16 and fp16.
 #
@@ -76,6 +76,7 @@ arm() {  # tag target drafter dtype map
         || echo "$tag: failed (see $out/$tag.err)"
 }
 limit="${EXACT_S:-200}"
+sampled=(-m specviz audit --against target --prompt "Write one sentence about the sea." --top-k 0 --top-p 1)
 (
     timeout "$limit" "$py" -m specviz matrix --device "$device" --json "$out/matrix-$device.json" \
         > "$out/matrix.txt" 2> "$out/matrix.err" \
@@ -90,8 +91,8 @@ limit="${EXACT_S:-200}"
             done
         done
     done
-    timeout 60 "$py" scripts/sampling_check.py --target "$out/tiny-target" --drafter "$out/tiny-draft" --device "$device" \
-        --runs 2000 --temperature 1.0 > "$out/sampling-tiny.txt" 2>&1 || echo "sampling check (tiny pair) failed: see $out/sampling-tiny.txt"
+    timeout 60 "$py" "${sampled[@]}" --target "$out/tiny-target" --drafter "$out/tiny-draft" --device "$device" \
+        --draws 2000 --temperature 1.0 > "$out/sampling-tiny.txt" 2>&1 || echo "sampling check (tiny pair) failed: see $out/sampling-tiny.txt"
     stamp "tiny arms"
 ) &
 if [ "$embedded" = 1 ]; then
@@ -107,8 +108,8 @@ if [ "$embedded" = 1 ]; then
         ) &
     done
     (
-        timeout "$limit" "$py" scripts/sampling_check.py --drafter eagle --device "$device" --dtype fp32 --runs 1200 \
-            --tree-nodes-per-k 2 > "$out/sampling-eagle-trees.txt" 2>&1 \
+        timeout "$limit" "$py" "${sampled[@]}" --drafter eagle --device "$device" --dtype fp32 --draws 1200 \
+            --temperature 0.8 --tree-nodes-per-k 2 > "$out/sampling-eagle-trees.txt" 2>&1 \
             || echo "sampling check (EAGLE trees) failed or ran out of time: see $out/sampling-eagle-trees.txt"
         stamp "sampling check, EAGLE trees"
     ) &
@@ -153,6 +154,6 @@ for name in ("matrix.txt", "sampling-tiny.txt", "sampling-eagle-trees.txt", "ben
     if f.exists():
         lines = f.read_text().strip().splitlines()
         print(f"--- {name} (last lines)")
-        print("\n".join(lines[-40:] if name.startswith(("bench", "sampled")) else lines[-6:]))
+        print("\n".join(lines[-40:] if name.startswith(("bench", "sampled")) else lines[-8:]))
 PY
 stamp "done"

@@ -8,20 +8,21 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-from scipy.stats import ncx2
+from scipy.stats import chisquare, ncx2
 
 from conftest import noisy_copy, tiny_llama
 from specviz import DraftModel, Sampling
 from specviz.drafters.prompt_lookup import PromptLookup
 from specviz.audit import report
 from specviz.audit.controls import DELTA, EPSILON, RawQ, Typical, typical_accepted, typical_threshold
-from specviz.audit.engines import Generate, Local
-from specviz.audit.stats import (chi_square, compare, detectable_tv, joint, noncentral_survival, total_variation,
-                                 tv_interval)
+from specviz.audit.engines import Generate, Local, config, draws, pair, target_p
+from specviz.audit.stats import (chi_square, compare, detectable_tv, exact_tests, fit, joint, noncentral_survival,
+                                 total_variation, tv_interval)
 from specviz.cli.main import main
 
 OUTCOMES = ("a", "b", "c", "d", "e", "f")
@@ -211,6 +212,9 @@ def test_a_server_that_samples_another_distribution_fails_and_shows_both_side_by
     (["--lossy", "raw-q", "--engine", "transformers"], "specviz's own engine"),
     (["--ensemble-weight", "0.5"], "--engine transformers"),
     (["--lossy", "typical", "--verification", "block"], "its own verification rule"),
+    (["--against", "target", "--server", "http://127.0.0.1:9", "--baseline-server", "http://127.0.0.1:9"],
+     "which a server does not send"),
+    (["--engine", "transformers", "--tree-nodes-per-k", "2"], "choose specviz's own rules"),
 ])
 def test_bad_requests_get_one_sentence(capsys, args, words):
     assert main(["audit", *args]) == 2
@@ -241,8 +245,8 @@ def test_transformers_generate_reports_what_prompt_lookup_drafted_and_kept(small
 
 def test_specviz_draws_count_the_drafts_behind_the_tokens_under_either_rule(small):
     for rule in ("token", "block"):
-        e = Local.of(small, DraftModel(noisy_copy(small, 0.1, seed=11)), PROMPT, Sampling(temperature=1.0), tokens=3, k=3,
-                     verification=rule)
+        e = Local(small, DraftModel(noisy_copy(small, 0.1, seed=11)), PROMPT,
+                  config(Sampling(temperature=1.0), 3, k=3, verification=rule), 3)
         d = e.draw(0)
         assert len(d.tokens) == 3 and d.drafted >= 1 and e.settings()["verification"] == rule
     assert main(["audit", "--engine", "transformers", "--verification", "block"]) == 2  # specviz's own rule only
@@ -255,10 +259,10 @@ def test_q_taken_before_the_warpers_is_caught_and_the_exact_rule_passes_at_300_d
     drafter verified against its real q passes."""
     draft = noisy_copy(small, 0.1, seed=11)
     s = Sampling(temperature=0.5)
-    plain = [Local.of(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(300)]
+    plain = [Local(small, None, PROMPT, config(s, 3), 3).draw(10**6 + i).tokens for i in range(300)]
 
     def audit(drafter):
-        e = Local.of(small, drafter, PROMPT, s, 3, k=3)
+        e = Local(small, drafter, PROMPT, config(s, 3, k=3), 3)
         draws = [e.draw(i) for i in range(300)]
         assert sum(d.drafted for d in draws) > sum(d.accepted for d in draws) > 0  # drafts kept and refused
         return compare([d.tokens for d in draws], plain, 3)
@@ -283,7 +287,7 @@ def test_medusas_typical_acceptance_is_caught_where_the_same_loop_refusing_every
     writes it (p ~ 7e-33). The same loop with a threshold nothing passes samples every token from
     p, and passes: the acceptance rule is what fails, not the loop around it."""
     s = Sampling(temperature=1.0)
-    plain = [Local.of(small, None, PROMPT, s, 3).draw(10**6 + i).tokens for i in range(100)]
+    plain = [Local(small, None, PROMPT, config(s, 3), 3).draw(10**6 + i).tokens for i in range(100)]
 
     def audit(**threshold):
         draws = [Typical(small, PromptLookup(), PROMPT, s, 3, k=3, **threshold).draw(i) for i in range(100)]
@@ -300,3 +304,60 @@ def test_the_time_cap_judges_what_was_drawn_by_then(servers, capsys, tmp_path):
                                     "--time-cap", "1e-9")
     assert code == 3 and data["results"][0]["comparison"]["draws"] == [0, 0]
     assert "the time cap stopped the draws at 0 each way" in printed.err and "No verdict: too few" in printed.out
+
+
+# --- against the target's exact p (--against target) -------------------------------------------
+
+def against_target(small, engine, n, s):
+    """exact_tests on n speculative draws from `engine`, against the tiny target's own p."""
+    got = [d.tokens for d, in draws([engine], n)]
+    return exact_tests(got, lambda tokens: target_p(small, PROMPT + list(tokens), s), 3)
+
+
+def test_against_the_targets_p_the_exact_rule_passes_and_q_before_the_warpers_fails(small):
+    """RawQ (transformers #47932) at temperature 0.3, 300 draws, one sample: every token's fit to the
+    target's p fails (p ~ 1e-4 or less), where the same drafter verified against its real q passes."""
+    s, draft = Sampling(temperature=0.3), noisy_copy(small, 0.1, seed=11)
+    exact = against_target(small, pair(small, DraftModel(draft), PROMPT, config(s, 3, 3), 3)[0], 300, s)
+    lossy = against_target(small, pair(small, RawQ(DraftModel(draft)), PROMPT, config(s, 3, 3), 3)[0], 300, s)
+    assert [t.what for t, _ in exact] == ["token 1", "token 2 given '(4,)'", "token 3 given '(4, 4)'"]
+    assert all(t.dof and t.p > 0.05 for t, _ in exact) and exact[0][1] == 300
+    assert all(t.p < 1e-3 for t, _ in lossy)
+    assert report.fit_verdict([t for t, _ in lossy], 300, 10, 0.01)[0] == report.NOT_EXACT
+
+
+def test_against_the_targets_p_medusas_typical_acceptance_fails_at_60_draws(small):
+    s = Sampling(temperature=1.0)
+    (first, n), *_ = against_target(small, Typical(small, PromptLookup(), PROMPT, s, 3, k=3), 60, s)
+    assert n == 60 and first.p < 1e-10
+
+
+def test_the_fit_pools_rare_tokens_into_the_least_cell_and_catches_a_shift():
+    p = torch.tensor([0.5, 0.3, 0.17, 0.02, 0.01, 0.0])
+    stat, dof, pvalue = fit(Counter({0: 50, 1: 30, 2: 17, 3: 2, 4: 1}), p)
+    assert stat == pytest.approx(0, abs=1e-9) and dof == 2  # 3 and 4 (3 expected) folded into 2: three cells
+    shifted_p = fit(Counter({0: 30, 1: 50, 2: 20}), p)[2]
+    assert shifted_p < 1e-3 and shifted_p == pytest.approx(chisquare([30, 50, 20], [50, 30, 20]).pvalue, rel=1e-5)
+    assert fit(Counter({0: 3}), p) == (0.0, 0, 1.0)  # nothing expects 5 draws: nothing to test
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from tiny_folder import make_tiny_model_dir
+
+    return str(make_tiny_model_dir(tmp_path_factory.mktemp("audit") / "tiny"))
+
+
+@pytest.mark.parametrize("engine", ["specviz", "transformers"])
+def test_the_audit_against_the_target_prints_a_line_per_token_and_its_verdict(folder, engine, capsys, tmp_path):
+    code, printed, data = audit_cli(capsys, tmp_path, "--against", "target", "--target", folder, "--engine", engine,
+                                    "--draws", "100", "--temperature", "0.3", "--top-k", "0", "--top-p", "1")
+    assert code == 0, printed.out
+    (result,) = data["results"]
+    assert data["against"] == "target" and result["verdict"] == report.EXACT and result["drafted"] > 0
+    assert [t["draws"] for t in result["tests"]][0] == 100 and "plain" not in result
+    assert "token 2 given" in printed.out and "p = " in printed.out
+    assert ("judged block; on" in printed.out) == (engine == "specviz")  # the rules' counts are specviz's steps'
+    code, printed, data = audit_cli(capsys, tmp_path, "--against", "target", "--target", folder, "--draws", "10",
+                                    "--engine", engine, "--top-k", "0", "--top-p", "1")
+    assert code == 3 and "too few draws to judge: 10, and" in printed.out

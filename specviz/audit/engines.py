@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import torch
+
+from ..core.errors import SpecvizError
 from ..core.events import RunEnd
-from ..core.sampling import Sampling
+from ..core.sampling import Processor, Sampling
 from ..engine.generate import GenerationConfig, baseline_generate, speculative_generate
+from ..modeling.forward import model_device, output_vocab_size
+from ..serving.client import get_json, server_version, stream_completion
 
 # The plain side's seeds start this far past the speculative side's: one seed both ways would tie
 # the two samples together (a drafter that agrees makes both draw alike) and hide a difference.
@@ -42,14 +47,6 @@ class Local:
         self.model, self.drafter, self.prompt, self.cfg = model, drafter, list(prompt_ids), cfg
         self.tokens, self.label, self.watch = tokens, label, watch or (lambda step: None)
 
-    @classmethod
-    def of(cls, model, drafter, prompt_ids, sampling: Sampling, tokens: int, k: int = 4, eos: tuple[int, ...] = (),
-           verification: str = "token", chains: bool = False):
-        """The audit's own configuration: room for one draft of k past `tokens`, nothing recorded for views."""
-        cfg = GenerationConfig(max_new_tokens=tokens + k, k=k, sampling=sampling, eos_token_ids=eos, top=0,
-                               raw_top=0, verification=verification, chains=chains)
-        return cls(model, drafter, prompt_ids, cfg, tokens)
-
     def settings(self) -> dict:
         shown = {k: v for k, v in self.cfg.sampling.__dict__.items() if k != "seed"}  # each draw has its own
         return {"engine": "specviz", **shown, "k": self.cfg.k, "verification": self.cfg.verification,
@@ -73,6 +70,32 @@ class Local:
                 events.close()
                 break
         return Draw(tuple(out[:self.tokens]), drafted=drafted, accepted=accepted)
+
+
+def config(sampling: Sampling, tokens: int, k: int = 4, eos: tuple[int, ...] = (), verification: str = "token",
+           room: int | None = None, **rules) -> GenerationConfig:
+    """The audit's configuration: nothing recorded for views, `room` past `tokens` (default k, for one draft:
+    a tree's whole first step needs its nodes' worth), `rules` as a run's."""
+    return GenerationConfig(max_new_tokens=tokens + (k if room is None else room), k=k, sampling=sampling,
+                            eos_token_ids=eos, top=0, raw_top=0, verification=verification, **rules)
+
+
+def pair(model, drafter, prompt_ids: list[int], cfg: GenerationConfig, tokens: int, peer: str | None = None,
+         extra: dict | None = None, watch=None) -> tuple:
+    """(speculative, plain) engines drawing `tokens` tokens from one loaded target: specviz's loop with `drafter`, or
+    given a peer, generate (`drafter`: its assistant or None, `extra` its options) speculating to cfg.max_new_tokens."""
+    if peer:
+        s, k, eos = cfg.sampling, cfg.k, cfg.eos_token_ids
+        return (Generate(model, peer, prompt_ids, s, cfg.max_new_tokens, k, eos, drafter, extra),
+                Generate(model, "hf", prompt_ids, s, tokens, k, eos))
+    return Local(model, drafter, prompt_ids, cfg, tokens, watch=watch), Local(model, None, prompt_ids, cfg, tokens)
+
+
+def target_p(model, context: list[int], sampling: Sampling) -> torch.Tensor:
+    """The distribution plain sampling draws the token after `context` from: the target's processed p."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([context], device=model_device(model))).logits[0, -1:]
+    return Processor(sampling, output_vocab_size(model), context, logits.device).probs(logits)[0]
 
 
 def draws(engines, n: int, first_seed: int = 0, stop=lambda: False):
@@ -172,9 +195,6 @@ class Server:
         """The context size llama.cpp's /props reports (for its penalty's window), asked once; None
         without a penalty or from another server."""
         if self._window is False:
-            from ..core.errors import SpecvizError
-            from ..serving.client import get_json
-
             self._window = None
             if self.sampling.repetition_penalty != 1:
                 try:
@@ -187,8 +207,6 @@ class Server:
     def version(self) -> str | None:
         """What the server says it is (client.server_version), asked once."""
         if self._version is False:
-            from ..serving.client import server_version
-
             self._version = server_version(self.url)
         return self._version
 
@@ -200,9 +218,6 @@ class Server:
                            "default the request cannot reach is not seen here"}
 
     def draw(self, seed: int) -> Draw:
-        from ..core.errors import SpecvizError
-        from ..serving.client import stream_completion
-
         run = stream_completion(self.url, "", model=self.model, max_tokens=self.tokens + self.room,
                                 temperature=self.sampling.temperature, seed=seed, messages=self.messages,
                                 params=server_params(self.sampling, self.window))
@@ -213,6 +228,11 @@ class Server:
         tokens = tuple(c.text for c in run.chunks[:self.tokens]) if one_each else None
         spec = run.spec
         return Draw(tokens, run.text, spec.drafted if spec else 0, spec.accepted if spec else 0)
+
+
+def served(urls, messages: list[dict], sampling: Sampling, tokens: int, model: str | None = None, room: int = 4):
+    """One Server per url, alike but for the url (the speculative one first)."""
+    return tuple(Server(url, messages, sampling, tokens, model, room) for url in urls)
 
 
 def outcomes(draws: list[Draw], tokens: int) -> tuple[list[tuple], int]:

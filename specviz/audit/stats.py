@@ -16,6 +16,9 @@ Exact speculative sampling promises both come from the same distribution, so:
   sum(d^2 / p) >= (sum |d|)^2 = 4 TV^2 (Cauchy-Schwarz), so the test's non-centrality is at
   least 4 n TV^2 with n = na nb / (na + nb) whatever the difference's shape: a shift of that TV
   is caught at least that often. A shift hidden inside the pooled rare outcomes is invisible.
+
+Against the target (`exact_tests`): each token of the draws that began with the likeliest ones is
+tested for fit to the target's own p after them (`fit`).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.exactness import chi_square, pooled, survival
+from ..core.exactness import MIN_EXPECTED, chi_square, pooled, survival
 
 ALPHA = 0.01  # the verdict's level, over all the tests together
 POWER = 0.8  # the probability at which the smallest detectable difference is stated
@@ -182,3 +185,34 @@ def compare(spec, base, depth: int = 3, alpha: float = ALPHA) -> Comparison:
     detectable = detectable_tv(len(spec), len(base), tests[0].dof, alpha / max(1, len(run)))
     return Comparison((len(spec), len(base)), depth, tuple(tests), p, total_variation(a, b), lo, hi,
                       tv_floor(a, b), detectable, alpha)
+
+
+def fit(counts: Counter, p: torch.Tensor, min_expected: float = MIN_EXPECTED) -> tuple[float, int, float]:
+    """(statistic, dof, p-value) of the chi-square test that `counts` came from p: a cell per token expecting
+    min_expected draws, one for the rest (into the least of those if it expects fewer; one cell: p = 1)."""
+    n = sum(counts.values())
+    expected = p.double().cpu() * n
+    big = torch.argsort(expected, descending=True)[:int((expected >= min_expected).sum())].tolist()
+    observed, wanted = [counts.get(t, 0) for t in big], expected[big].tolist()
+    rest = n - sum(observed), n - sum(wanted)
+    if rest[1] < min_expected and len(big) > 1:
+        observed[-1], wanted[-1] = observed[-1] + rest[0], wanted[-1] + rest[1]
+    else:
+        observed, wanted = observed + [rest[0]], wanted + [rest[1]]
+    if len(observed) < 2:
+        return 0.0, 0, 1.0
+    stat = sum((o - w) ** 2 / max(w, 1e-12) for o, w in zip(observed, wanted))  # a rest of ~0 drawn: p ~ 0
+    return stat, len(observed) - 1, survival(stat, len(observed) - 1)
+
+
+def exact_tests(samples, p_after, depth: int, show=str) -> list[tuple[Test, int]]:
+    """Token i of the samples that began with the likeliest i tokens, tested against p_after(those tokens),
+    the distribution it should follow, for i < depth: (the test, how many samples it counted) each."""
+    tests, prefix = [], ()
+    for i in range(depth):
+        p = p_after(prefix)
+        counts = Counter(s[i] for s in samples if len(s) > i and tuple(s[:i]) == prefix)
+        given = f" given '{show(prefix)}'" if prefix else ""
+        tests.append((Test(f"token {i + 1}{given}", *fit(counts, p)), sum(counts.values())))
+        prefix += (int(torch.argmax(p)),)
+    return tests

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 import plotly.graph_objects as go
 
-from ...audit.engines import Generate, Local, Server, draws
+from ...audit.engines import draws, pair, served
 from ...audit.stats import MIN_DRAWS  # where the slider starts; Stop can end sooner
 from ...core.errors import SpecvizError
 from ...core.exactness import chi_square
@@ -129,25 +129,18 @@ def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, pro
         if not (policy.server_url and policy.baseline_server_url):
             raise SpecvizError("The serving engine needs both servers named: SPECVIZ_SERVER_URL and "
                                "SPECVIZ_BASELINE_SERVER_URL (the Serving tab's pair).")
-        messages = [{"role": "user", "content": prompt}]
-        pair = [Server(url, messages, cfg.sampling, SERVED_TOKENS) for url in
-                (policy.server_url, policy.baseline_server_url)]
-        return *pair, lambda d: d.text
+        urls, messages = (policy.server_url, policy.baseline_server_url), [{"role": "user", "content": prompt}]
+        return *served(urls, messages, cfg.sampling, SERVED_TOKENS), lambda d: d.text
+    peer, drafter = None, made  # specviz's own loop; generate's assistant model below
     if engine == "transformers generate":
         from ...drafters.draft_model import DraftModel
         from ...drafters.prompt_lookup import PromptLookup
 
-        if isinstance(made, PromptLookup):
-            peer, assistant = "hf-pld", None
-        elif isinstance(made, DraftModel):
-            peer, assistant = "hf-assisted", made.model
-        else:
+        if not isinstance(made, (PromptLookup, DraftModel)):
             raise SpecvizError("transformers' generate drafts by prompt lookup or with a draft model: choose one "
                                "of those as the drafter.")
-        eos = cfg.eos_token_ids
-        return (Generate(target.model, peer, ids, cfg.sampling, cfg.k + 1, cfg.k, eos, assistant),
-                Generate(target.model, "hf", ids, cfg.sampling, 1, cfg.k, eos), lambda d: d.tokens[0])
-    return Local(target.model, made, ids, cfg, 1), Local(target.model, None, ids, cfg, 1), lambda d: d.tokens[0]
+        peer, drafter = ("hf-pld", None) if isinstance(made, PromptLookup) else ("hf-assisted", made.model)
+    return *pair(target.model, drafter, ids, cfg, 1, peer), lambda d: d.tokens[0]
 
 
 def draw(policy: Policy, models, n, drafter, should_stop=lambda: False, engine: str = ENGINES[0], **controls):
