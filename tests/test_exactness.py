@@ -122,5 +122,7 @@ def test_the_check_points_at_transformers_generate_and_at_the_operators_servers(
     status, _, result = updates[-1]
     assert "Done: 20 first tokens each way" in status and any("Drawn" in u[0] for u in updates[:-1])
     assert "(20 draws each way)" in result and "Nothing was drafted" not in result  # judged, with drafts
+    skipped = list(exactness.draw(Policy(), models, 20, "layerskip", engine="transformers generate", **controls))
+    assert "drafts by prompt lookup or with a draft model" in skipped[-1][0]  # as the bench and the audit refuse it
     refused = list(exactness.draw(Policy(), models, 20, "prompt lookup", engine="serving engine", **controls))
     assert "SPECVIZ_BASELINE_SERVER_URL" in refused[-1][0] and 'data-state="error"' in refused[-1][0]

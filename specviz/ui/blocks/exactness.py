@@ -136,7 +136,7 @@ def samplers(engine: str, policy: Policy, target, made, ids: list[int], cfg, pro
         from ...drafters.draft_model import DraftModel
         from ...drafters.prompt_lookup import PromptLookup
 
-        if not isinstance(made, (PromptLookup, DraftModel)):
+        if not (isinstance(made, PromptLookup) or type(made) is DraftModel):  # layer skip's view is no assistant
             raise SpecvizError("transformers' generate drafts by prompt lookup or with a draft model: choose one "
                                "of those as the drafter.")
         peer, drafter = ("hf-pld", None) if isinstance(made, PromptLookup) else ("hf-assisted", made.model)
