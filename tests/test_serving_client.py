@@ -73,6 +73,16 @@ def test_a_completions_stream_reads_text_fields():
     assert [c.tokens for c in run.chunks] == [None, None] and run.spec is None
 
 
+def test_a_chunk_of_several_choices_joins_their_texts_and_keeps_the_last_finish_reason_given():
+    """Other lines of the event stream (a keep-alive comment, blank lines) and what follows [DONE] are no chunks."""
+    events = [{"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "stop"},
+                           {"index": 1, "delta": {"content": "b"}, "finish_reason": "length"},
+                           {"index": 2, "delta": {"content": None}, "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": None}]}]
+    run = read([b": keep-alive\n"] + sse(events) + sse([{"choices": [{"index": 0, "delta": {"content": "late"}}]}]))
+    assert run.text == "ab" and run.finish_reason == "length" and [c.text for c in run.chunks] == ["ab"]
+
+
 def test_an_error_event_ends_the_run_with_its_message():
     run = read(sse(RECORDED[:2] + [{"error": {"message": "out of KV cache"}}]))
     assert run.text == "The" and "out of KV cache" in run.error

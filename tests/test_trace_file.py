@@ -216,6 +216,19 @@ def test_a_file_with_more_steps_than_the_apps_token_cap_is_refused(sampled):
     (lambda doc: json.dumps(doc).replace('"elapsed":', '"elapsed":1e999999,"x":', 1), "the number 1e999999"),
     (lambda doc: json.dumps(doc).replace('"token":', '"token":' + "7" * 401 + ',"x":', 1), "401 digits"),
     (lambda doc: json.dumps(doc).replace('"token":', '"token":' + str(2**40) + ',"x":', 1), "token id"),
+    # what the renderers rely on beyond types: lengths that agree with the draft, ids in range, texts one per token
+    (edited("spec.0.draws", [0.5]), "speculative event 1 is damaged: its q or draws do not match its draft"),
+    (edited("spec.0.p_top", [[]]), "speculative event 1 is damaged: its top-k rows do not match its draft"),
+    (edited("spec.0.token_kind", "guessed"), "speculative event 1 is damaged: its token kind or ids are invalid"),
+    (edited("spec.0.draft.0", 2**31), "speculative event 1 is damaged: a token id is above 2147483647, more than"),
+    (edited("spec.0.block.weight", [1.0]), "speculative event 1 is damaged: its block verification does not match"),
+    (edited("spec.0.verification", "guess"), "event 1 is damaged: its verification rule 'guess' is unknown"),
+    (edited("base.0.token", -1), "baseline event 1 is damaged: a negative token id"),
+    (edited("base.0.token", 2**31), "baseline event 1 is damaged: a token id above 2147483647, more than any"),
+    (edited("spec.0.text.top", ["x"]), "speculative event 1 is damaged: its top texts do not match its top tokens"),
+    (edited("spec.0.text.q_raw", [["x"]] * 4), "event 1 is damaged: its q_raw texts do not match its q_raw tokens"),
+    (edited("spec.0.p_raw.0.0.1", 0.5), "speculative event 1 is damaged: a log-probability in its p_raw is above 0, "
+                                        "so its probability is above 1"),
 ])
 def test_a_bad_file_is_refused_in_one_sentence(sampled, make, words):
     with pytest.raises(TraceFileError) as info:

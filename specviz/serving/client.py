@@ -108,27 +108,26 @@ def stream_completion(url: str, prompt: str, *, model: str | None = None, max_to
 
 
 def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, stop) -> None:
-    """Server-sent events: one `data: {json}` line per chunk, `data: [DONE]` at the end."""
-    counted = 0  # completion tokens the usage so far accounts for
+    """A streamed completion's chunks into `run`: text, per-chunk token counts, the engine's numbers."""
     predicted = 0  # llama.cpp: tokens its running timings.predicted_n so far accounts for
     untimed = False  # has a chunk with text but no timings come since that count?
     timings = []  # llama.cpp: each chunk's running draft counters
-    for event in _events(response):
+    for event in _sse_events(response):
         t = time.perf_counter() - start
         if "error" in event and not event.get("choices"):
             run.error = f"the server reported: {str(event['error'])[:300]}"
             break
         usage = event.get("usage") or {}
-        text, finish = _choices_text(event, chat)
+        text, finish = _chunk_text(event, chat)
         tokens, drafts = None, None
         timed = event.get("timings") if isinstance(event.get("timings"), dict) else None
         if usage.get("completion_tokens") is not None:
-            tokens = int(usage["completion_tokens"]) - counted
-            counted = int(usage["completion_tokens"])
-            run.completion_tokens = counted
+            tokens = int(usage["completion_tokens"]) - (run.completion_tokens or 0)  # what this chunk adds to the usage
+            run.completion_tokens = int(usage["completion_tokens"])
         if timed is not None:  # llama.cpp (with timings_per_token, on every chunk)
             run.engine, run.timings = "llama.cpp", timed
             drafts = engines.llamacpp_counters(timed)
+            timings.append(timed)
             if isinstance(timed.get("predicted_n"), int) and timed["predicted_n"] >= predicted:
                 # one chunk per token, but a token ending inside a UTF-8 character is held back
                 # and goes out with the next: the running count says how many a chunk holds
@@ -147,38 +146,28 @@ def _read_stream(response, run: ServerRun, start: float, chat: bool, on_chunk, s
         spec, raw = engines.read_spec(event)
         if spec is not None:
             run.spec, run.raw_metrics, run.engine = spec, raw, spec.engine
-        if timed is not None:
-            timings.append(timed)
         if on_chunk is not None:
             on_chunk(run)
         if stop is not None and stop():
             run.error = "stopped"
             break
-    stepped = engines.llamacpp_spec_from_chunks(timings)  # None when no chunk had timings
-    if stepped is not None:  # llama.cpp: the totals, plus the steps between the chunks' counters
-        run.spec = stepped
+    # llama.cpp: the totals, plus the steps between the chunks' counters (None from other engines)
+    run.spec = engines.llamacpp_spec_from_chunks(timings) or run.spec
 
 
-def _events(response):
-    """Each `data: {json}` line's event, up to `data: [DONE]`; other lines (comments, blanks) are skipped."""
-    for raw in response:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:"):].strip()
+def _sse_events(response):
+    """Server-sent events: the JSON of each `data: {json}` line, until `data: [DONE]`."""
+    lines = (raw.decode("utf-8", "replace").strip() for raw in response)
+    for data in (line[len("data:"):].strip() for line in lines if line.startswith("data:")):
         if data == "[DONE]":
             return
         yield json.loads(data)
 
 
-def _choices_text(event: dict, chat: bool) -> tuple[str, str | None]:
-    """A chunk's text (a chat delta's content, a completion's text) and its finish reason, if any."""
-    text, finish = "", None
-    for choice in event.get("choices") or []:
-        piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-        text += piece or ""
-        finish = choice.get("finish_reason") or finish
-    return text, finish
+def _chunk_text(event: dict, chat: bool) -> tuple[str, str | None]:
+    choices = event.get("choices") or []
+    pieces = [((c.get("delta") or {}).get("content") if chat else c.get("text")) or "" for c in choices]
+    return "".join(pieces), next((c["finish_reason"] for c in reversed(choices) if c.get("finish_reason")), None)
 
 
 def _request(url: str, body: dict | None = None) -> urllib.request.Request:

@@ -238,14 +238,13 @@ def _trace(run: dict, role: str, max_steps: int | None) -> Trace:
     if max_steps is not None and len(events) > max_steps:
         raise TraceFileError(f"the {role} run has {len(events):,} {'steps' if trace.speculative else 'tokens'}, "
                              f"more than the {max_steps:,} new tokens this app allows a run")
-    kind = StepEvent if trace.speculative else TokenEvent
+    kind, noun = (StepEvent, "step") if trace.speculative else (TokenEvent, "token")
     for i, d in enumerate(events):
         where = f"{role} event {i + 1}"
-        if not isinstance(d, dict) or d.get("type") != ("step" if trace.speculative else "token"):
-            raise TraceFileError(f"{where} is not a {'step' if trace.speculative else 'token'} event")
+        if not isinstance(d, dict) or d.get("type") != noun:
+            raise TraceFileError(f"{where} is not a {noun} event")
         event, labels = _build(kind, d, where), _build(Labels, d.get("text", {}), f"{where}'s text")
-        _check(event, labels, where)
-        problem = _in_order(event, i, trace)
+        problem = _check(event, labels) or _in_order(event, i, trace)
         if problem:
             raise TraceFileError(f"{where} is damaged: {problem}")
         trace.add(event, labels)
@@ -350,38 +349,21 @@ def _convert(value, tp, where: str):
 ROUNDING = 1e-6  # a probability computed in float32 may pass 1 by this much
 
 
-def _probabilities(e) -> list[tuple[str, typing.Sequence[float]]]:
-    """Every probability an event holds, in groups by the name a refusal gives them."""
-    probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
-    if isinstance(e, StepEvent):
-        tree = e.tree
-        probs += [("q", e.q or ()), ("min(1, p/q)", e.accept_prob), ("draws u", e.draws or ()),
-                  ("token p", (e.token_p,)), ("p_top", [p for row in e.p_top for _, p in row]),
-                  ("q_top", [p for row in e.q_top for _, p in row])]
-        if tree is not None:
-            probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
-                      ("tree residual mass", tree.residual_mass), ("tree q", tree.q), ("tree keep chances", tree.keep)]
-    return probs
-
-
 def _law(e) -> str | None:
     """The first law of probability or time an event breaks, in words (None: it keeps them all).
     The inspector showed an edited file's "p (target) 7.500", and negative times turned a 2.98x
     GPU re-time into 0.74x: a trace is checked against what its numbers must be, not only their types."""
-    times = (("time", e.time),) if isinstance(e, TokenEvent) else (("draft time", e.draft_time),
-                                                                     ("verify time", e.verify_time))
-    for name, t in (*times, ("elapsed time", e.elapsed)):
-        if t < 0:
-            return f"its {name} is {t:g} s, and no time is negative"
-    too_long = _too_long(*times, ("elapsed time", e.elapsed))
-    if too_long:
-        return too_long
-    probs = _probabilities(e)
+    times = ((("time", e.time),) if isinstance(e, TokenEvent) else
+             (("draft time", e.draft_time), ("verify time", e.verify_time))) + (("elapsed time", e.elapsed),)
+    problem = (next((f"its {name} is {t:g} s, and no time is negative" for name, t in times if t < 0), None) or
+               _too_long(*times))
+    if problem:
+        return problem
     if isinstance(e, StepEvent):
         for name, rows in (("p_raw", e.p_raw), ("q_raw", e.q_raw)):  # log-probabilities: at most 0
             if any(lp > ROUNDING for row in rows for _, lp in row):
                 return f"a log-probability in its {name} is above 0, so its probability is above 1"
-    for name, values in probs:
+    for name, values in _probabilities(e):
         bad = next((v for v in values if not -ROUNDING <= v <= 1 + ROUNDING), None)
         if bad is not None:
             return f"its {name} holds {bad:g}, and a probability is between 0 and 1"
@@ -390,8 +372,7 @@ def _law(e) -> str | None:
         if total > 1 + 1e-4:  # each of a row's probabilities may be a float32 rounding over
             return f"its {name} probabilities sum to {total:g}, and a distribution's sum to at most 1"
     if isinstance(e, StepEvent):
-        kept = (*e.draft[:e.accepted], e.token)
-        if e.emitted != kept[:len(e.emitted)]:
+        if e.emitted != (*e.draft[:e.accepted], e.token)[:len(e.emitted)]:
             return "its output is not the accepted drafts followed by its own token"
         if (e.token_kind == "bonus") != (e.accepted == len(e.draft)):
             return (f"it is a {e.token_kind} step with {e.accepted} of its {len(e.draft)} drafts kept (a bonus "
@@ -399,42 +380,48 @@ def _law(e) -> str | None:
     return None
 
 
-def _check(e, labels: Labels, where: str) -> None:
-    """What the renderers rely on beyond types: lengths that agree, counts in range, and the laws
-    its probabilities and times obey."""
-    if isinstance(e, TokenEvent):
-        problem = (e.token < 0 and "a negative token id" or
-                   e.token > MAX_TOKEN_ID and f"a token id above {MAX_TOKEN_ID}, more than any vocabulary holds")
-    else:
-        problem = _step_problem(e, labels)
-    problem = problem or _law(e)
+def _probabilities(e) -> list:
+    """Every probability an event holds, (name in a refusal, values), for _law to range-check."""
+    probs = [("p", (e.p,) if isinstance(e, TokenEvent) else e.p), ("top", [p for _, p in e.top])]
+    if isinstance(e, StepEvent):
+        probs += [("q", e.q or ()), ("min(1, p/q)", e.accept_prob), ("draws u", e.draws or ()),
+                  ("token p", (e.token_p,)), ("p_top", [p for row in e.p_top for _, p in row]),
+                  ("q_top", [p for row in e.q_top for _, p in row])]
+        if (tree := e.tree) is not None:
+            probs += [("tree p", tree.p), ("tree acceptance", tree.accept_prob), ("tree draws", tree.draws),
+                      ("tree residual mass", tree.residual_mass), ("tree q", tree.q), ("tree keep chances", tree.keep)]
+    return probs
+
+
+def _check(e, labels: Labels) -> str | None:
+    """What the renderers rely on beyond types, in words (None: it keeps it all): lengths that agree,
+    counts in range, and the laws its probabilities and times obey."""
+    shape = (_step_shape(e, labels) if isinstance(e, StepEvent) else (e.token < 0 and "a negative token id" or
+             e.token > MAX_TOKEN_ID and f"a token id above {MAX_TOKEN_ID}, more than any vocabulary holds"))
+    problem = shape or _law(e)
     tree = e.tree.tokens if getattr(e, "tree", None) is not None else ()
-    for name, texts, tokens in (("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree]),
-                                ("p_top", labels.p_top, getattr(e, "p_top", ())),
-                                ("q_top", labels.q_top, getattr(e, "q_top", ())),
-                                ("p_raw", labels.p_raw, getattr(e, "p_raw", ())),
-                                ("q_raw", labels.q_raw, getattr(e, "q_raw", ()))):
+    rows = [("top", [labels.top], [e.top]), ("tree", [labels.tree], [tree])]
+    rows += [(name, getattr(labels, name), getattr(e, name, ())) for name in ("p_top", "q_top", "p_raw", "q_raw")]
+    for name, texts, tokens in rows:
         if any(texts) and [len(r) for r in texts] != [len(r) for r in tokens]:  # texts, when kept, one per token
             problem = problem or f"its {name} texts do not match its {name} tokens"
-    if problem:
-        raise TraceFileError(f"{where} is damaged: {problem}")
+    return problem
 
 
-def _step_problem(e: StepEvent, labels: Labels) -> str | None:
-    """The first of a step's lengths, kinds and ids that disagrees with its draft or is out of range."""
+def _step_shape(e: StepEvent, labels: Labels) -> str | None:
+    """Where a step's lengths, ids or rules disagree with its draft, in words (None: they agree)."""
     n = len(e.draft)
     if not (len(e.p) == len(e.accept_prob) == n and 0 <= e.accepted <= n and len(labels.draft) == n):
         return "its draft, p, acceptance and texts disagree in length"
     if any(x is not None and len(x) != n for x in (e.q, e.draws)):
         return "its q or draws do not match its draft"
-    if (any(len(r) not in (0, n + 1) for r in (e.p_top, e.p_raw))
-            or any(len(r) not in (0, n) for r in (e.q_top, e.q_raw))):
+    if any(len(r) not in (0, n + 1) for r in (e.p_top, e.p_raw)) or any(len(r) not in (0, n) for r in (e.q_top, e.q_raw)):
         return "its top-k rows do not match its draft"
     if e.token_kind not in ("corrected", "bonus") or min((e.token, *e.draft, *e.emitted)) < 0:
         return "its token kind or ids are invalid"
     if max((e.token, *e.draft, *e.emitted)) > MAX_TOKEN_ID:
         return f"a token id is above {MAX_TOKEN_ID}, more than any vocabulary holds"
-    if e.tree is not None:
+    if e.tree is not None:  # a block check and its rule judge chains; a tree has its walk
         return _tree_problem(e.tree)
     if e.block is not None and any(len(x) != n for x in (e.block.weight, e.block.residual_mass, e.block.stop_prob)):
         return "its block verification does not match its draft"
